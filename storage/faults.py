@@ -1,0 +1,32 @@
+"""Fault points: named places where a test can make a writer die as if killed.
+
+``DDCLI_FAULT=name`` (or ``name@N`` for the N-th time the point is reached, counting from 1)
+makes the process exit at once with status 137 when it reaches that point, without
+cleaning up — exactly what SIGKILL would leave behind. Crash-safety tests use it.
+
+Points (in the order a writer reaches them):
+
+* ``layer.before_fsync``, ``layer.before_rename``, ``layer.after_rename`` — writing a layer file;
+* ``log.before_link``, ``log.after_link`` — committing a metadata version;
+* ``ingest.before_commit``, ``ingest.after_commit`` — around the commit of an ingest;
+* ``advance.before_commit``, ``advance.after_commit`` — around the commit of an advance;
+* ``compact.before_commit``, ``compact.after_commit`` — around the commit of a merge.
+"""
+
+from __future__ import annotations
+
+import os
+
+_hits: dict[str, int] = {}
+
+
+def point(name: str) -> None:
+    spec = os.environ.get("DDCLI_FAULT")
+    if not spec:
+        return
+    target, _, nth = spec.partition("@")
+    if target != name:
+        return
+    _hits[name] = _hits.get(name, 0) + 1
+    if _hits[name] == int(nth or 1):
+        os._exit(137)

@@ -1,0 +1,188 @@
+"""The layer format: one immutable, sorted, consolidated Parquet file of updates.
+
+Columns: the data columns, ``time`` (d = 1) or ``time_0 … time_{d-1}``, and ``diff``.
+Rows are sorted by (key columns, other data columns, time) so that Parquet min/max
+statistics let a reader skip row groups by key. The footer's key-value metadata repeats
+what the store's log says of the file (lower, upper, since, rows, key range), so a layer
+file explains itself even without the log.
+
+Files are written to a temporary name, fsynced and renamed to a unique final name: a
+crash leaves either nothing or an orphan that ``compact`` collects; never a torn file
+under a name the log refers to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from storage import faults
+from storage.lattice import Frontier, advance_columns, time_columns
+
+ROW_GROUP_ROWS = 32_768  # small enough that a key look-up skips most of a large layer
+META_KEY = b"ddcli.layer"
+
+
+@dataclass
+class LayerFile:
+    """One Parquet file of a layer (a layer written by Spark may have several parts)."""
+
+    name: str
+    rows: int
+    bytes: int
+    key_min: object = None
+    key_max: object = None
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "rows": self.rows, "bytes": self.bytes,
+                "key_min": self.key_min, "key_max": self.key_max}
+
+    @classmethod
+    def from_json(cls, v: dict) -> "LayerFile":
+        return cls(v["name"], v["rows"], v["bytes"], v.get("key_min"), v.get("key_max"))
+
+
+@dataclass
+class Layer:
+    """A batch of updates: all updates of the sequence interval ``[seq_lo, seq_hi)``.
+
+    ``lower``/``upper`` are the time frontiers the batch covers; ``since`` the frontier its
+    times were advanced to. ``seq`` numbers count seals of the trace and let a reader
+    that consumed up to a point tell old layers from new ones exactly, whatever
+    compaction did to their times.
+    """
+
+    id: str
+    files: list[LayerFile]
+    lower: Frontier
+    upper: Frontier
+    since: Frontier
+    seq_lo: int
+    seq_hi: int
+    rows: int = field(default=0)
+    bytes: int = field(default=0)
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "files": [f.to_json() for f in self.files],
+                "lower": self.lower.to_json(), "upper": self.upper.to_json(),
+                "since": self.since.to_json(), "seq": [self.seq_lo, self.seq_hi],
+                "rows": self.rows, "bytes": self.bytes}
+
+    @classmethod
+    def from_json(cls, v: dict, d: int) -> "Layer":
+        return cls(v["id"], [LayerFile.from_json(f) for f in v["files"]],
+                   Frontier.from_json(v["lower"], d), Frontier.from_json(v["upper"], d),
+                   Frontier.from_json(v["since"], d), v["seq"][0], v["seq"][1],
+                   v["rows"], v["bytes"])
+
+
+def sort_columns(schema_names: list[str], key: list[str], d: int) -> list[str]:
+    """The layer sort order: key columns, the other data columns, then time."""
+    others = [c for c in schema_names if c not in key]
+    return list(key) + others + time_columns(d)
+
+
+def consolidate(table: pa.Table, data_columns: list[str], key: list[str], d: int,
+                since: Frontier | None = None) -> pa.Table:
+    """Advance times to ``since``, sum diffs of equal (data, time), drop zeros, sort.
+
+    Returns a table with exactly the data columns, the time columns and ``diff``.
+    """
+    tcols = time_columns(d)
+    if since is not None and not since.is_empty() and table.num_rows:
+        advanced = advance_columns([table.column(c).to_numpy() for c in tcols], since)
+        for c, arr in zip(tcols, advanced):
+            table = table.set_column(table.schema.get_field_index(c), c, pa.array(arr, pa.int64()))
+    group = data_columns + tcols
+    if table.num_rows:
+        agg = table.select(group + ["diff"]).group_by(group, use_threads=False).aggregate([("diff", "sum")])
+        # pick columns by name: the position of the aggregate differs between pyarrow versions
+        summed = pa.Table.from_arrays([agg.column(c) for c in group] + [agg.column("diff_sum").cast(pa.int64())],
+                                      names=group + ["diff"])
+        summed = summed.filter(pc.not_equal(summed.column("diff"), 0))
+    else:
+        summed = table.select(group + ["diff"])
+    order = [(c, "ascending") for c in sort_columns(data_columns, key, d)]
+    summed = summed.sort_by(order) if summed.num_rows else summed
+    return summed.select(group + ["diff"])
+
+
+def _scalar(v):
+    """A JSON-able form of a key bound (stats are advisory; anything odd becomes None)."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    return str(v)
+
+
+def write_layer_file(table: pa.Table, directory: str, *, key: list[str], lower: Frontier,
+                     upper: Frontier, since: Frontier, name: str | None = None) -> LayerFile:
+    """Write an already consolidated and sorted table as one layer file; tmp → fsync → rename."""
+    os.makedirs(directory, exist_ok=True)
+    name = name or f"{uuid.uuid4().hex}.parquet"
+    final = os.path.join(directory, name)
+    tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+    key_min = key_max = None
+    if key and table.num_rows:
+        k = table.column(key[0])
+        key_min, key_max = _scalar(k[0].as_py()), _scalar(k[-1].as_py())
+    meta = {"lower": lower.to_json(), "upper": upper.to_json(), "since": since.to_json(),
+            "rows": table.num_rows, "key": key, "key_min": key_min, "key_max": key_max}
+    schema = table.schema.with_metadata({META_KEY: json.dumps(meta).encode()})
+    with open(tmp, "wb") as fh:
+        pq.write_table(table.replace_schema_metadata(schema.metadata), fh,
+                       row_group_size=ROW_GROUP_ROWS, compression="zstd")
+        fh.flush()
+        faults.point("layer.before_fsync")
+        os.fsync(fh.fileno())
+    faults.point("layer.before_rename")
+    os.rename(tmp, final)
+    _fsync_dir(directory)
+    faults.point("layer.after_rename")
+    return LayerFile(name, table.num_rows, os.path.getsize(final), key_min, key_max)
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_layer_files(paths: list[str], columns: list[str] | None = None,
+                     schema: pa.Schema | None = None) -> pa.Table | None:
+    """Read layer files into one table (memory-mapped); ``None`` when there are no paths.
+
+    With ``schema`` every file is cast to it first, so files written by different writers
+    (e.g. ``string`` and ``large_string``) concatenate.
+    """
+    tables = [pq.read_table(p, columns=columns, memory_map=True) for p in paths]
+    tables = [t.replace_schema_metadata(None) for t in tables]
+    if schema is not None:
+        tables = [t if t.schema.equals(schema) else t.select(schema.names).cast(schema) for t in tables]
+    return pa.concat_tables(tables) if tables else None
+
+
+def footer_metadata(path: str) -> dict:
+    """The layer description written in a file's footer."""
+    md = pq.read_schema(path).metadata or {}
+    return json.loads(md[META_KEY]) if META_KEY in md else {}
+
+
+def empty_updates(schema: pa.Schema, d: int) -> pa.Table:
+    fields = list(schema) + [pa.field(c, pa.int64()) for c in time_columns(d)] + [pa.field("diff", pa.int64())]
+    return pa.Table.from_batches([], pa.schema(fields))
+
+
+def updates_table(data: pa.Table, times: list[np.ndarray], diff: np.ndarray, d: int) -> pa.Table:
+    """Assemble data columns, time columns and diff into one update table."""
+    cols = list(data.columns) + [pa.array(t, pa.int64()) for t in times] + [pa.array(diff, pa.int64())]
+    names = list(data.column_names) + time_columns(d) + ["diff"]
+    return pa.Table.from_arrays(cols, names=names)

@@ -1,0 +1,164 @@
+"""The commit protocol: a versioned metadata log with put-if-absent commits.
+
+Version ``N`` of the store's metadata is the file ``log/v{N}.json`` holding the whole
+state (every trace and pipeline). A commit writes the next version to a temporary file,
+fsyncs it and *hard-links* it to its final name: ``link`` fails if the name exists, so of
+two writers racing for version ``N+1`` exactly one wins, and a crash at any point leaves
+version ``N`` as the newest complete one. Readers take the newest version and never lock.
+
+Every change of durable state is a pure function ``old state -> new state`` applied by
+:func:`Log.commit`; nothing else writes metadata. When another writer got in first the
+function is applied again to the newer state; it raises :class:`Conflict` when what it
+read no longer holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import uuid
+from typing import Callable
+
+from storage import faults
+
+_VERSION_RE = re.compile(r"^v(\d{12})\.json$")
+
+
+class Conflict(Exception):
+    """Another writer changed what this change depends on; nothing was written. Safe to retry."""
+
+
+class Log:
+    def __init__(self, root: str):
+        self.dir = os.path.join(root, "log")
+
+    def exists(self) -> bool:
+        return os.path.isdir(self.dir)
+
+    def _versions(self) -> list[int]:
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+        return sorted(int(m.group(1)) for n in names if (m := _VERSION_RE.match(n)))
+
+    def path(self, version: int) -> str:
+        return os.path.join(self.dir, f"v{version:012d}.json")
+
+    def latest(self) -> tuple[int, dict | None]:
+        """The newest committed version and its state (``(0, None)`` for a new store)."""
+        for _ in range(100):
+            versions = self._versions()
+            if not versions:
+                return 0, None
+            v = versions[-1]
+            try:
+                with open(self.path(v), encoding="utf-8") as fh:
+                    return v, json.load(fh)
+            except (FileNotFoundError, json.JSONDecodeError):
+                # only a version that a newer one superseded is ever emptied (see prune):
+                # look again and take the newer one
+                time.sleep(0.001)
+        raise RuntimeError(f"cannot read the newest metadata version in {self.dir}")
+
+    def commit(self, change: Callable[[dict | None], dict], *, retries: int = 20) -> tuple[int, dict]:
+        """Apply ``change`` to the newest state and commit the result as the next version.
+
+        ``change`` must be pure: it may be called again on a newer state when another
+        writer won the race. It raises :class:`Conflict` when it cannot apply any more.
+        """
+        os.makedirs(self.dir, exist_ok=True)
+        for attempt in range(retries):
+            version, state = self.latest()
+            new_state = change(state)
+            new_state["version"] = version + 1
+            if self._put_if_absent(version + 1, new_state):
+                return version + 1, new_state
+            time.sleep(0.005 * (attempt + 1))
+        raise Conflict("the store kept changing under this command; try again")
+
+    def _put_if_absent(self, version: int, state: dict) -> bool:
+        tmp = os.path.join(self.dir, f".tmp-{uuid.uuid4().hex}")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(state, fh, separators=(",", ":"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        faults.point("log.before_link")
+        try:
+            os.link(tmp, self.path(version))
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+        _fsync_dir(self.dir)
+        faults.point("log.after_link")
+        return True
+
+    def live_versions(self, since: float) -> list[int]:
+        """Versions that were the newest at some moment at or after ``since`` (epoch seconds).
+
+        Version ``v`` was the newest from its own commit until the commit of the next one,
+        so it counts when the *next* version was committed at or after ``since``; the
+        newest version always counts. A reader that took a version less than a grace
+        period ago still finds every file it names.
+        """
+        versions = self._versions()
+        live = []
+        for i, v in enumerate(versions):
+            if i == len(versions) - 1:
+                live.append(v)
+                continue
+            try:
+                if os.stat(self.path(versions[i + 1])).st_mtime >= since:
+                    live.append(v)
+            except FileNotFoundError:
+                live.append(v)
+        return live
+
+    def prune(self, keep_after: float) -> int:
+        """Empty old versions: those that stopped being the newest before ``keep_after``.
+
+        Old versions are truncated, not removed, so their names stay taken and no stale
+        writer can ever commit under them.
+        """
+        live = set(self.live_versions(keep_after))
+        pruned = 0
+        for v in self._versions():
+            if v in live:
+                continue
+            p = self.path(v)
+            try:
+                if os.stat(p).st_size:
+                    os.truncate(p, 0)
+                    pruned += 1
+            except FileNotFoundError:
+                continue
+        return pruned
+
+    def recent_states(self, newer_than: float) -> list[dict]:
+        """States of the versions that were the newest at some moment after ``newer_than``
+        (for garbage collection: a reader may still be reading any of them)."""
+        out = []
+        for v in self.live_versions(newer_than):
+            try:
+                with open(self.path(v), encoding="utf-8") as fh:
+                    out.append(json.load(fh))
+            except (FileNotFoundError, json.JSONDecodeError):
+                continue
+        return out
+
+    def stray_tmp_files(self) -> list[str]:
+        try:
+            return [os.path.join(self.dir, n) for n in os.listdir(self.dir) if n.startswith(".tmp-")]
+        except FileNotFoundError:
+            return []
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,545 @@
+"""The store: a directory of traces whose metadata lives in one versioned log.
+
+Layout::
+
+    STORE/log/v000000000001.json    committed metadata versions (see storage/log.py)
+    STORE/traces/<trace>/<id>.parquet  immutable layer files (see storage/layer.py)
+
+Every method that changes the store writes its new files first, then commits one pure
+change of the metadata. Readers take the newest version and read the files it names.
+"""
+
+from __future__ import annotations
+
+import os
+import time as _time
+import uuid
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import numpy as np
+import pyarrow as pa
+
+from storage import faults
+from storage.lattice import (Frontier, beyond_mask, format_frontier, format_time, time_columns)
+from storage.layer import (Layer, LayerFile, consolidate, empty_updates, read_layer_files,
+                           updates_table, write_layer_file)
+from storage.log import Conflict, Log
+from storage.trace import Hold, StoreError, Trace, check_name
+
+DEFAULT_GRACE_SECONDS = 3600.0
+
+
+@dataclass
+class State:
+    version: int
+    traces: dict[str, Trace]
+    pipelines: dict[str, dict]
+
+    @classmethod
+    def from_json(cls, version: int, v: dict | None) -> "State":
+        if not v:
+            return cls(version, {}, {})
+        return cls(version, {n: Trace.from_json(n, t) for n, t in v["traces"].items()},
+                   dict(v.get("pipelines", {})))
+
+    def to_json(self) -> dict:
+        return {"version": self.version, "traces": {n: t.to_json() for n, t in self.traces.items()},
+                "pipelines": self.pipelines}
+
+
+@dataclass
+class IngestResult:
+    trace: str
+    rows: int
+    files: list[str]
+    skipped: list[str]
+    upper: Frontier
+    created: bool
+
+
+class Store:
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+        self.log = Log(self.path)
+
+    # ------------------------------------------------------------ reading
+
+    def state(self) -> State:
+        v, s = self.log.latest()
+        return State.from_json(v, s)
+
+    def trace(self, name: str, state: State | None = None) -> Trace:
+        state = state or self.state()
+        if name not in state.traces:
+            known = ", ".join(sorted(n for n in state.traces if "." not in n)) or "none"
+            raise StoreError(f"unknown trace {name!r} in store {self.path} (traces: {known})")
+        return state.traces[name]
+
+    def trace_dir(self, name: str) -> str:
+        return os.path.join(self.path, "traces", name)
+
+    def layer_paths(self, trace: Trace, layers: Iterable[Layer] | None = None) -> list[str]:
+        layers = trace.all_layers() if layers is None else layers
+        d = self.trace_dir(trace.name)
+        return [os.path.join(d, f.name) for l in layers for f in l.files]
+
+    def read_updates(self, trace: Trace, layers: Iterable[Layer] | None = None) -> pa.Table:
+        """All updates of the given layers (default: all, pending included) as one table."""
+        paths = self.layer_paths(trace, layers)
+        schema = empty_updates(trace.schema, trace.d).schema
+        if not paths:
+            return empty_updates(trace.schema, trace.d)
+        return read_layer_files(paths, schema=schema)
+
+    # ------------------------------------------------------------ the one commit path
+
+    def commit(self, change: Callable[[State], State]) -> State:
+        """Apply a pure change to the newest state and commit it (see storage/log.py)."""
+        def apply(raw: dict | None) -> dict:
+            v = raw["version"] if raw else 0
+            return change(State.from_json(v, raw)).to_json()
+        version, raw = self.log.commit(apply)
+        return State.from_json(version, raw)
+
+    # ------------------------------------------------------------ writing layers
+
+    def write_layer(self, trace: Trace, table: pa.Table, *, lower: Frontier, upper: Frontier,
+                    seq_lo: int, seq_hi: int, consolidated: bool = False) -> Layer:
+        since = trace.effective_since()
+        if not consolidated:
+            table = consolidate(table, trace.data_columns, trace.key, trace.d, since)
+        f = write_layer_file(table, self.trace_dir(trace.name), key=trace.key, lower=lower,
+                             upper=upper, since=since)
+        return Layer(uuid.uuid4().hex[:16], [f], lower, upper, since, seq_lo, seq_hi, f.rows, f.bytes)
+
+    def discard(self, trace_name: str, layers: Iterable[Layer]) -> None:
+        """Remove files of layers that never got committed."""
+        for l in layers:
+            for f in l.files:
+                try:
+                    os.unlink(os.path.join(self.trace_dir(trace_name), f.name))
+                except FileNotFoundError:
+                    pass
+
+    # ------------------------------------------------------------ ingest
+
+    def ingest(self, name: str, paths: list[str], *, key: list[str] | None = None,
+               time: tuple[int, ...] | None = None, upper: str | Frontier | None = None,
+               fmt: str | None = None, progress: Callable[[str], None] | None = None) -> IngestResult:
+        """Validate every file, then write one layer and commit it; or change nothing."""
+        from storage.files import read_update_file
+        from storage.lattice import parse_frontier
+
+        check_name(name)
+        state = self.state()
+        existing = state.traces.get(name)
+        if existing is not None and existing.owner:
+            raise StoreError(f"trace {name!r} is written by pipeline {existing.owner!r}; it cannot be ingested into")
+        if not paths:
+            raise StoreError("give at least one update file")
+        if time is not None:
+            time = tuple(int(c) for c in time) if isinstance(time, (tuple, list)) else (int(time),)
+        tag = "" if time is None else "@" + format_time(time)
+
+        batches = []
+        schema = existing.schema if existing else None
+        d = existing.d if existing else None
+        for p in paths:
+            if progress:
+                progress(p)
+            b = read_update_file(p, fmt=fmt, schema=schema, d=d, time=time)
+            if schema is None:
+                schema, d = b.data.schema, b.d
+            elif b.data.schema != schema:
+                b.data = b.data.cast(schema)
+            batches.append(b)
+
+        key = list(key) if key else None
+        if existing is None:
+            key = key or [schema.names[0]]
+            for k in key:
+                if k not in schema.names:
+                    raise StoreError(f"key column {k!r} is not a column of {paths[0]} (columns: {', '.join(schema.names)})")
+        elif key and key != existing.key:
+            raise StoreError(f"trace {name!r} is keyed by {','.join(existing.key)}, not {','.join(key)}")
+        else:
+            key = existing.key
+
+        cur_upper = existing.upper if existing else Frontier.minimum(d)
+        seen = set(existing.ingested) if existing else set()
+        fresh, skipped = [], []
+        for b in batches:
+            sig = b.sha256 + tag
+            if sig in seen:
+                skipped.append(b.path)
+            else:
+                seen.add(sig)
+                fresh.append(b)
+
+        new_upper = cur_upper
+        if isinstance(upper, str):
+            upper = parse_frontier(upper, d)
+        if upper is not None:
+            if upper.d != d:
+                raise StoreError(f"--upper {format_frontier(upper)} has {upper.d} coordinate(s); the trace's times have {d}")
+            if not upper.dominates(cur_upper):
+                raise StoreError(f"--upper {format_frontier(upper)} is behind the trace's upper {format_frontier(cur_upper)}; frontiers only move forward")
+            new_upper = upper
+
+        for b in fresh:
+            mask = beyond_mask(b.times, cur_upper)
+            if not mask.all():
+                i = int(np.argmin(mask))
+                t = tuple(int(c[i]) for c in b.times)
+                raise StoreError(f"{b.path}: row {i + 1}: time {format_time(t)} is not beyond the upper "
+                                 f"{format_frontier(cur_upper)} of trace {name!r} (those times are sealed)")
+            if upper is not None:
+                late = beyond_mask(b.times, new_upper)
+                if late.any():
+                    i = int(np.argmax(late))
+                    t = tuple(int(c[i]) for c in b.times)
+                    raise StoreError(f"{b.path}: row {i + 1}: time {format_time(t)} is beyond the new upper "
+                                     f"{format_frontier(new_upper)}")
+        if upper is None and d == 1 and any(len(b.diff) for b in fresh):
+            top = max(int(b.times[0].max()) for b in fresh if len(b.diff))
+            if top >= 2**63 - 1:
+                raise StoreError(f"time {top} is the largest int64; the upper cannot move past it")
+            new_upper = Frontier([(max(top + 1, cur_upper.elements[0][0]),)], 1) if not cur_upper.is_empty() else cur_upper
+
+        if not fresh:
+            return IngestResult(name, 0, [], skipped, cur_upper, False)
+
+        table = pa.concat_tables([updates_table(b.data, b.times, b.diff, d) for b in fresh])
+        proto = existing or Trace(name, schema, key, d, Frontier.minimum(d), cur_upper)
+        sealed = upper is not None or d == 1
+        seal_to = new_upper if sealed else cur_upper
+        written = self._seal(proto, table if sealed else None, seal_to)
+        pend = [] if sealed else [self.write_layer(proto, table, lower=cur_upper, upper=cur_upper, seq_lo=-1, seq_hi=-1)]
+        sigs = [b.sha256 + tag for b in fresh]
+        new_layers = _written_layers(written) + pend
+
+        def change(s: State) -> State:
+            t = s.traces.get(name)
+            if existing is None:
+                if t is not None:
+                    raise Conflict(f"trace {name!r} was created by another command at the same time; "
+                                   f"nothing was ingested, retry")
+                t = proto
+            elif t is None:
+                raise Conflict(f"trace {name!r} was removed while ingesting; nothing was ingested")
+            elif _seal_point(t) != _seal_point(existing):
+                raise Conflict(f"trace {name!r} changed while ingesting (another command wrote to it; "
+                               f"its upper is now {format_frontier(t.upper)}); nothing was ingested, retry")
+            again = [p for p, sig in zip((b.path for b in fresh), sigs) if sig in t.ingested]
+            if again:
+                raise Conflict(f"{again[0]} was ingested into trace {name!r} by another command at the same time; "
+                               f"nothing was ingested by this one")
+            _check_new_layers(self, t, new_layers)
+            t = _apply_seal(t, written, seal_to)
+            t = t.with_(pending=t.pending + pend, ingested=t.ingested + sigs)
+            s.traces[name] = t
+            return s
+
+        try:
+            faults.point("ingest.before_commit")
+            self.commit(change)
+        except Conflict:
+            self.discard(name, new_layers)
+            raise
+        faults.point("ingest.after_commit")
+        self._maintain_quietly(name)
+        return IngestResult(name, table.num_rows, [b.path for b in fresh], skipped, seal_to, existing is None)
+
+    def _seal(self, trace: Trace, table: pa.Table | None, new_upper: Frontier) -> dict:
+        """Write the layer that seals ``[trace.upper, new_upper)``: new updates plus any
+        pending ones not beyond the new upper. Returns what :func:`_apply_seal` commits."""
+        out = {"layers": [], "pending": None, "seal": new_upper != trace.upper}
+        parts = [] if table is None else [table]
+        keep = []
+        if trace.pending and out["seal"]:
+            pend = self.read_updates(trace, trace.pending)
+            late = beyond_mask([pend.column(c).to_numpy() for c in time_columns(trace.d)], new_upper)
+            parts.append(pend.filter(pa.array(~late)))
+            rest = pend.filter(pa.array(late))
+            if rest.num_rows:
+                keep = [self.write_layer(trace, rest, lower=new_upper, upper=new_upper, seq_lo=-1, seq_hi=-1)]
+            out["pending"] = ([l.id for l in trace.pending], keep)
+        if parts or out["seal"]:
+            tab = pa.concat_tables(parts) if parts else None
+            if tab is not None and tab.num_rows:
+                out["layers"] = [self.write_layer(trace, tab, lower=trace.upper, upper=new_upper,
+                                                  seq_lo=trace.next_seq, seq_hi=trace.next_seq + 1)]
+        return out
+
+    # ------------------------------------------------------------ advance
+
+    def advance(self, name: str, *, upper: str | Frontier | None = None,
+                since: str | Frontier | None = None) -> Trace:
+        """Seal times (move ``upper``) and/or allow compaction (move ``since``), then compact."""
+        from storage.lattice import parse_frontier
+        t = self.trace(name)
+        if t.owner:
+            raise StoreError(f"trace {name!r} is written by pipeline {t.owner!r}; its frontiers move with its runs")
+        if upper is None and since is None:
+            raise StoreError("give --upper and/or --since")
+        if isinstance(upper, str):
+            upper = parse_frontier(upper, t.d)
+        if isinstance(since, str):
+            since = parse_frontier(since, t.d)
+        for what, f, cur in (("--upper", upper, t.upper), ("--since", since, t.since)):
+            if f is None:
+                continue
+            if f.d != t.d:
+                raise StoreError(f"{what} {format_frontier(f)} has {f.d} coordinate(s); trace {name!r} has {t.d}")
+            if not f.dominates(cur):
+                raise StoreError(f"{what} {format_frontier(f)} is behind the current {format_frontier(cur)} of trace {name!r}; frontiers only move forward")
+        written = self._seal(t, None, upper) if upper is not None else None
+
+        def change(s: State) -> State:
+            cur = s.traces.get(name)
+            if cur is None:
+                raise Conflict(f"trace {name!r} was removed")
+            if written is not None:
+                if _seal_point(cur) != _seal_point(t):
+                    raise Conflict(f"trace {name!r} changed while advancing (another command wrote to it); "
+                                   f"nothing was changed, retry")
+                _check_new_layers(self, cur, _written_layers(written))
+                cur = _apply_seal(cur, written, upper)
+            if since is not None:
+                cur = cur.with_(since=since if since.dominates(cur.since) else cur.since)
+            s.traces[name] = cur
+            return s
+
+        try:
+            faults.point("advance.before_commit")
+            self.commit(change)
+        except Conflict:
+            if written:
+                self.discard(name, _written_layers(written))
+            raise
+        faults.point("advance.after_commit")
+        self._maintain_quietly(name)
+        return self.trace(name)
+
+    # ------------------------------------------------------------ holds
+
+    @staticmethod
+    def with_hold(trace: Trace, holder: str, since: Frontier, seq: int) -> Trace:
+        holds = dict(trace.holds)
+        holds[holder] = Hold(since, seq)
+        return trace.with_(holds=holds)
+
+    @staticmethod
+    def without_hold(trace: Trace, holder: str) -> Trace:
+        holds = dict(trace.holds)
+        holds.pop(holder, None)
+        return trace.with_(holds=holds)
+
+    # ------------------------------------------------------------ compaction
+
+    def compact(self, name: str | None = None, *, full: bool = False,
+                grace_seconds: float = DEFAULT_GRACE_SECONDS,
+                progress: Callable[[str], None] | None = None) -> dict:
+        """Merge layers (geometrically, or all with ``full``), advance times, collect garbage.
+
+        A merge that loses a race with another writer is planned again a few times; if the
+        trace keeps changing the merge backs off (counted in ``conflicts``), nothing lost.
+        """
+        state = self.state()
+        names = [name] if name else sorted(state.traces)
+        if name:
+            self.trace(name, state)
+        merged = conflicts = 0
+        for n in names:
+            if progress:
+                progress(n)
+            for attempt in range(3):
+                try:
+                    merged += self.merge_layers(n, full=full)
+                    break
+                except Conflict:
+                    if attempt == 2:
+                        conflicts += 1
+        removed = self.collect_garbage(grace_seconds)
+        return {"traces": len(names), "merges": merged, "removed_files": removed, "conflicts": conflicts}
+
+    def merge_layers(self, name: str, *, full: bool = False) -> int:
+        """One commit that replaces runs of adjacent layers by their merge.
+
+        Geometric rule: merge neighbours whose sizes are within a factor of two, so every
+        update is rewritten O(log n) times and a trace keeps O(log n) layers. Layers are
+        never merged across a reader's hold, so readers can still tell old from new.
+        Raises :class:`Conflict` (having removed its new files) when another writer
+        replaced the same layers, or added a hold the merge would violate.
+        """
+        t = self.trace(name)
+        groups = plan_merges(t, full)
+        if not groups:
+            return 0
+        new_layers, replaced = [], []
+        try:
+            for g in groups:
+                table = self.read_updates(t, g)
+                new_layers.append(self.write_layer(t, table, lower=g[0].lower, upper=g[-1].upper,
+                                                   seq_lo=g[0].seq_lo, seq_hi=g[-1].seq_hi))
+                replaced.append([l.id for l in g])
+        except BaseException:
+            self.discard(name, new_layers)
+            raise
+        faults.point("compact.before_commit")
+
+        def change(s: State) -> State:
+            cur = s.traces.get(name)
+            if cur is None:
+                raise Conflict(f"trace {name!r} was removed while compacting")
+            layers = list(cur.layers)
+            barriers = _hold_seqs(cur)
+            for ids, new in zip(replaced, new_layers):
+                pos = [i for i, l in enumerate(layers) if l.id in ids]
+                if len(pos) != len(ids) or pos != list(range(pos[0], pos[0] + len(ids))):
+                    raise Conflict(f"layers of trace {name!r} changed while compacting; the merge backs off")
+                if _crosses_hold(layers[pos[0]:pos[-1] + 1], barriers):
+                    raise Conflict(f"a reader put a hold on trace {name!r} while compacting; the merge backs off")
+                layers[pos[0]:pos[-1] + 1] = [new]
+            _check_new_layers(self, cur, new_layers)
+            s.traces[name] = cur.with_(layers=layers)
+            return s
+
+        try:
+            self.commit(change)
+        except Conflict:
+            self.discard(name, new_layers)
+            raise
+        faults.point("compact.after_commit")
+        return len(new_layers)
+
+    def _maintain_quietly(self, name: str) -> None:
+        """Geometric merging after a write; losing a race here only postpones it."""
+        try:
+            self.merge_layers(name)
+        except Conflict:
+            pass
+
+    def collect_garbage(self, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> int:
+        """Remove files that no version a reader may still be using references, once
+        older than the grace period.
+
+        A file stays while the newest version, or any version that was the newest within
+        the grace period, names it (a reader that took such a version may still be reading
+        it); files not yet committed stay until they are older than the grace period, so a
+        writer has that long to commit what it wrote.
+        """
+        cutoff = _time.time() - grace_seconds
+        referenced: set[str] = set()
+        live_traces = set()
+        states = [self.state()] + [State.from_json(s.get("version", 0), s) for s in self.log.recent_states(cutoff)]
+        for st in states:
+            for t in st.traces.values():
+                live_traces.add(t.name)
+                referenced.update(self.layer_paths(t))
+        removed = 0
+        root = os.path.join(self.path, "traces")
+        for tname in (os.listdir(root) if os.path.isdir(root) else []):
+            tdir = os.path.join(root, tname)
+            if not os.path.isdir(tdir):
+                continue
+            for fname in os.listdir(tdir):
+                p = os.path.join(tdir, fname)
+                try:
+                    if p not in referenced and os.stat(p).st_mtime < cutoff:
+                        os.unlink(p)
+                        removed += 1
+                except FileNotFoundError:
+                    continue
+            if tname not in live_traces:
+                try:
+                    os.rmdir(tdir)  # only when empty
+                except OSError:
+                    pass
+        for p in self.log.stray_tmp_files():
+            try:
+                if os.stat(p).st_mtime < cutoff:
+                    os.unlink(p)
+                    removed += 1
+            except FileNotFoundError:
+                continue
+        self.log.prune(cutoff)
+        return removed
+
+
+def _written_layers(written: dict) -> list[Layer]:
+    """Every layer file a seal wrote: sealed layers and re-written pending ones."""
+    out = list(written["layers"])
+    if written.get("pending"):
+        out += list(written["pending"][1])
+    return out
+
+
+def _seal_point(t: Trace) -> tuple:
+    """What a write that seals times or adds updates depends on: upper, seal count, pending."""
+    return (t.upper, t.next_seq, tuple(l.id for l in t.pending))
+
+
+def _check_new_layers(store: "Store", cur: Trace, layers: list[Layer]) -> None:
+    """Refuse to commit layers whose times were advanced further than the trace now allows
+    (a reader put a hold meanwhile) or whose files are gone (collected as garbage)."""
+    eff = cur.effective_since()
+    for l in layers:
+        if not (l.since.is_empty() or eff.dominates(l.since)):
+            raise Conflict(f"a reader put a hold on trace {cur.name!r} at {format_frontier(eff)} meanwhile; "
+                           f"nothing was changed, retry")
+        for p in store.layer_paths(cur, [l]):
+            if not os.path.exists(p):
+                raise Conflict(f"layer file {p} was removed before it was committed (garbage collection "
+                               f"with a short grace period?); nothing was changed, retry")
+
+
+def _hold_seqs(t: Trace) -> set[int]:
+    return {h.seq for h in t.holds.values()}
+
+
+def _crosses_hold(group: list[Layer], barriers: set[int]) -> bool:
+    """True when merging ``group`` would join layers on both sides of a hold's seq."""
+    return any(l.seq_hi in barriers for l in group[:-1])
+
+
+def _apply_seal(t: Trace, written: dict, new_upper: Frontier) -> Trace:
+    layers = list(t.layers) + list(written["layers"])
+    pending = list(t.pending)
+    if written.get("pending"):
+        gone, keep = written["pending"]
+        pending = [l for l in pending if l.id not in gone] + list(keep)
+    next_seq = t.next_seq + (1 if written["seal"] else 0)
+    return t.with_(layers=layers, pending=pending, upper=new_upper, next_seq=next_seq)
+
+
+def plan_merges(t: Trace, full: bool) -> list[list[Layer]]:
+    """Groups of adjacent layers to merge (each group becomes one layer)."""
+    barriers = _hold_seqs(t)
+    segments: list[list[Layer]] = [[]]
+    for l in t.layers:
+        if segments[-1] and segments[-1][-1].seq_hi in barriers:
+            segments.append([])
+        segments[-1].append(l)
+    groups: list[list[Layer]] = []
+    for seg in segments:
+        if not seg:
+            continue
+        if full:
+            if len(seg) > 1 or seg[0].since != t.effective_since():
+                groups.append(seg)
+            continue
+        # a stack of groups whose sizes decrease by more than 2x from left to right
+        stack: list[list[Layer]] = []
+        for l in seg:
+            stack.append([l])
+            while len(stack) >= 2 and _rows(stack[-2]) <= 2 * _rows(stack[-1]):
+                top = stack.pop()
+                stack[-1] = stack[-1] + top
+        groups.extend(g for g in stack if len(g) > 1)
+    return groups
+
+
+def _rows(group: list[Layer]) -> int:
+    return sum(l.rows for l in group)
