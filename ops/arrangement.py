@@ -1,0 +1,81 @@
+"""Arrangements: the old updates of a collection, stored sorted by key, read by key.
+
+An input trace already is an arrangement (its layers are sorted by its key); a derived
+collection used by a stateful operator is stored as a state trace of the pipeline. A run
+reads only the old updates of the keys its new updates touch. Spark does not prune
+Parquet row groups from a join, so when the touched keys are few we collect them (a few
+thousand values at most) and let DuckDB read just those keys' row groups; when they are
+many, a Spark semi-join over the whole arrangement is cheaper than shipping keys around.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from ops.context import EvalContext
+
+KEY_LOOKUP_LIMIT = 50_000  # touched keys up to which a keyed DuckDB read pays
+
+
+@dataclass
+class Arrangement:
+    files: list[str]
+    schema: pa.Schema  # data columns + time columns + diff, as stored
+
+    def is_empty(self) -> bool:
+        return not self.files
+
+    def read_all(self, ctx: EvalContext) -> DataFrame:
+        return ctx.spark.read.schema(_spark_schema(self.schema)).parquet(*self.files)
+
+    def old_for_keys(self, ctx: EvalContext, delta: DataFrame, key: list[str]) -> DataFrame | None:
+        """Old updates whose key appears in ``delta`` (None if there are none)."""
+        if self.is_empty():
+            return None
+        keys = delta.select(*key).distinct()
+        small = keys.limit(KEY_LOOKUP_LIMIT + 1).toArrow()
+        if small.num_rows <= KEY_LOOKUP_LIMIT:
+            if small.num_rows == 0:
+                return None
+            table = _duckdb_keyed_read(self.files, small, key)
+            if table.num_rows == 0:
+                return None
+            return ctx.spark.createDataFrame(table.cast(self.schema), schema=_spark_schema(self.schema))
+        cond = [self_col.eqNullSafe(F.col(f"_k_{k}")) for self_col, k in
+                ((F.col(k), k) for k in key)]
+        renamed = keys.select(*[F.col(k).alias(f"_k_{k}") for k in key])
+        on = cond[0]
+        for c in cond[1:]:
+            on = on & c
+        return self.read_all(ctx).join(renamed, on, "left_semi")
+
+
+def _duckdb_keyed_read(files: list[str], keys: pa.Table, key: list[str]) -> pa.Table:
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        con.register("touched_keys", keys)
+        quoted = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+        cond = " AND ".join(f'u."{k}" IS NOT DISTINCT FROM t."{k}"' for k in key)
+        # an IN-list on a single key lets DuckDB prune row groups by min/max statistics
+        if len(key) == 1:
+            q = (f'SELECT u.* FROM read_parquet([{quoted}]) u WHERE u."{key[0]}" IN '
+                 f'(SELECT "{key[0]}" FROM touched_keys)')
+            if keys.column(key[0]).null_count:
+                q += f' OR u."{key[0]}" IS NULL'
+        else:
+            q = f"SELECT u.* FROM read_parquet([{quoted}]) u SEMI JOIN touched_keys t ON {cond}"
+        return con.sql(q).to_arrow_table()
+    finally:
+        con.close()
+
+
+def _spark_schema(schema: pa.Schema):
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)

@@ -1,0 +1,186 @@
+"""The pipeline API: a builder that declares inputs, operators and named outputs.
+
+A pipeline file defines ``def pipeline(p):`` and uses the builder ``p``::
+
+    def pipeline(p):
+        words = p.input("words")
+        p.output("counts", words.count(by="word"))
+
+Declaring builds a graph of :class:`Node` values; nothing runs until ``ddcli run`` (or
+``verify``) executes the graph on Spark. Operators work on named columns; expressions
+are Spark column expressions or SQL expression strings, evaluated inside Spark.
+Each node remembers the line of the pipeline file that declared it, for error messages.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ops import reduce_kernel as rk
+
+
+class PipelineError(Exception):
+    """A mistake in a pipeline: one clear line, raised before Spark does any work."""
+
+
+@dataclass(eq=False)
+class Node:
+    """One operator in the graph. ``inputs`` are upstream nodes; ``args`` its parameters."""
+
+    op: str
+    inputs: list["Node"]
+    args: dict[str, Any] = field(default_factory=dict)
+    where: str = ""  # "file.py:line" of the declaration
+    id: int = 0
+    name: str = ""  # e.g. "reduce_3"; used for state traces
+
+    def describe(self) -> str:
+        return f"{self.op} ({self.where})" if self.where else self.op
+
+
+def _caller() -> str:
+    """The first frame outside ops/: the user's pipeline file and line."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for fr in inspect.stack()[2:]:
+        if not os.path.abspath(fr.filename).startswith(here):
+            return f"{os.path.basename(fr.filename)}:{fr.lineno}"
+    return ""
+
+
+def _cols(v) -> list[str]:
+    if v is None:
+        return []
+    return [v] if isinstance(v, str) else list(v)
+
+
+class Collection:
+    """A collection that changes over time: the result of an operator in a pipeline."""
+
+    def __init__(self, builder: "Pipeline", node: Node):
+        self._p = builder
+        self.node = node
+
+    def _new(self, op: str, inputs: list["Collection"], **args) -> "Collection":
+        for c in inputs:
+            if not isinstance(c, Collection) or c._p is not self._p:
+                raise PipelineError(f"{op} ({_caller()}): expects a collection of this pipeline, got {c!r}")
+        return self._p._add(op, [c.node for c in inputs], args)
+
+    # ---- linear operators (no state)
+    def select(self, *columns, **exprs) -> "Collection":
+        """Keep/compute columns: ``select("a", b="a + 1")`` (strings are SQL expressions)."""
+        if not columns and not exprs:
+            raise PipelineError(f"select ({_caller()}): give at least one column")
+        return self._new("select", [self], columns=list(columns), exprs=dict(exprs))
+
+    map = select
+
+    def filter(self, condition) -> "Collection":
+        """Keep rows where the SQL expression (or Spark column) is true."""
+        return self._new("filter", [self], condition=condition)
+
+    def flat_map(self, column: str, expr, keep: list[str] | None = None) -> "Collection":
+        """One row per element of the array ``expr``, named ``column`` (explode).
+
+        ``keep`` lists the columns carried along (default: all others)."""
+        return self._new("flat_map", [self], column=column, expr=expr, keep=keep)
+
+    def concat(self, *others: "Collection") -> "Collection":
+        return self._new("concat", [self, *others])
+
+    def negate(self) -> "Collection":
+        return self._new("negate", [self])
+
+    def consolidate(self) -> "Collection":
+        return self._new("consolidate", [self])
+
+    # ---- join family
+    def join(self, other: "Collection", on) -> "Collection":
+        """Inner join on key columns: diffs multiply, times join."""
+        return self._new("join", [self, other], on=_cols(on))
+
+    def semijoin(self, other: "Collection", on) -> "Collection":
+        """Rows of ``self`` whose key is in ``other`` (multiplied by its multiplicity there)."""
+        return self._new("semijoin", [self, other], on=_cols(on))
+
+    def antijoin(self, other: "Collection", on) -> "Collection":
+        """Rows of ``self`` whose key is not in ``other``: ``self - self.semijoin(other)``."""
+        return self.concat(self.semijoin(other, on).negate())
+
+    # ---- reduce family
+    def reduce(self, by, reducer: rk.Reducer) -> "Collection":
+        """Per key: output ``reducer(input accumulated at t)`` at every time where it changes."""
+        return self._new("reduce", [self], key=_cols(by), reducer=reducer)
+
+    def count(self, by) -> "Collection":
+        return self.reduce(by, rk.Count())
+
+    def sum(self, by, column: str, name: str | None = None) -> "Collection":
+        return self.reduce(by, rk.Sum(column, name=name))
+
+    def min(self, by, column: str, name: str | None = None) -> "Collection":
+        return self.reduce(by, rk.Min(column, name=name))
+
+    def max(self, by, column: str, name: str | None = None) -> "Collection":
+        return self.reduce(by, rk.Max(column, name=name))
+
+    def count_distinct(self, by, name: str = "distinct") -> "Collection":
+        return self.reduce(by, rk.CountDistinct(name=name))
+
+    def distinct(self) -> "Collection":
+        """Every row present (positive multiplicity) once."""
+        return self._new("distinct", [self])
+
+    def threshold(self, fn: Callable) -> "Collection":
+        """Every row with multiplicity ``fn(count)`` (``fn`` vectorised over numpy arrays)."""
+        return self._new("threshold", [self], fn=fn)
+
+    def top_k(self, by, k: int, order_by, descending: bool = False) -> "Collection":
+        return self.reduce(by, rk.TopK(k, _cols(order_by), descending=descending))
+
+    def reduce_per_key(self, by, fn: Callable) -> "Collection":
+        """User logic per key: ``fn(pa.Table of the key's rows with _count) -> pa.Table``."""
+        return self.reduce(by, rk.PerKey(fn))
+
+    # ---- arrangements
+    def arrange(self, by) -> "Collection":
+        """One indexed copy of this collection, shared by every operator that uses it."""
+        return self._new("arrange", [self], key=_cols(by))
+
+
+class Pipeline:
+    """The builder handed to a pipeline file's ``pipeline(p)`` function."""
+
+    def __init__(self, name: str = "pipeline"):
+        self.name = name
+        self.nodes: list[Node] = []
+        self.inputs: dict[str, Node] = {}
+        self.outputs: dict[str, Node] = {}
+
+    def _add(self, op: str, inputs: list[Node], args: dict) -> Collection:
+        node = Node(op, inputs, args, _caller(), len(self.nodes))
+        node.name = f"{op}_{node.id}"
+        self.nodes.append(node)
+        return Collection(self, node)
+
+    def input(self, trace: str) -> Collection:
+        """An existing trace of the store (already an arrangement by its key)."""
+        if trace in self.inputs:
+            return Collection(self, self.inputs[trace])
+        c = self._add("input", [], {"trace": trace})
+        self.inputs[trace] = c.node
+        return c
+
+    def output(self, name: str, collection: Collection, key=None) -> None:
+        """Write ``collection`` to the output trace ``name`` (created on the first run)."""
+        if not isinstance(collection, Collection):
+            raise PipelineError(f"output {name!r} ({_caller()}): expects a collection, got {collection!r}")
+        if name in self.outputs:
+            raise PipelineError(f"output {name!r} ({_caller()}) is declared twice")
+        if name in self.inputs:
+            raise PipelineError(f"output {name!r} ({_caller()}) clashes with an input of the same name")
+        out = self._add("output", [collection.node], {"trace": name, "key": _cols(key)})
+        self.outputs[name] = out.node

@@ -1,0 +1,238 @@
+"""``ddcli run``: push every input update not yet processed through a pipeline, once.
+
+A run takes, for each input trace, the layers sealed since the pipeline last consumed it
+(possibly many distinct times), evaluates the graph on those changes, writes one layer to
+every output trace and to every state trace (the arrangements of derived collections),
+and commits everything — outputs, state, holds and consumed positions — in one commit.
+Killed anywhere, the previous version stays, the written files become garbage, and the
+next run redoes exactly the same work.
+
+Frontiers: the pipeline's frontier ``P`` is the lower envelope of its inputs' uppers. Its
+state traces are compacted to ``P``, its outputs are complete up to ``P``, and it holds its
+inputs at ``P`` (and at the layer sequence number it consumed, so compaction never mixes
+layers it has seen with layers it has not).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pyarrow as pa
+
+from ops.arrangement import Arrangement
+from ops.context import EvalContext
+from ops.evaluate import arranged_inputs, evaluate, node_key, uses
+from ops.load import load_pipeline
+from ops.pipeline import Node, Pipeline, PipelineError
+from ops.writer import write_layer
+from storage import faults
+from storage.lattice import Frontier, format_frontier, time_columns
+from storage.layer import Layer
+from storage.log import Conflict
+from storage.store import State, Store
+from storage.trace import StoreError, Trace
+
+
+@dataclass
+class RunResult:
+    pipeline: str
+    nothing_to_do: bool
+    frontier: Frontier | None = None
+    outputs: dict[str, int] = field(default_factory=dict)  # output trace -> rows written
+    inputs: dict[str, int] = field(default_factory=dict)  # input trace -> layers consumed
+
+
+@dataclass
+class InputView:
+    """One input trace as this run sees it: what is old, what is new."""
+
+    trace: Trace
+    old: list[Layer]
+    new: list[Layer]
+    seq: int  # the trace's next sequence number: everything below it is consumed now
+
+
+def state_trace_name(pipeline: str, node: Node) -> str:
+    return f"{pipeline}.{node.name}"
+
+
+def fingerprint(path: str) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()[:16]
+
+
+def input_views(store: Store, state: State, p: Pipeline) -> dict[str, InputView]:
+    views = {}
+    for name in p.inputs:
+        if name not in state.traces:
+            known = ", ".join(sorted(n for n in state.traces if "." not in n)) or "none"
+            raise PipelineError(f"input trace {name!r} does not exist in store {store.path} (traces: {known})")
+        t = state.traces[name]
+        hold = t.holds.get(p.name)
+        seq0 = hold.seq if hold else 0
+        views[name] = InputView(t, [l for l in t.layers if l.seq_hi <= seq0],
+                                [l for l in t.layers if l.seq_lo >= seq0], t.next_seq)
+    dims = {v.trace.d for v in views.values()}
+    if len(dims) > 1:
+        raise PipelineError(f"pipeline {p.name!r}: its inputs have different time dimensions "
+                            + ", ".join(f"{n}: d={v.trace.d}" for n, v in views.items()))
+    return views
+
+
+def pipeline_frontier(views: dict[str, InputView]) -> Frontier:
+    f = None
+    for v in views.values():
+        f = v.trace.upper if f is None else f.meet(v.trace.upper)
+    return f
+
+
+def update_schema(data: pa.Schema, d: int) -> pa.Schema:
+    return pa.schema(list(data) + [pa.field(t, pa.int64()) for t in time_columns(d)] + [pa.field("diff", pa.int64())])
+
+
+def _empty_frame(spark, schema: pa.Schema):
+    from pyspark.sql.pandas.types import from_arrow_schema
+    return spark.createDataFrame([], from_arrow_schema(schema))
+
+
+def check_pipeline(spark, p: Pipeline, views: dict[str, InputView], d: int) -> dict[int, pa.Schema]:
+    """Validate the whole graph on empty frames (no Spark job); the data schema of each node."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    ctx = EvalContext(spark, d)
+    sources = {n: _empty_frame(spark, update_schema(v.trace.schema, d)) for n, v in views.items()}
+    frames = evaluate(p, ctx, sources)
+    schemas = {}
+    for n in p.nodes:
+        df = frames[n.id]
+        s = to_arrow_schema(df.schema)
+        schemas[n.id] = pa.schema([s.field(c) for c in ctx.data_columns(df)])
+    return schemas
+
+
+def run_pipeline(store: Store, path: str, *, name: str | None = None, master: str | None = None,
+                 progress: Callable[[str], None] | None = None) -> RunResult:
+    p = load_pipeline(path, name)
+    state = store.state()
+    views = input_views(store, state, p)
+    d = next(iter(views.values())).trace.d
+    record = state.pipelines.get(p.name)
+    fp = fingerprint(path)
+    if record and record.get("fingerprint") != fp:
+        raise PipelineError(f"pipeline {p.name!r} was run from a different file version before "
+                            f"({record.get('file')}); run the changed pipeline under a new --name")
+    for out in p.outputs:
+        t = state.traces.get(out)
+        if t is not None and t.owner != p.name:
+            who = f"pipeline {t.owner!r}" if t.owner else "ingest"
+            raise PipelineError(f"output {out!r} of pipeline {p.name!r} clashes with trace {out!r} written by {who}")
+
+    new_frontier = pipeline_frontier(views)
+    old_frontier = Frontier.from_json(record["frontier"], d) if record else Frontier.minimum(d)
+    has_new = any(v.new for v in views.values())
+    if not has_new and record and new_frontier == old_frontier:
+        return RunResult(p.name, True, new_frontier)
+
+    from ops.session import get_spark
+    spark = get_spark(master)
+    schemas = check_pipeline(spark, p, views, d)
+    runs = record["runs"] if record else 0
+
+    def arrangement(node: Node) -> Arrangement | None:
+        if node.op == "input":
+            v = views[node.args["trace"]]
+            return Arrangement(store.layer_paths(v.trace, v.old), update_schema(v.trace.schema, d))
+        st = state.traces.get(state_trace_name(p.name, node))
+        files = store.layer_paths(st) if st else []
+        return Arrangement(files, update_schema(schemas[node.id], d))
+
+    ctx = EvalContext(spark, d, arrangement=arrangement, progress=progress)
+    sources = {}
+    for n, v in views.items():
+        if v.new:
+            sources[n] = spark.read.schema(_empty_frame(spark, update_schema(v.trace.schema, d)).schema) \
+                .parquet(*store.layer_paths(v.trace, v.new))
+    frames = evaluate(p, ctx, sources)
+
+    # what this run writes: every output, and the arrangement of every derived collection
+    targets: dict[str, tuple[Node, bool]] = {}
+    for out, node in p.outputs.items():
+        targets[out] = (node, False)
+    for node in arranged_inputs(p).values():
+        if node.op != "input":
+            targets[state_trace_name(p.name, node)] = (node, True)
+    use_count = uses(p)
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    written: dict[str, Layer | None] = {}
+    protos: dict[str, Trace] = {}
+    for tname, (node, is_state) in targets.items():
+        schema = schemas[node.id]
+        existing = state.traces.get(tname)
+        key = existing.key if existing else node_key(node, schema.names)
+        since = new_frontier if is_state else (existing.since if existing else Frontier.minimum(d))
+        proto = existing or Trace(tname, schema, key, d, since, old_frontier, owner=p.name)
+        protos[tname] = proto
+        df = frames[node.id]
+        if df is None:
+            written[tname] = None
+            continue
+        if use_count.get(node.id, 0) > 1 and node.op != "input":
+            df = df.localCheckpoint()
+            frames[node.id] = df
+        if progress:
+            progress(f"writing {tname}")
+        written[tname] = write_layer(df, directory=store.trace_dir(tname), schema=update_schema(schema, d),
+                                     key=key, d=d, lower=old_frontier, upper=new_frontier,
+                                     since=new_frontier if is_state else proto.effective_since(),
+                                     seq=proto.next_seq, partitions=partitions)
+
+    result = RunResult(p.name, False, new_frontier,
+                       {o: (written[o].rows if written[o] else 0) for o in p.outputs},
+                       {n: len(v.new) for n, v in views.items()})
+
+    def change(s: State) -> State:
+        cur = s.pipelines.get(p.name)
+        if (cur["runs"] if cur else 0) != runs:
+            raise Conflict(f"another run of pipeline {p.name!r} committed first; nothing was written by this one")
+        for n, v in views.items():
+            t = s.traces.get(n)
+            if t is None:
+                raise Conflict(f"input trace {n!r} was removed during the run")
+            if any(l.seq_lo < v.seq < l.seq_hi for l in t.layers):
+                raise Conflict(f"input trace {n!r} was compacted across this run's position; run again")
+            s.traces[n] = Store.with_hold(t, p.name, new_frontier, v.seq)
+        for tname, (node, is_state) in targets.items():
+            t = s.traces.get(tname)
+            if t is None:
+                t = protos[tname]
+            elif t.owner != p.name or t.next_seq != protos[tname].next_seq:
+                raise Conflict(f"trace {tname!r} changed during the run; run again")
+            layer = written[tname]
+            t = t.with_(layers=t.layers + ([layer] if layer else []), upper=new_frontier,
+                        next_seq=t.next_seq + 1)
+            if is_state:
+                t = t.with_(since=new_frontier)
+            s.traces[tname] = t
+        s.pipelines[p.name] = {
+            "file": os.path.abspath(path), "fingerprint": fp, "runs": runs + 1,
+            "frontier": new_frontier.to_json(), "d": d,
+            "inputs": {n: {"seq": v.seq, "upper": v.trace.upper.to_json()} for n, v in views.items()},
+            "outputs": sorted(p.outputs), "state": sorted(t for t, (_, st) in targets.items() if st),
+        }
+        return s
+
+    try:
+        faults.point("run.before_commit")
+        store.commit(change)
+    except Conflict:
+        for tname, layer in written.items():
+            if layer:
+                store.discard(tname, [layer])
+        raise
+    faults.point("run.after_commit")
+    for tname in targets:
+        store._maintain_quietly(tname)
+    return result

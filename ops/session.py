@@ -1,0 +1,86 @@
+"""One quiet Spark session per command, tuned for small machines (see shared/SPARK_NOTES.md).
+
+Local mode by default (an embedded engine: nothing to start); ``--master`` or
+``DDCLI_SPARK_MASTER`` points at a cluster, with the store on a shared filesystem.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+import warnings
+
+_LOG4J = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = error
+logger.native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.native.level = error
+"""
+
+_session = None
+
+
+def master_url(master: str | None = None) -> str:
+    return master or os.environ.get("DDCLI_SPARK_MASTER") or "local[*]"
+
+
+def get_spark(master: str | None = None, *, memory: str | None = None):
+    """The process's Spark session, started on first use with the project's settings."""
+    global _session
+    if _session is not None:
+        return _session
+    warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON") or _python())
+    scratch = tempfile.mkdtemp(prefix="ddcli-spark-")
+    atexit.register(shutil.rmtree, scratch, True)
+    log4j = os.path.join(scratch, "log4j2.properties")
+    with open(log4j, "w") as fh:
+        fh.write(_LOG4J)
+    java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -XX:-UsePerfData"
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master_url(master))
+        .appName("ddcli")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", os.environ.get("DDCLI_SHUFFLE_PARTITIONS", "4"))
+        .config("spark.default.parallelism", "4")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.maxPlanStringLength", "10000")
+        .config("spark.driver.memory", memory or os.environ.get("DDCLI_SPARK_MEMORY", "3g"))
+        .config("spark.local.dir", scratch)
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.extraJavaOptions", java_opts)
+        .config("spark.executor.extraJavaOptions", java_opts)
+        .config("spark.hadoop.parquet.filter.dictionary.enabled", "false")
+        .config("spark.sql.adaptive.enabled", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    _session = builder.getOrCreate()
+    _session.sparkContext.setLogLevel("ERROR")
+    _session.sparkContext.setCheckpointDir(os.path.join(scratch, "checkpoints"))
+    return _session
+
+
+def _python() -> str:
+    import sys
+    return sys.executable
+
+
+def stop_spark() -> None:
+    global _session
+    if _session is not None:
+        _session.stop()
+        _session = None

@@ -1,0 +1,50 @@
+"""Writing a run's changes as a layer of a trace, from inside Spark.
+
+Each task consolidates and sorts its key partition with ``storage.layer`` and writes one
+layer file (tmp → fsync → rename) straight into the trace's folder; only the files'
+names and sizes come back to the driver, which commits them with everything else of the
+run. No data is collected onto the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+
+from storage.lattice import Frontier, time_columns
+from storage.layer import Layer, LayerFile, consolidate, write_layer_file
+
+_META_SCHEMA = "name string, rows long, bytes long, key_min string, key_max string"
+
+
+def write_layer(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[str], d: int,
+                lower: Frontier, upper: Frontier, since: Frontier, seq: int,
+                partitions: int) -> Layer | None:
+    """Write ``df`` (data columns + time columns + diff) as one layer; None if it is empty."""
+    data_columns = [f.name for f in schema if f.name not in set(time_columns(d)) | {"diff"}]
+
+    def write_partition(batches):
+        batches = list(batches)
+        if not batches:
+            return
+        table = pa.Table.from_batches(batches)
+        if table.num_rows == 0:
+            return
+        table = consolidate(table.select(schema.names).cast(schema), data_columns, key, d, since)
+        if table.num_rows == 0:
+            return
+        f = write_layer_file(table, directory, key=key, lower=lower, upper=upper, since=since)
+        yield pa.RecordBatch.from_pylist([{"name": f.name, "rows": f.rows, "bytes": f.bytes,
+                                           "key_min": json.dumps(f.key_min), "key_max": json.dumps(f.key_max)}])
+
+    part_key = key or data_columns[:1]
+    rows = df.repartition(partitions, *part_key).mapInArrow(write_partition, _META_SCHEMA).collect()
+    if not rows:
+        return None
+    files = sorted((LayerFile(r["name"], r["rows"], r["bytes"], json.loads(r["key_min"]), json.loads(r["key_max"]))
+                    for r in rows), key=lambda f: (f.key_min is None, str(f.key_min)))
+    return Layer(uuid.uuid4().hex[:16], files, lower, upper, since, seq, seq + 1,
+                 sum(f.rows for f in files), sum(f.bytes for f in files))
