@@ -124,7 +124,7 @@ def _scalar(v):
 def write_layer_file(table: pa.Table, directory: str, *, key: list[str], lower: Frontier,
                      upper: Frontier, since: Frontier, name: str | None = None) -> LayerFile:
     """Write an already consolidated and sorted table as one layer file; tmp → fsync → rename."""
-    os.makedirs(directory, exist_ok=True)
+    ensure_dir(directory)
     name = name or f"{uuid.uuid4().hex}.parquet"
     final = os.path.join(directory, name)
     tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
@@ -146,6 +146,21 @@ def write_layer_file(table: pa.Table, directory: str, *, key: list[str], lower: 
     _fsync_dir(directory)
     faults.point("layer.after_rename")
     return LayerFile(name, table.num_rows, os.path.getsize(final), key_min, key_max)
+
+
+def ensure_dir(directory: str) -> None:
+    """Create ``directory`` (and missing parents) durably: the new entries are fsynced too,
+    so a committed version never names a file in a directory a crash forgot."""
+    if os.path.isdir(directory):
+        return
+    missing = []
+    d = os.path.abspath(directory)
+    while not os.path.isdir(d):
+        missing.append(d)
+        d = os.path.dirname(d)
+    os.makedirs(directory, exist_ok=True)
+    for m in missing:
+        _fsync_dir(os.path.dirname(m))
 
 
 def _fsync_dir(directory: str) -> None:

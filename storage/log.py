@@ -69,7 +69,8 @@ class Log:
         ``change`` must be pure: it may be called again on a newer state when another
         writer won the race. It raises :class:`Conflict` when it cannot apply any more.
         """
-        os.makedirs(self.dir, exist_ok=True)
+        from storage.layer import ensure_dir
+        ensure_dir(self.dir)
         for attempt in range(retries):
             version, state = self.latest()
             new_state = change(state)

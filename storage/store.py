@@ -454,7 +454,8 @@ class Store:
                     continue
             if tname not in live_traces:
                 try:
-                    os.rmdir(tdir)  # only when empty
+                    if os.stat(tdir).st_mtime < cutoff:  # a new trace's writer may have just made it
+                        os.rmdir(tdir)  # only when empty
                 except OSError:
                     pass
         for p in self.log.stray_tmp_files():
@@ -499,9 +500,15 @@ def _hold_seqs(t: Trace) -> set[int]:
     return {h.seq for h in t.holds.values()}
 
 
+def _held_apart(older: Layer, newer: Layer, barriers: set[int]) -> bool:
+    """True when a hold's seq lies between two adjacent layers. Seals that wrote no layer
+    leave gaps in the seq numbers, so the hold may sit anywhere in ``[older.seq_hi, newer.seq_lo]``."""
+    return any(older.seq_hi <= n <= newer.seq_lo for n in barriers)
+
+
 def _crosses_hold(group: list[Layer], barriers: set[int]) -> bool:
     """True when merging ``group`` would join layers on both sides of a hold's seq."""
-    return any(l.seq_hi in barriers for l in group[:-1])
+    return any(_held_apart(a, b, barriers) for a, b in zip(group, group[1:]))
 
 
 def _apply_seal(t: Trace, written: dict, new_upper: Frontier) -> Trace:
@@ -519,7 +526,7 @@ def plan_merges(t: Trace, full: bool) -> list[list[Layer]]:
     barriers = _hold_seqs(t)
     segments: list[list[Layer]] = [[]]
     for l in t.layers:
-        if segments[-1] and segments[-1][-1].seq_hi in barriers:
+        if segments[-1] and _held_apart(segments[-1][-1], l, barriers):
             segments.append([])
         segments[-1].append(l)
     groups: list[list[Layer]] = []
