@@ -1,0 +1,247 @@
+"""``ddcli bench storage``: ingest, merge and query figures of the trace store.
+
+The benchmark of issue 2, with every size a parameter (a test runs it tiny):
+
+1. generate Parquet update files in a work directory: ``updates`` updates over ``keys``
+   keys (columns ``key``, ``val``, ``time``, ``diff``; d = 1, times 0..99, diffs +1 and
+   -1), then ``small_ingests`` files of ``small_size`` updates at the times after those;
+2. ingest the big files in one ``Store.ingest`` (one layer), then every small file in an
+   ingest of its own (geometric merging runs after each): updates/s of both phases;
+3. layers after the small ingests (O(log n)), bytes on disk against one fully consolidated
+   Parquet file of the same updates (written like a layer);
+4. ``storage.query.as_of`` at the median update time, at the latest time and for one key,
+   against DuckDB computing the same answer directly over the consolidated file (median
+   of ``repeat`` timed runs after a warm-up; the ratio is ours / DuckDB's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time as _time
+from typing import Callable
+
+BIG_TIMES = 100       # distinct times of the big ingest
+PART_ROWS = 1_000_000  # rows per generated Parquet file of the big ingest
+TRACE = "bench"
+
+
+def console_log() -> Callable[[str], None] | None:
+    """Phase messages on stderr, only when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        return None
+    from rich.console import Console
+    con = Console(stderr=True)
+    return lambda msg: con.log(msg)
+
+
+def _gen(rng, n: int, keys: int, t0: int, t1: int):
+    import numpy as np
+    import pyarrow as pa
+    key = rng.integers(0, keys, n, dtype=np.int64)
+    val = rng.integers(0, 4, n, dtype=np.int64)
+    t = rng.integers(t0, t1, n, dtype=np.int64) if t1 > t0 + 1 else np.full(n, t0, np.int64)
+    diff = np.where(rng.random(n) < 0.8, 1, -1).astype(np.int64)
+    return pa.table({"key": key, "val": val, "time": t, "diff": diff})
+
+
+def _timed(fn, repeat: int) -> tuple[float, object]:
+    out = fn()  # warm-up (and the answer)
+    times = []
+    for _ in range(repeat):
+        t0 = _time.perf_counter()
+        fn()
+        times.append(_time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def _dir_bytes(path: str) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(root, f))
+            except OSError:
+                pass
+    return total
+
+
+def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ingests: int = 1000,
+                  small_size: int = 1000, repeat: int = 5, workdir: str | None = None,
+                  seed: int = 1, log: Callable[[str], None] | None = None) -> dict:
+    """Run the storage benchmark and return its figures (see the module docstring)."""
+    import duckdb
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from storage.layer import ROW_GROUP_ROWS, consolidate
+    from storage.query import as_of, quote
+    from storage.store import Store
+
+    say = log or (lambda msg: None)
+    own = workdir is None
+    root = tempfile.mkdtemp(prefix="ddcli-bench-") if own else os.path.abspath(workdir)
+    os.makedirs(root, exist_ok=True)
+    try:
+        rng = np.random.default_rng(seed)
+        gen_dir = os.path.join(root, "input")
+        store_dir = os.path.join(root, "store")
+        if os.path.exists(store_dir):
+            shutil.rmtree(store_dir)
+        os.makedirs(gen_dir, exist_ok=True)
+
+        # ---- generate
+        say(f"generating {updates:,} + {small_ingests:,} x {small_size:,} updates in {gen_dir}")
+        big_paths = []
+        left, part = updates, 0
+        while left > 0:
+            n = min(left, PART_ROWS)
+            p = os.path.join(gen_dir, f"big_{part:04d}.parquet")
+            pq.write_table(_gen(rng, n, keys, 0, BIG_TIMES), p)
+            big_paths.append(p)
+            left -= n
+            part += 1
+        small_paths = []
+        for i in range(small_ingests):
+            p = os.path.join(gen_dir, f"small_{i:05d}.parquet")
+            pq.write_table(_gen(rng, small_size, keys, BIG_TIMES + i, BIG_TIMES + i + 1), p)
+            small_paths.append(p)
+
+        store = Store(store_dir)
+
+        # ---- phase 1: one big ingest
+        say(f"ingesting {updates:,} updates from {len(big_paths)} Parquet file(s)")
+        t0 = _time.perf_counter()
+        store.ingest(TRACE, big_paths, key=["key"])
+        big_s = _time.perf_counter() - t0
+        layers_after_big = len(store.trace(TRACE).layers)
+
+        # ---- phase 2: many small ingests
+        say(f"{small_ingests:,} ingests of {small_size:,} updates")
+        t0 = _time.perf_counter()
+        for p in small_paths:
+            store.ingest(TRACE, [p])
+        small_s = _time.perf_counter() - t0
+        tr = store.trace(TRACE)
+        layers = len(tr.layers) + len(tr.pending)
+
+        # ---- sizes: the store against one consolidated Parquet file
+        say("writing one consolidated Parquet file of the same updates")
+        cons_path = os.path.join(root, "consolidated.parquet")
+        everything = store.read_updates(tr)
+        cons = consolidate(everything, tr.data_columns, tr.key, tr.d)
+        pq.write_table(cons, cons_path, row_group_size=ROW_GROUP_ROWS, compression="zstd")
+        cons_bytes = os.path.getsize(cons_path)
+        cons_rows = cons.num_rows
+        del everything, cons
+
+        # ---- queries: storage.query.as_of against DuckDB over the consolidated file
+        upper = tr.upper.elements[0][0]
+        t_mid = BIG_TIMES // 2 - 1 if updates else upper // 2
+        t_latest = upper - 1
+        probe_key = int(keys // 2)
+        cols = ", ".join(quote(c) for c in tr.data_columns)
+        con = duckdb.connect()
+        src = "read_parquet('" + cons_path.replace("'", "''") + "')"
+
+        def direct(cond: str):
+            q = (f"SELECT {cols}, CAST(SUM(diff) AS BIGINT) AS count FROM {src} WHERE {cond} "
+                 f"GROUP BY {cols} HAVING SUM(diff) <> 0 ORDER BY {cols}")
+            return lambda: con.sql(q).to_arrow_table()
+
+        cases = {
+            "mid": (t_mid, None, f"time <= {t_mid}"),
+            "latest": (t_latest, None, f"time <= {t_latest}"),
+            "point": (t_latest, f"key = {probe_key}", f"time <= {t_latest} AND key = {probe_key}"),
+        }
+        queries = {}
+        for name, (t, where, cond) in cases.items():
+            say(f"query --as-of {t}" + (f" --where '{where}'" if where else "") + f" ({repeat} runs each)")
+            ours_s, ours = _timed(lambda: as_of(store, TRACE, t, where), repeat)
+            base_s, base = _timed(direct(cond), repeat)
+            same = ours.num_rows == base.num_rows and \
+                ours.column("count").to_pylist() == base.column("count").to_pylist()
+            queries[name] = {"as_of": t, "where": where, "rows": ours.num_rows, "store_s": ours_s,
+                             "duckdb_consolidated_s": base_s, "ratio": ours_s / base_s if base_s else None,
+                             "same_answer": bool(same)}
+        total_small = small_ingests * small_size
+        return {
+            "benchmark": "storage",
+            "params": {"updates": updates, "keys": keys, "small_ingests": small_ingests,
+                       "small_size": small_size, "repeat": repeat, "big_times": BIG_TIMES,
+                       "big_files": len(big_paths), "seed": seed},
+            "big_ingest": {"updates": updates, "seconds": big_s,
+                           "updates_per_s": updates / big_s if big_s else None,
+                           "layers": layers_after_big},
+            "small_ingests": {"ingests": small_ingests, "updates": total_small, "seconds": small_s,
+                              "updates_per_s": total_small / small_s if small_s else None,
+                              "ingests_per_s": small_ingests / small_s if small_s else None},
+            "layers": {"after_small_ingests": layers,
+                       "log2_ingests": float(np.log2(max(small_ingests + 1, 2)))},
+            "bytes": {"trace_layers": tr.bytes(), "store_dir": _dir_bytes(store_dir),
+                      "consolidated": cons_bytes,
+                      "ratio": tr.bytes() / cons_bytes if cons_bytes else None},
+            "rows": {"trace": tr.rows(), "consolidated": cons_rows},
+            "query": queries,
+            "environment": {"python": platform.python_version(), "pyarrow": pa.__version__,
+                            "duckdb": duckdb.__version__, "cpus": os.cpu_count(),
+                            "machine": platform.machine()},
+        }
+    finally:
+        if own:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def write_json(result: dict, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(result, fh, indent=2)
+        fh.write("\n")
+
+
+def _fmt_s(s) -> str:
+    return "-" if s is None else (f"{s * 1000:.1f} ms" if s < 1 else f"{s:.2f} s")
+
+
+def _fmt_n(x) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def print_table(res: dict, output: str | None = None) -> None:
+    """The figures as one Rich table (stdout, or ``output``)."""
+    from rich import box
+    from rich.table import Table
+
+    from ddcli.render import _console, _text_out
+
+    p = res["params"]
+    t = Table(title=f"ddcli bench storage ({p['updates']:,} updates, {p['keys']:,} keys, "
+                    f"{p['small_ingests']:,} x {p['small_size']:,} small ingests)",
+              box=box.SIMPLE_HEAD, title_justify="left")
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    t.add_column("compared with", justify="right")
+    b, s = res["big_ingest"], res["small_ingests"]
+    t.add_row("big ingest", f"{_fmt_n(b['updates_per_s'])} updates/s", _fmt_s(b["seconds"]))
+    t.add_row("small ingests", f"{_fmt_n(s['updates_per_s'])} updates/s",
+              f"{s['ingests_per_s']:.1f} ingests/s" if s["ingests_per_s"] else "-")
+    lay = res["layers"]
+    t.add_row("layers after small ingests", str(lay["after_small_ingests"]),
+              f"log2(ingests) = {lay['log2_ingests']:.1f}")
+    by = res["bytes"]
+    t.add_row("bytes on disk (layers)", _fmt_n(by["trace_layers"]),
+              f"consolidated {_fmt_n(by['consolidated'])} ({by['ratio']:.2f}x)" if by["ratio"] else "-")
+    t.add_row("store directory", _fmt_n(by["store_dir"]), "")
+    for name, q in res["query"].items():
+        label = f"query --as-of {q['as_of']}" + (f" --where {q['where']}" if q["where"] else "")
+        ratio = f"{q['ratio']:.2f}x" if q["ratio"] is not None else "-"
+        t.add_row(f"{label} ({q['rows']:,} rows)", _fmt_s(q["store_s"]),
+                  f"DuckDB on consolidated {_fmt_s(q['duckdb_consolidated_s'])} ({ratio})"
+                  + ("" if q["same_answer"] else " DIFFERENT ANSWER"))
+    with _text_out(output) as fh:
+        _console(fh).print(t)

@@ -1,0 +1,283 @@
+"""Rendering results: a Rich table for people, CSV / JSON Lines / Parquet for programs.
+
+Every command that prints a collection, a history, a SQL result or a report goes through
+:func:`table` or :func:`report`; the output format is ``--format table|csv|jsonl|parquet``
+(``--json`` is ``--format jsonl``), written to stdout or to ``--output FILE`` (whose
+extension picks the format when ``--format`` is not given).
+
+Progress bars (:func:`progress`) go to stderr and only when stderr is a terminal: a
+command run from a scheduler or a pipe prints nothing there but its one-line errors.
+
+Heavy modules (pyarrow) are imported inside functions so ``ddcli --help`` starts fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+from enum import Enum
+from typing import Callable, Iterator
+
+TABLE_ROWS = 1000  # a terminal table shows at most this many rows, then says how many more
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    csv = "csv"
+    jsonl = "jsonl"
+    parquet = "parquet"
+
+
+class RenderError(Exception):
+    """A user error in the output options (reported as one line, exit code 2)."""
+
+
+_EXTENSIONS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl",
+               ".parquet": "parquet", ".pq": "parquet", ".txt": "table"}
+
+
+def choose_format(fmt: "OutputFormat | str | None", json_flag: bool = False, output: str | None = None) -> str:
+    """The output format: ``--json``, else ``--format``, else ``--output``'s extension, else table."""
+    f = fmt.value if isinstance(fmt, OutputFormat) else fmt
+    check_output(output)
+    if json_flag:
+        if f not in (None, "jsonl"):
+            raise RenderError(f"--json means --format jsonl; it cannot be combined with --format {f}")
+        return "jsonl"
+    if f:
+        return f
+    if output:
+        ext = os.path.splitext(output)[1].lower()
+        return _EXTENSIONS.get(ext, "table")
+    return "table"
+
+
+def check_output(output: str | None) -> None:
+    """Refuse an --output that cannot be written before the command does any work."""
+    if output is None:
+        return
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent):
+        raise RenderError(f"cannot write --output {output}: no directory {parent}")
+    if os.path.isdir(output):
+        raise RenderError(f"cannot write --output {output}: it is a directory")
+
+
+# ---------------------------------------------------------------- writing
+
+
+@contextlib.contextmanager
+def _text_out(output: str | None) -> Iterator[io.TextIOBase]:
+    if output is None:
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    try:
+        fh = open(output, "w", encoding="utf-8", newline="")
+    except OSError as e:
+        raise RenderError(f"cannot write --output {output}: {e.strerror or e}") from None
+    with fh:
+        yield fh
+
+
+def _binary_out(output: str | None):
+    if output is None:
+        if sys.stdout.isatty():
+            raise RenderError("--format parquet writes binary data: give --output FILE.parquet or redirect stdout")
+        sys.stdout.flush()
+        return contextlib.nullcontext(sys.stdout.buffer)
+    try:
+        return open(output, "wb")
+    except OSError as e:
+        raise RenderError(f"cannot write --output {output}: {e.strerror or e}") from None
+
+
+def _json_default(v):
+    import decimal
+    if isinstance(v, decimal.Decimal):
+        return int(v) if v == v.to_integral_value() else float(v)
+    if isinstance(v, (bytes, bytearray)):
+        try:
+            return v.decode("utf-8")
+        except UnicodeDecodeError:
+            return v.hex()
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    return str(v)
+
+
+def _jsonl(rows, fh) -> None:
+    for r in rows:
+        fh.write(json.dumps(r, ensure_ascii=False, default=_json_default, separators=(",", ":")))
+        fh.write("\n")
+
+
+def _cell(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def _console(fh):
+    from rich.console import Console
+    if fh is sys.stdout and sys.stdout.isatty():
+        return Console(file=fh, highlight=False)
+    # not a terminal: no colours, no wrapping at 80 columns
+    return Console(file=fh, width=10_000, no_color=True, highlight=False, color_system=None,
+                   force_terminal=False)
+
+
+def _rich_table(tbl, title: str | None, limit: int | None):
+    from rich.table import Table
+    from rich import box
+    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", title_style="bold",
+              min_width=len(title or "") + 2)
+    import pyarrow as pa
+    for f in tbl.schema:
+        numeric = pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type)
+        t.add_column(f.name, justify="right" if numeric else "left", overflow="fold")
+    shown = tbl if limit is None else tbl.slice(0, limit)
+    for batch in shown.to_batches():
+        cols = [c.to_pylist() for c in batch.columns]
+        for row in zip(*cols):
+            t.add_row(*[_escape(_cell(v)) for v in row])
+    more = tbl.num_rows - shown.num_rows
+    n = tbl.num_rows
+    caption = f"{n} row{'s' if n != 1 else ''}"
+    if more:
+        caption += f"; {more} not shown (use --format csv|jsonl|parquet or --output FILE)"
+    t.caption = caption
+    t.caption_justify = "left"
+    return t
+
+
+def _escape(s: str) -> str:
+    from rich.markup import escape
+    return escape(s)
+
+
+def table(tbl, fmt: str, output: str | None = None, *, title: str | None = None,
+          kind: str | None = None) -> None:
+    """Write an Arrow table in ``fmt`` to stdout or ``output``.
+
+    ``kind`` adds a leading ``"kind"`` field to JSON Lines records (used when one stream
+    carries several kinds of record, like ``status``).
+    """
+    if fmt == "table":
+        with _text_out(output) as fh:
+            _console(fh).print(_rich_table(tbl, title, TABLE_ROWS if output is None else None))
+    elif fmt == "csv":
+        import csv
+        with _text_out(output) as fh:
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(tbl.column_names)
+            for batch in tbl.to_batches(max_chunksize=65_536):
+                cols = [c.to_pylist() for c in batch.columns]
+                w.writerows([_csv_cell(v) for v in row] for row in zip(*cols))
+    elif fmt == "jsonl":
+        with _text_out(output) as fh:
+            for batch in tbl.to_batches(max_chunksize=65_536):
+                rows = batch.to_pylist()
+                if kind is not None:
+                    rows = [{"kind": kind, **r} for r in rows]
+                _jsonl(rows, fh)
+    elif fmt == "parquet":
+        import pyarrow.parquet as pq
+        with _binary_out(output) as fh:
+            pq.write_table(tbl, fh)
+    else:  # pragma: no cover - the option parser only lets the four through
+        raise RenderError(f"unknown output format {fmt!r}")
+
+
+def _csv_cell(v):
+    """A value as CSV text readers agree on: true/false, ISO dates, JSON for nested values."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, str)):
+        return v
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, (list, dict)):
+        return json.dumps(v, default=_json_default, ensure_ascii=False)
+    return _json_default(v)
+
+
+def tables(parts: list[tuple[str, object, str]], fmt: str, output: str | None = None) -> None:
+    """Several tables in one output: ``(kind, table, title)``.
+
+    A terminal shows one Rich table after another, JSON Lines tags each record with its
+    kind; CSV and Parquet hold one table, so they take the first non-empty one.
+    """
+    if fmt == "table":
+        with _text_out(output) as fh:
+            con = _console(fh)
+            for _, tbl, title in parts:
+                con.print(_rich_table(tbl, title, TABLE_ROWS if output is None else None))
+    elif fmt == "jsonl":
+        with _text_out(output) as fh:
+            for kind, tbl, _ in parts:
+                rows = [{"kind": kind, **r} for r in tbl.to_pylist()]
+                _jsonl(rows, fh)
+    else:
+        table(parts[0][1], fmt, output)
+
+
+def report(record: dict, message: str, fmt: str, output: str | None = None) -> None:
+    """The result of a command that changes the store: a sentence for people, a record for programs."""
+    if fmt == "table":
+        with _text_out(output) as fh:
+            fh.write(message.rstrip("\n") + "\n")
+    elif fmt == "jsonl":
+        with _text_out(output) as fh:
+            _jsonl([record], fh)
+    else:
+        import pyarrow as pa
+        flat = {k: (json.dumps(v, default=_json_default) if isinstance(v, (list, dict)) else v)
+                for k, v in record.items()}
+        table(pa.Table.from_pylist([flat]), fmt, output)
+
+
+def error(message: str) -> None:
+    """One line on stderr: ``error: ...``."""
+    text = " ".join(str(message).split())
+    sys.stderr.write(f"error: {text}\n")
+    sys.stderr.flush()
+
+
+# ---------------------------------------------------------------- progress
+
+
+@contextlib.contextmanager
+def progress(total: int, what: str) -> Iterator[Callable[[str], None]]:
+    """A progress bar on stderr (only on a terminal); yields ``step(label)``.
+
+    The library calls ``step`` when it starts on the next item (a file, a trace), so each
+    call first completes the previous item.
+    """
+    if not sys.stderr.isatty() or os.environ.get("DDCLI_NO_PROGRESS"):
+        yield lambda label: None
+        return
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn,
+                               TextColumn, TimeElapsedColumn)
+    bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                   MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=Console(stderr=True), transient=True)
+    started = [0]
+    with bar:
+        task = bar.add_task(what, total=total)
+
+        def step(label: str) -> None:
+            if started[0]:
+                bar.advance(task)
+            started[0] += 1
+            bar.update(task, description=f"{what} {os.path.basename(str(label))}")
+
+        yield step

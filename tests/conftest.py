@@ -1,0 +1,65 @@
+"""Fixtures shared by every test module. Keep this file light.
+
+Nothing here imports pyspark: the store and CLI tests must run without starting Spark.
+The Spark fixtures live in ``tests/spark_fixtures.py`` (loaded as a plugin below) and
+import pyspark inside their bodies, so only the tests that ask for them pay for them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+
+import pytest
+
+# make `tests.<module>` importable (tests/ is not a package; pytest puts tests/ itself on sys.path)
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+pytest_plugins = ["tests.spark_fixtures"]
+
+# Variables that change what a command does; a test sets the ones it means to.
+_DDCLI_ENV = ("DDCLI_STORE", "DDCLI_STRICT_NOOP", "DDCLI_DEBUG", "DDCLI_FAULT", "DDCLI_NO_PROGRESS")
+
+
+@pytest.fixture(autouse=True)
+def _clean_ddcli_env(monkeypatch):
+    for name in _DDCLI_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def store_dir(tmp_path) -> str:
+    """The path of a store that does not exist yet (the first write creates it)."""
+    return str(tmp_path / "store")
+
+
+@pytest.fixture
+def store(store_dir):
+    """A :class:`storage.store.Store` on :func:`store_dir`."""
+    from storage.store import Store
+    return Store(store_dir)
+
+
+def tree_digest(path: str) -> dict[str, str] | None:
+    """Every file and directory under ``path`` (relative name -> sha256 of its bytes);
+    None if ``path`` does not exist. Equal digests mean the tree was left byte-identical."""
+    if not os.path.exists(path):
+        return None
+    out = {}
+    for root, dirs, files in os.walk(path):
+        for d in dirs:
+            out[os.path.relpath(os.path.join(root, d), path) + "/"] = "dir"
+        for f in files:
+            p = os.path.join(root, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, path)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+@pytest.fixture
+def digest():
+    """:func:`tree_digest`, as a fixture."""
+    return tree_digest
