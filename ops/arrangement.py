@@ -79,3 +79,65 @@ def _spark_schema(schema: pa.Schema):
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(schema)
+
+
+def semijoin_keys(df: DataFrame, keys: DataFrame, key: list[str]) -> DataFrame:
+    """Rows of ``df`` whose key appears in ``keys`` (null-safe), by a Spark semi-join."""
+    renamed = keys.select(*[F.col(k).alias(f"_k_{k}") for k in key]).distinct()
+    on = None
+    for k in key:
+        c = F.col(k).eqNullSafe(F.col(f"_k_{k}"))
+        on = c if on is None else on & c
+    return df.join(renamed, on, "left_semi")
+
+
+class LiveArrangement:
+    """A collection's old updates during a run: what earlier runs stored, plus what this
+    run already processed (earlier rounds of a loop), plus — for a collection entered into
+    a loop — the old updates of the outer collection, moved into the loop's times.
+    """
+
+    COMPACT_EVERY = 8  # union at most this many processed frames before checkpointing them
+
+    def __init__(self, stored: Arrangement | None = None, base: "LiveArrangement | None" = None,
+                 enter: "callable | None" = None):
+        self.stored = stored
+        self.base = base  # for an entered collection: the outer collection's arrangement
+        self.enter = enter  # maps outer update frames into the loop's times
+        self.processed: list[DataFrame] = []
+
+    def record(self, df: DataFrame) -> None:
+        self.processed.append(df)
+        if len(self.processed) > self.COMPACT_EVERY:
+            merged = self.processed[0]
+            for p in self.processed[1:]:
+                merged = merged.unionByName(p)
+            self.processed = [merged.localCheckpoint()]
+
+    def processed_union(self) -> DataFrame | None:
+        if not self.processed:
+            return None
+        out = self.processed[0]
+        for p in self.processed[1:]:
+            out = out.unionByName(p)
+        return out
+
+    def old_for_keys(self, ctx: EvalContext, delta: DataFrame, key: list[str]) -> DataFrame | None:
+        parts = []
+        if self.base is not None:
+            outer = self.base.old_for_keys(ctx, delta, key)
+            if outer is not None:
+                parts.append(self.enter(outer))
+        if self.stored is not None:
+            old = self.stored.old_for_keys(ctx, delta, key)
+            if old is not None:
+                parts.append(old)
+        mine = self.processed_union()
+        if mine is not None:
+            parts.append(semijoin_keys(mine, delta.select(*key), key))
+        if not parts:
+            return None
+        out = parts[0]
+        for p in parts[1:]:
+            out = out.unionByName(p.select(*out.columns))
+        return out

@@ -1,12 +1,19 @@
 """Evaluate a pipeline's graph: each node's changes from its inputs' changes.
 
-Nodes are evaluated in declaration order (a topological order). ``None`` stands for "no
-changes", so an operator whose inputs did not change costs nothing. The same walk, on
-empty frames, checks the whole pipeline (columns, key types) before Spark does any work:
-Spark analyses plans lazily, so building them runs no job.
+Nodes of one scope (the pipeline itself, or a loop) are evaluated in topological order.
+``None`` stands for "no changes", so an operator whose inputs did not change costs
+nothing. The same walk, on empty frames, checks the whole pipeline (columns, key types,
+loop bodies) before Spark does any work: Spark analyses plans lazily, so building them
+runs no job.
+
+A :class:`Runtime` holds what persists across the batches of one evaluation: the
+arrangement of every collection some stateful operator reads, with what earlier runs
+stored and what this run processed so far.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 from pyspark.errors import AnalysisException
@@ -15,20 +22,33 @@ from pyspark.sql import DataFrame
 from ops import join as join_ops
 from ops import linear
 from ops import reduce_kernel as rk
+from ops.arrangement import Arrangement, LiveArrangement
 from ops.context import RESERVED, EvalContext
-from ops.pipeline import Node, Pipeline, PipelineError
+from ops.pipeline import Node, Pipeline, PipelineError, Scope
 from ops.reduce import reduce_changes
 
 STATEFUL = {"join", "semijoin", "reduce", "distinct", "threshold"}
 
 
-def arranged_inputs(p: Pipeline) -> dict[int, Node]:
-    """Nodes whose old updates some stateful operator reads (by node id)."""
-    out = {}
+def arranged_nodes(p: Pipeline) -> dict[int, Node]:
+    """Nodes whose old updates some stateful operator reads (by node id).
+
+    A collection entered into a loop reads its old updates from the outer collection, so
+    arranging an ``enter`` node arranges its source too.
+    """
+    out: dict[int, Node] = {}
+
+    def mark(n: Node) -> None:
+        if n.id in out:
+            return
+        out[n.id] = n
+        if n.op == "enter":
+            mark(n.inputs[0])
+
     for n in p.nodes:
         if n.op in STATEFUL:
             for i in n.inputs:
-                out[i.id] = i
+                mark(i)
     return out
 
 
@@ -37,7 +57,31 @@ def uses(p: Pipeline) -> dict[int, int]:
     for n in p.nodes:
         for i in n.inputs:
             count[i.id] = count.get(i.id, 0) + 1
+        if n.op == "variable" and n.args.get("result") is not None:
+            r = n.args["result"]
+            count[r.id] = count.get(r.id, 0) + 1
     return count
+
+
+def scope_nodes(p: Pipeline, scope: Scope | None) -> list[Node]:
+    """The nodes of ``scope`` in an order where every node follows its inputs."""
+    members = [n for n in p.nodes if n.scope is scope]
+    ids = {n.id for n in members}
+    done: set[int] = set()
+    order: list[Node] = []
+
+    def visit(n: Node) -> None:
+        if n.id in done:
+            return
+        done.add(n.id)
+        for i in n.inputs:
+            if i.id in ids:
+                visit(i)
+        order.append(n)
+
+    for n in members:
+        visit(n)
+    return order
 
 
 def node_key(n: Node, columns: list[str]) -> list[str]:
@@ -48,8 +92,10 @@ def node_key(n: Node, columns: list[str]) -> list[str]:
         return list(n.args["on"])
     if n.op == "output" and n.args.get("key"):
         return list(n.args["key"])
-    if n.op == "output":
+    if n.op in ("output", "enter", "variable"):
         return node_key(n.inputs[0], columns)
+    if n.op == "leave":
+        return node_key(n.inputs[1], columns)
     return columns[:1]
 
 
@@ -61,22 +107,83 @@ def reduce_spec(n: Node, columns: list[str]) -> tuple[list[str], rk.Reducer]:
     return columns, rk.Threshold(n.args["fn"])
 
 
-def evaluate(p: Pipeline, ctx: EvalContext, sources: dict[str, DataFrame | None]) -> dict[int, DataFrame | None]:
-    """Each node's changes. ``sources`` maps input trace names to their changes."""
-    out: dict[int, DataFrame | None] = {}
-    for n in p.nodes:
+class Runtime:
+    """Arrangements and settings shared by every batch of one evaluation.
+
+    ``stored(node)`` gives the arrangement earlier runs left for a node (None when
+    evaluating from scratch or planning). ``planning`` evaluates every loop body once on
+    empty frames, only to check the pipeline.
+    """
+
+    def __init__(self, p: Pipeline, stored: Callable[[Node], Arrangement | None], *, planning: bool = False,
+                 progress: Callable[[str], None] | None = None):
+        self.p = p
+        self.planning = planning
+        self.progress = progress
+        self.arranged = arranged_nodes(p)
+        self.uses = uses(p)
+        self.live: dict[int, LiveArrangement] = {}
+        self.stored = stored
+        self.feedback: dict[int, DataFrame | None] = {}  # loop variable -> this round's fed-back updates
+        self.planned: dict[int, DataFrame | None] = {}  # planning: every node's (empty) frame
+
+    def arrangement(self, node: Node) -> LiveArrangement | None:
+        if node.id not in self.arranged:
+            return None
+        if node.id not in self.live:
+            if node.op == "enter":
+                from ops.iterate import enter_frame
+                self.live[node.id] = LiveArrangement(base=self.arrangement(node.inputs[0]), enter=enter_frame)
+            else:
+                self.live[node.id] = LiveArrangement(stored=self.stored(node))
+        return self.live[node.id]
+
+    def record(self, scope_frames: dict[int, DataFrame | None], nodes: list[Node]) -> None:
+        """Remember a batch's changes of arranged nodes as processed (old for later batches)."""
+        for n in nodes:
+            df = scope_frames.get(n.id)
+            if self.planning or df is None or n.id not in self.arranged or n.op == "input":
+                continue
+            self.arrangement(n).record(df)
+
+
+def evaluate(p: Pipeline, ctx: EvalContext, sources: dict[str, DataFrame | None], runtime: Runtime) -> dict[int, DataFrame | None]:
+    """Each node's changes for one batch of the pipeline's inputs (``sources`` by trace name)."""
+    frames: dict[int, DataFrame | None] = {}
+    evaluate_scope(p, None, ctx, frames, sources, runtime)
+    return frames
+
+
+def evaluate_scope(p: Pipeline, scope: Scope | None, ctx: EvalContext, frames: dict,
+                   sources: dict, runtime: Runtime, preset: dict[int, DataFrame | None] | None = None) -> None:
+    """Evaluate the nodes of ``scope`` into ``frames``; ``preset`` fixes some nodes' frames."""
+    from ops.iterate import evaluate_loop
+
+    nodes = scope_nodes(p, scope)
+    for n in nodes:
+        if preset is not None and n.id in preset:
+            frames[n.id] = preset[n.id]
+            continue
+        if n.op == "loop":
+            frames.update(evaluate_loop(p, n, ctx, frames, runtime))
+            continue
+        if n.op == "leave":
+            continue  # filled in by its loop
         try:
-            out[n.id] = _evaluate_node(n, ctx, out, sources)
+            frames[n.id] = _evaluate_node(n, ctx, frames, sources, runtime)
         except AnalysisException as e:
             msg = str(e).splitlines()[0]
             raise PipelineError(f"{n.describe()}: {msg}") from None
-        if out[n.id] is not None:
-            bad = [c for c in ctx.data_columns(out[n.id]) if c in RESERVED or c.startswith("time_")]
+        df = frames[n.id]
+        if df is not None:
+            bad = [c for c in ctx.data_columns(df) if c in RESERVED or c.startswith("time_")]
             if bad:
                 raise PipelineError(f"{n.describe()}: column name {bad[0]!r} is reserved; choose another")
-        if ctx.progress and out[n.id] is not None and n.op not in ("input", "output"):
-            ctx.progress(n.describe())
-    return out
+            if runtime.progress and not runtime.planning and n.op in {"join", "semijoin", "reduce", "distinct", "threshold"}:
+                runtime.progress(n.describe())
+    if runtime.planning:
+        runtime.planned.update({n.id: frames.get(n.id) for n in nodes if n.op != "loop"})
+    runtime.record(frames, nodes)
 
 
 def _need_columns(n: Node, df: DataFrame, cols: list[str], ctx: EvalContext, what: str) -> None:
@@ -86,8 +193,8 @@ def _need_columns(n: Node, df: DataFrame, cols: list[str], ctx: EvalContext, wha
             raise PipelineError(f"{n.describe()}: unknown column {c!r} in {what} (columns: {', '.join(have)})")
 
 
-def _evaluate_node(n: Node, ctx: EvalContext, out: dict, sources: dict) -> DataFrame | None:
-    ins = [out[i.id] for i in n.inputs]
+def _evaluate_node(n: Node, ctx: EvalContext, out: dict, sources: dict, runtime: Runtime) -> DataFrame | None:
+    ins = [out.get(i.id) for i in n.inputs]
     a = n.args
     if n.op == "input":
         return sources.get(a["trace"])
@@ -101,11 +208,18 @@ def _evaluate_node(n: Node, ctx: EvalContext, out: dict, sources: dict) -> DataF
             names = [sorted(ctx.data_columns(f)) for f in present]
             if any(x != names[0] for x in names):
                 raise PipelineError(f"{n.describe()}: collections to concat have different columns: {names}")
-        return linear.concat(ctx, present) if present else None
+        return linear.concat(ctx, [f.select(*present[0].columns) for f in present]) if present else None
     if n.op in ("join", "semijoin"):
-        return _join(n, ctx, ins)
+        return _join(n, ctx, ins, runtime)
     if n.op in ("reduce", "distinct", "threshold"):
-        return _reduce(n, ctx, ins[0])
+        return _reduce(n, ctx, ins[0], runtime)
+    if n.op == "enter":
+        return ins[0]  # loops preset entered frames
+    if n.op == "variable":  # this round's initial updates plus the loop's feedback
+        fb = runtime.feedback.get(n.id)
+        if ins[0] is None or fb is None:
+            return ins[0] if fb is None else fb
+        return ins[0].unionByName(fb.select(*ins[0].columns))
     df = ins[0]
     if df is None:
         return None
@@ -125,18 +239,19 @@ def _evaluate_node(n: Node, ctx: EvalContext, out: dict, sources: dict) -> DataF
     raise PipelineError(f"{n.describe()}: unknown operator {n.op!r}")
 
 
-def _join(n: Node, ctx: EvalContext, ins: list) -> DataFrame | None:
+def _join(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame | None:
     on = n.args["on"]
     left, right = ins
     if left is not None and right is not None:
         _check_join_keys(n, ctx, left, right, on)
-    arr = ctx.arrangement or (lambda node: None)
-    left_arr, right_arr = arr(n.inputs[0]), arr(n.inputs[1])
+    left_arr, right_arr = runtime.arrangement(n.inputs[0]), runtime.arrangement(n.inputs[1])
     semi = n.op == "semijoin"
     if left is not None and right is not None and not semi:
         clash = (set(ctx.data_columns(left)) & set(ctx.data_columns(right))) - set(on)
         if clash:
             raise PipelineError(f"{n.describe()}: both sides have column(s) {sorted(clash)} besides the join key; rename one side with select")
+    if runtime.planning:
+        left_arr = right_arr = None
     return join_ops.join_changes(ctx, on, left, right, left_arr, right_arr, semi=semi)
 
 
@@ -151,12 +266,12 @@ def _check_join_keys(n: Node, ctx: EvalContext, left: DataFrame, right: DataFram
             raise PipelineError(f"{n.describe()}: join key {k!r} is {lt[k]} on the left but {rt[k]} on the right; cast one side with select")
 
 
-def _reduce(n: Node, ctx: EvalContext, df: DataFrame | None) -> DataFrame | None:
+def _reduce(n: Node, ctx: EvalContext, df: DataFrame | None, runtime: Runtime) -> DataFrame | None:
     if df is None:
         return None
     key, reducer = reduce_spec(n, ctx.data_columns(df))
     _need_columns(n, df, key, ctx, "reduce key")
-    arr = ctx.arrangement(n.inputs[0]) if ctx.arrangement else None
+    arr = None if runtime.planning else runtime.arrangement(n.inputs[0])
     old = arr.old_for_keys(ctx, df, key) if arr is not None else None
     try:
         return reduce_changes(ctx, df, old, key, reducer)

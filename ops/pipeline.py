@@ -36,6 +36,7 @@ class Node:
     where: str = ""  # "file.py:line" of the declaration
     id: int = 0
     name: str = ""  # e.g. "reduce_3"; used for state traces
+    scope: "Scope | None" = None  # the loop the node lives in (None: the pipeline itself)
 
     def describe(self) -> str:
         return f"{self.op} ({self.where})" if self.where else self.op
@@ -63,11 +64,17 @@ class Collection:
         self._p = builder
         self.node = node
 
+    @property
+    def scope(self) -> "Scope | None":
+        return self.node.scope
+
     def _new(self, op: str, inputs: list["Collection"], **args) -> "Collection":
         for c in inputs:
             if not isinstance(c, Collection) or c._p is not self._p:
                 raise PipelineError(f"{op} ({_caller()}): expects a collection of this pipeline, got {c!r}")
-        return self._p._add(op, [c.node for c in inputs], args)
+        scope = _innermost([c.scope for c in inputs], op)
+        nodes = [scope.enter(c).node if scope is not None and c.scope is not scope else c.node for c in inputs]
+        return self._p._add(op, nodes, args, scope)
 
     # ---- linear operators (no state)
     def select(self, *columns, **exprs) -> "Collection":
@@ -150,6 +157,42 @@ class Collection:
         """One indexed copy of this collection, shared by every operator that uses it."""
         return self._new("arrange", [self], key=_cols(by))
 
+    # ---- iteration
+    def iterate(self, body: Callable[["Collection"], "Collection"], *, max_rounds: int = 10_000,
+                name: str | None = None) -> "Collection":
+        """The fixed point of ``body`` starting from this collection.
+
+        ``body`` receives the loop variable (this collection inside the loop, where times
+        gain an iteration coordinate) and returns its next value. Collections from outside
+        used in ``body`` are entered into the loop automatically; the result leaves it.
+        """
+        loop = self._p.loop(max_rounds=max_rounds, name=name, parent=self.scope)
+        x = loop.variable(self)
+        x.set(body(x))
+        return loop.leave(x)
+
+    def enter(self, loop: "Scope") -> "Collection":
+        """This collection brought into ``loop`` (every time gains iteration coordinate 0)."""
+        return loop.enter(self)
+
+    def leave(self) -> "Collection":
+        """This collection brought out of its loop (iteration coordinates are summed away)."""
+        if self.scope is None:
+            raise PipelineError(f"leave ({_caller()}): the collection is not inside a loop")
+        return self.scope.leave(self)
+
+    def set(self, result: "Collection") -> None:
+        """Define a loop variable: its next value is ``result`` (mutual recursion allowed)."""
+        if self.node.op != "variable":
+            raise PipelineError(f"set ({_caller()}): only a loop variable can be set")
+        if self.node.args.get("result") is not None:
+            raise PipelineError(f"set ({_caller()}): variable {self.node.name} is already set")
+        if result.scope is not self.scope:
+            result = self.scope.enter(result) if _is_ancestor(result.scope, self.scope) else result
+            if result.scope is not self.scope:
+                raise PipelineError(f"set ({_caller()}): the result lives in a different loop than the variable")
+        self.node.args["result"] = result.node
+
 
 class Pipeline:
     """The builder handed to a pipeline file's ``pipeline(p)`` function."""
@@ -160,11 +203,18 @@ class Pipeline:
         self.inputs: dict[str, Node] = {}
         self.outputs: dict[str, Node] = {}
 
-    def _add(self, op: str, inputs: list[Node], args: dict) -> Collection:
-        node = Node(op, inputs, args, _caller(), len(self.nodes))
+    def _add(self, op: str, inputs: list[Node], args: dict, scope: "Scope | None" = None) -> Collection:
+        node = Node(op, inputs, args, _caller(), len(self.nodes), scope=scope)
         node.name = f"{op}_{node.id}"
         self.nodes.append(node)
         return Collection(self, node)
+
+    def loop(self, *, max_rounds: int = 10_000, name: str | None = None, parent: "Scope | None" = None) -> "Scope":
+        """A new loop scope for mutually recursive variables (see :class:`Scope`)."""
+        loop_node = self._add("loop", [], {"max_rounds": max_rounds}, parent).node
+        scope = Scope(self, loop_node, parent, name or loop_node.name)
+        loop_node.args["scope"] = scope
+        return scope
 
     def input(self, trace: str) -> Collection:
         """An existing trace of the store (already an arrangement by its key)."""
@@ -184,3 +234,67 @@ class Pipeline:
             raise PipelineError(f"output {name!r} ({_caller()}) clashes with an input of the same name")
         out = self._add("output", [collection.node], {"trace": name, "key": _cols(key)})
         self.outputs[name] = out.node
+
+
+class Scope:
+    """A loop: collections inside it have one more time coordinate, the iteration.
+
+    ``variable(initial)`` declares a loop variable; ``var.set(result)`` gives its next
+    value, possibly after other variables used it (mutual recursion). ``leave(c)`` brings a
+    collection out. The loop runs rounds until no variable changes, at most ``max_rounds``.
+    """
+
+    def __init__(self, p: Pipeline, node: Node, parent: "Scope | None", name: str):
+        self._p = p
+        self.node = node
+        self.parent = parent
+        self.name = name
+        self.depth = 1 + (parent.depth if parent else 0)
+        self._entered: dict[int, Node] = {}
+        self.variables: list[Node] = []
+
+    def enter(self, c: Collection) -> Collection:
+        if c.scope is self:
+            return c
+        if not _is_ancestor(c.scope, self):
+            raise PipelineError(f"enter ({_caller()}): the collection is not from an enclosing scope of loop {self.name}")
+        outer = self.parent.enter(c) if c.scope is not self.parent else c
+        node = self._entered.get(outer.node.id)
+        if node is None:
+            node = self._p._add("enter", [outer.node], {}, self).node
+            self._entered[outer.node.id] = node
+            self.node.inputs.append(outer.node)
+        return Collection(self._p, node)
+
+    def variable(self, initial: Collection) -> Collection:
+        inner = self.enter(initial) if initial.scope is not self else initial
+        v = self._p._add("variable", [inner.node], {"result": None}, self)
+        self.variables.append(v.node)
+        return v
+
+    def leave(self, c: Collection) -> Collection:
+        if c.scope is not self:
+            raise PipelineError(f"leave ({_caller()}): the collection is not in loop {self.name}")
+        return self._p._add("leave", [self.node, c.node], {}, self.parent)
+
+
+def _is_ancestor(outer: "Scope | None", inner: "Scope | None") -> bool:
+    """True when ``outer`` encloses ``inner`` (None is the pipeline itself)."""
+    s = inner
+    while s is not None:
+        s = s.parent
+        if s is outer:
+            return True
+    return False
+
+
+def _innermost(scopes: list, op: str) -> "Scope | None":
+    inner = None
+    for s in scopes:
+        if s is inner or _is_ancestor(s, inner):
+            continue
+        if _is_ancestor(inner, s):
+            inner = s
+        else:
+            raise PipelineError(f"{op} ({_caller()}): combines collections of two unrelated loops")
+    return inner

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from ops.arrangement import Arrangement
 from ops.context import EvalContext
-from ops.evaluate import arranged_inputs, evaluate, node_key, uses
+from ops.evaluate import Runtime, evaluate, node_key
 from ops.load import load_pipeline
 from ops.pipeline import Node, Pipeline, PipelineError
 from ops.writer import write_layer
@@ -98,18 +98,31 @@ def _empty_frame(spark, schema: pa.Schema):
     return spark.createDataFrame([], from_arrow_schema(schema))
 
 
+def node_dim(d: int, node: Node) -> int:
+    """Time coordinates of a node's updates: the pipeline's, plus one per enclosing loop."""
+    return d + (node.scope.depth if node.scope is not None else 0)
+
+
+def loop_frontier(f: Frontier, depth: int) -> Frontier:
+    """A frontier of outer times moved into loops: iteration coordinates stay at 0."""
+    return Frontier([t + (0,) * depth for t in f], f.d + depth)
+
+
 def check_pipeline(spark, p: Pipeline, views: dict[str, InputView], d: int) -> dict[int, pa.Schema]:
     """Validate the whole graph on empty frames (no Spark job); the data schema of each node."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     ctx = EvalContext(spark, d)
     sources = {n: _empty_frame(spark, update_schema(v.trace.schema, d)) for n, v in views.items()}
-    frames = evaluate(p, ctx, sources)
+    runtime = Runtime(p, lambda node: None, planning=True)
+    evaluate(p, ctx, sources, runtime)
     schemas = {}
-    for n in p.nodes:
-        df = frames[n.id]
+    for node_id, df in runtime.planned.items():
+        if df is None:
+            continue
         s = to_arrow_schema(df.schema)
-        schemas[n.id] = pa.schema([s.field(c) for c in ctx.data_columns(df)])
+        skip = {"diff"} | {c for c in df.columns if c == "time" or c.startswith("time_")}
+        schemas[node_id] = pa.schema([s.field(c) for c in df.columns if c not in skip])
     return schemas
 
 
@@ -141,52 +154,56 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     schemas = check_pipeline(spark, p, views, d)
     runs = record["runs"] if record else 0
 
-    def arrangement(node: Node) -> Arrangement | None:
+    def stored(node: Node) -> Arrangement | None:
         if node.op == "input":
             v = views[node.args["trace"]]
             return Arrangement(store.layer_paths(v.trace, v.old), update_schema(v.trace.schema, d))
         st = state.traces.get(state_trace_name(p.name, node))
         files = store.layer_paths(st) if st else []
-        return Arrangement(files, update_schema(schemas[node.id], d))
+        return Arrangement(files, update_schema(schemas[node.id], node_dim(d, node)))
 
-    ctx = EvalContext(spark, d, arrangement=arrangement, progress=progress)
+    runtime = Runtime(p, stored, progress=progress)
+    ctx = EvalContext(spark, d)
     sources = {}
     for n, v in views.items():
         if v.new:
             sources[n] = spark.read.schema(_empty_frame(spark, update_schema(v.trace.schema, d)).schema) \
                 .parquet(*store.layer_paths(v.trace, v.new))
-    frames = evaluate(p, ctx, sources)
+    frames = evaluate(p, ctx, sources, runtime)
 
     # what this run writes: every output, and the arrangement of every derived collection
     targets: dict[str, tuple[Node, bool]] = {}
     for out, node in p.outputs.items():
         targets[out] = (node, False)
-    for node in arranged_inputs(p).values():
-        if node.op != "input":
+    for node in runtime.arranged.values():
+        if node.op not in ("input", "enter"):
             targets[state_trace_name(p.name, node)] = (node, True)
-    use_count = uses(p)
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
     written: dict[str, Layer | None] = {}
     protos: dict[str, Trace] = {}
     for tname, (node, is_state) in targets.items():
         schema = schemas[node.id]
+        nd = node_dim(d, node)
+        depth = nd - d
         existing = state.traces.get(tname)
         key = existing.key if existing else node_key(node, schema.names)
-        since = new_frontier if is_state else (existing.since if existing else Frontier.minimum(d))
-        proto = existing or Trace(tname, schema, key, d, since, old_frontier, owner=p.name)
+        since = loop_frontier(new_frontier, depth) if is_state else (existing.since if existing else Frontier.minimum(d))
+        proto = existing or Trace(tname, schema, key, nd, since, loop_frontier(old_frontier, depth), owner=p.name)
         protos[tname] = proto
-        df = frames[node.id]
+        if is_state:
+            live = runtime.live.get(node.id)
+            df = live.processed_union() if live is not None else None
+        else:
+            df = frames.get(node.id)
         if df is None:
             written[tname] = None
             continue
-        if use_count.get(node.id, 0) > 1 and node.op != "input":
-            df = df.localCheckpoint()
-            frames[node.id] = df
         if progress:
             progress(f"writing {tname}")
-        written[tname] = write_layer(df, directory=store.trace_dir(tname), schema=update_schema(schema, d),
-                                     key=key, d=d, lower=old_frontier, upper=new_frontier,
-                                     since=new_frontier if is_state else proto.effective_since(),
+        written[tname] = write_layer(df, directory=store.trace_dir(tname), schema=update_schema(schema, nd),
+                                     key=key, d=nd, lower=loop_frontier(old_frontier, depth),
+                                     upper=loop_frontier(new_frontier, depth),
+                                     since=since if is_state else proto.effective_since(),
                                      seq=proto.next_seq, partitions=partitions)
 
     result = RunResult(p.name, False, new_frontier,
@@ -211,10 +228,11 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
             elif t.owner != p.name or t.next_seq != protos[tname].next_seq:
                 raise Conflict(f"trace {tname!r} changed during the run; run again")
             layer = written[tname]
-            t = t.with_(layers=t.layers + ([layer] if layer else []), upper=new_frontier,
+            depth = t.d - d
+            t = t.with_(layers=t.layers + ([layer] if layer else []), upper=loop_frontier(new_frontier, depth),
                         next_seq=t.next_seq + 1)
             if is_state:
-                t = t.with_(since=new_frontier)
+                t = t.with_(since=loop_frontier(new_frontier, depth))
             s.traces[tname] = t
         s.pipelines[p.name] = {
             "file": os.path.abspath(path), "fingerprint": fp, "runs": runs + 1,

@@ -17,7 +17,7 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 
 from ops.context import AT, EvalContext
-from ops.evaluate import evaluate
+from ops.evaluate import Runtime, evaluate
 from ops.load import load_pipeline
 from ops.pipeline import PipelineError
 from ops.run import update_schema
@@ -111,7 +111,7 @@ def verify_pipeline(store: Store, path: str, *, name: str | None = None, at: lis
 
     sources = {n: accumulate(frames[n], inputs[n][0].data_columns) for n in frames}
     ctx = EvalContext(spark, d, extra=[AT])
-    computed = evaluate(p, ctx, sources)
+    computed = evaluate(p, ctx, sources, Runtime(p, lambda node: None))
 
     for out, node in p.outputs.items():
         expected = computed[node.id]

@@ -1,0 +1,163 @@
+"""``iterate``: fixed points, run as rounds on the driver.
+
+Inside a loop every time gains an iteration coordinate (the last one). A loop variable
+``X`` with initial value ``I`` and next value ``R = body(X)`` is the collection
+``X = I + delay(R - I)``, where ``delay`` adds one to the iteration coordinate: ``X`` at
+iteration ``i + 1`` is ``body(X)`` at iteration ``i``.
+
+A batch of new updates (a run, or one round of an enclosing loop) is pushed through the
+body round by round: round ``i`` processes this batch's pending updates whose iteration
+coordinate is ``i``, with everything processed earlier (by earlier runs, which the state
+traces keep, or by earlier rounds) as the old side of every join and reduce. Each pair of
+updates is so met exactly once, when the later of the two is processed, whatever the
+order — which is why the incremental operators work unchanged inside loops, for all
+epochs of a run at once. Updates an operator places at a later iteration (meeting old
+state of later iterations) simply wait in the pool until their round. The loop stops
+when nothing is pending: a fixed point.
+
+Each round is a fixed handful of Spark jobs (the feedback is consolidated and
+checkpointed, which also keeps plans from growing round after round), however many
+epochs the batch holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from ops import linear
+from ops.context import EvalContext
+from ops.pipeline import Node, Pipeline, PipelineError
+from storage.lattice import time_columns
+
+
+def frame_dim(df: DataFrame) -> int:
+    cols = set(df.columns)
+    if "time" in cols:
+        return 1
+    d = 0
+    while f"time_{d}" in cols:
+        d += 1
+    return d
+
+
+def enter_frame(df: DataFrame, _depth: int | None = None) -> DataFrame:
+    """Move updates into a loop: times gain an iteration coordinate 0."""
+    d = frame_dim(df)
+    old, new = time_columns(d), time_columns(d + 1)
+    for a, b in zip(old, new):
+        if a != b:
+            df = df.withColumnRenamed(a, b)
+    return df.withColumn(new[-1], F.lit(0).cast("long")).select(
+        *[c for c in df.columns if c not in new and c != "diff"], *new, "diff")
+
+
+def leave_frame(df: DataFrame) -> DataFrame:
+    """Move updates out of a loop: the iteration coordinate is dropped (summed away)."""
+    d = frame_dim(df)
+    old, new = time_columns(d), time_columns(d - 1)
+    df = df.drop(old[-1])
+    for a, b in zip(old[:-1], new):
+        if a != b:
+            df = df.withColumnRenamed(a, b)
+    return df
+
+
+def delay(df: DataFrame, last: str) -> DataFrame:
+    return df.withColumn(last, F.col(last) + 1)
+
+
+def _union(frames: list[DataFrame | None]) -> DataFrame | None:
+    present = [f for f in frames if f is not None]
+    if not present:
+        return None
+    out = present[0]
+    for f in present[1:]:
+        out = out.unionByName(f.select(*out.columns))
+    return out
+
+
+def evaluate_loop(p: Pipeline, loop_node: Node, ctx: EvalContext, frames: dict, runtime) -> dict:
+    """Run a loop to its fixed point for one batch; returns the frames of its ``leave`` nodes."""
+    from ops.evaluate import evaluate_scope, scope_nodes
+
+    scope = loop_node.args["scope"]
+    ictx = dataclasses.replace(ctx, d=ctx.d + 1)
+    last = ictx.tcols[-1]
+    nodes = scope_nodes(p, scope)
+    enters = [n for n in nodes if n.op == "enter"]
+    variables = list(scope.variables)
+    for v in variables:
+        if v.args.get("result") is None:
+            raise PipelineError(f"loop {scope.name}: variable {v.describe()} is never set")
+    leaves = [n for n in p.nodes if n.op == "leave" and n.inputs[0] is loop_node]
+    entered = {e.id: (enter_frame(frames[e.inputs[0].id]) if frames.get(e.inputs[0].id) is not None else None)
+               for e in enters}
+    if all(f is None for f in entered.values()):
+        return {l.id: None for l in leaves}
+
+    max_rounds = loop_node.args["max_rounds"]
+    pending: dict[int, DataFrame | None] = {v.id: None for v in variables}
+    collected: dict[int, list[DataFrame]] = {l.id: [] for l in leaves}
+    first, rounds, iteration = True, 0, 0
+    while True:
+        preset = {e.id: (entered[e.id] if first else None) for e in enters}
+        for v in variables:
+            if pending[v.id] is None:
+                runtime.feedback[v.id] = None
+            else:
+                runtime.feedback[v.id] = pending[v.id].filter(F.col(last) == iteration)
+                pending[v.id] = pending[v.id].filter(F.col(last) > iteration)
+        inner: dict[int, DataFrame | None] = {}
+        evaluate_scope(p, scope, ictx, inner, {}, runtime, preset)
+        if runtime.planning:
+            _check_variables(scope, variables, inner, ictx)
+            return {l.id: (leave_frame(inner[l.inputs[1].id]) if inner.get(l.inputs[1].id) is not None else None)
+                    for l in leaves}
+        for v in variables:
+            result, initial = inner.get(v.args["result"].id), inner.get(v.inputs[0].id)
+            change = _union([result, None if initial is None else linear.negate(ictx, initial)])
+            parts = [pending[v.id], None if change is None else delay(change, last)]
+            merged = _union(parts)
+            pending[v.id] = None if merged is None else linear.consolidate(ictx, merged).localCheckpoint()
+        for l in leaves:
+            f = inner.get(l.inputs[1].id)
+            if f is not None:
+                collected[l.id].append(f if l.inputs[1].op == "variable" else f.localCheckpoint())
+        if runtime.progress:
+            runtime.progress(f"loop {scope.name}: round {rounds} (iteration {iteration}) done")
+        nxt = _next_iteration([pending[v.id] for v in variables], last)
+        if nxt is None:
+            break
+        rounds += 1
+        if rounds >= max_rounds:
+            raise PipelineError(f"loop {scope.name} ({loop_node.where}) did not reach a fixed point within "
+                                f"{max_rounds} rounds; raise max_rounds or check that the body converges")
+        first, iteration = False, nxt
+    for e in enters:  # entered updates become old through the outer collection's own record
+        live = runtime.live.get(e.id)
+        if live is not None:
+            live.processed = []
+    return {l.id: (leave_frame(_union(collected[l.id])) if collected[l.id] else None) for l in leaves}
+
+
+def _next_iteration(pending: list[DataFrame | None], last: str) -> int | None:
+    mins = [f.select(F.min(last).alias("m")) for f in pending if f is not None]
+    if not mins:
+        return None
+    row = _union(mins).agg(F.min("m").alias("m")).collect()[0]
+    return row["m"]
+
+
+def _check_variables(scope, variables: list[Node], inner: dict, ctx: EvalContext) -> None:
+    for v in variables:
+        init, res = inner.get(v.inputs[0].id), inner.get(v.args["result"].id)
+        if init is None or res is None:
+            continue
+        a = dict((c, t) for c, t in init.dtypes if c in ctx.data_columns(init))
+        b = dict((c, t) for c, t in res.dtypes if c in ctx.data_columns(res))
+        if a != b:
+            raise PipelineError(f"loop {scope.name}: the body of {v.describe()} returns columns {b} "
+                                f"but the variable has {a}")
