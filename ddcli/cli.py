@@ -540,6 +540,7 @@ def bench_storage(
 
 def main() -> None:
     """The ``ddcli`` console script (and ``python -m ddcli``)."""
+    import ddcli.pipelines  # noqa: F401  (registers run and verify)
     app()
 
 

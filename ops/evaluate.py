@@ -175,6 +175,10 @@ def evaluate_scope(p: Pipeline, scope: Scope | None, ctx: EvalContext, frames: d
             msg = str(e).splitlines()[0]
             raise PipelineError(f"{n.describe()}: {msg}") from None
         df = frames[n.id]
+        if df is not None and scope is not None and not runtime.planning and n.id in runtime.arranged \
+                and n.op not in ("enter", "variable"):
+            # computed once: used by this round's operators and, as old state, by every later round
+            df = frames[n.id] = df.localCheckpoint()
         if df is not None:
             bad = [c for c in ctx.data_columns(df) if c in RESERVED or c.startswith("time_")]
             if bad:

@@ -65,13 +65,31 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         .config("spark.driver.extraJavaOptions", java_opts)
         .config("spark.executor.extraJavaOptions", java_opts)
         .config("spark.hadoop.parquet.filter.dictionary.enabled", "false")
-        .config("spark.sql.adaptive.enabled", "true")
+        .config("spark.sql.adaptive.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
     )
-    _session = builder.getOrCreate()
+    _session = _quietly(builder.getOrCreate, os.path.join(scratch, "jvm.log"))
     _session.sparkContext.setLogLevel("ERROR")
     _session.sparkContext.setCheckpointDir(os.path.join(scratch, "checkpoints"))
     return _session
+
+
+def _quietly(start, log_path: str):
+    """Start the JVM with its stderr going to a log file.
+
+    The JVM prints a line about incubator modules that log4j cannot silence; the JVM
+    inherits our stderr when it starts, so point it at a file for that moment.
+    """
+    import sys
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(log_path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        return start()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _python() -> str:

@@ -211,9 +211,15 @@ def as_of_query(store: Store, trace: Trace, t: Time | None, where: str | None, c
     if expr is not None:
         conds.append(f"({expr})")
     cols = ", ".join(quote(c) for c in trace.data_columns)
-    return (f"SELECT {cols}, CAST(SUM(diff) AS BIGINT) AS count FROM {src}"
+    return (f"SELECT {cols}, CAST(SUM(diff) AS BIGINT) AS {quote(count_column(trace))} FROM {src}"
             + (" WHERE " + " AND ".join(conds) if conds else "")
             + f" GROUP BY {cols} HAVING SUM(diff) <> 0 ORDER BY {cols}")
+
+
+def count_column(trace: Trace) -> str:
+    """The name of the multiplicity column of a query: ``count``, or ``multiplicity``
+    when the trace has a data column named ``count`` (e.g. a word count's output)."""
+    return "multiplicity" if "count" in trace.data_columns else "count"
 
 
 def as_of(store: Store, trace: str, t=None, where: str | None = None) -> pa.Table:
@@ -236,7 +242,7 @@ def _as_of(store: Store, tr: Trace, t, where: str | None) -> pa.Table:
     else:
         tt = _as_time(tr, t)
         _check_since(tr, tt)
-    out_schema = pa.schema(list(tr.schema) + [pa.field("count", pa.int64())])
+    out_schema = pa.schema(list(tr.schema) + [pa.field(count_column(tr), pa.int64())])
     with connect() as con:
         q = as_of_query(store, tr, tt, where, con)
         if q is None:
