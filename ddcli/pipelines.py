@@ -6,6 +6,7 @@ import anything of Spark.
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Annotated, Optional
 
@@ -116,3 +117,89 @@ def verify(
     render.report(record, msg, out, output)
     if not res.ok:
         raise typer.Exit(1)
+
+
+# ---------------------------------------------------------------- pipeline benchmarks
+
+from ddcli.cli import bench_app  # noqa: E402
+
+
+def _bench_log():
+    from ddcli.bench import console_log
+    return console_log()
+
+
+@bench_app.command("incremental", epilog=EXIT_CODES_HELP)
+def bench_incremental(
+    updates: Annotated[int, typer.Option(min=1, help="Updates already processed.")] = 10_000_000,
+    keys: Annotated[int, typer.Option(min=1, help="Distinct keys among them.")] = 1_000_000,
+    new_updates: Annotated[int, typer.Option(min=1, help="New updates (each at its own time) in the timed run.")] = 1000,
+    scale: Annotated[int, typer.Option(min=1, help="How many times more prior state (keys) for the second store.")] = 10,
+    workdir: Annotated[Optional[str], typer.Option("--dir", metavar="DIR", help="Work directory (default: a temp dir, removed).")] = None,
+    out_json: Annotated[Optional[str], typer.Option("--out", metavar="FILE.json", help="Write the figures as JSON.")] = None,
+    fmt: FormatOpt = None,
+    json_: JsonOpt = False,
+    output: OutputOpt = None,
+) -> None:
+    """Incremental run against from-scratch evaluation, and against 10x more prior state.
+
+    Example:
+
+        ddcli bench incremental --updates 100000 --keys 10000 --new-updates 100 --out incr.json
+    """
+    out = render.choose_format(fmt, json_, output)
+    from ddcli import bench_pipelines as bp
+    res = bp.bench_incremental(updates=updates, keys=keys, new_updates=new_updates, scale=scale,
+                               workdir=workdir, log=_bench_log())
+    if out_json:
+        with open(out_json, "w") as fh:
+            json.dump(res, fh, indent=2)
+    f = res["figures"]
+    msg = (f"incremental run of {new_updates:,} updates: {f['base']['incremental_s']:.2f} s; from scratch "
+           f"(verify at the last time): {f['base']['from_scratch_s']:.2f} s; ratio {res['speedup_vs_from_scratch']:.1f}x\n"
+           f"with {scale}x more prior state: {f['scaled']['incremental_s']:.2f} s "
+           f"({res['scaled_over_base']:.2f}x the base run)")
+    render.report(res, msg, out, output)
+
+
+@bench_app.command("reach", epilog=EXIT_CODES_HELP)
+def bench_reach(
+    nodes: Annotated[int, typer.Option(min=2)] = 1000,
+    edges: Annotated[int, typer.Option(min=1)] = 2000,
+    roots: Annotated[int, typer.Option(min=1)] = 10,
+    batch: Annotated[int, typer.Option(min=2, help="Updates in each timed run.")] = 10_000,
+    points: Annotated[str, typer.Option(help="Updates processed before each latency measurement, comma-separated.")] = "1000,10000,100000,1000000",
+    repeat: Annotated[int, typer.Option(min=1, help="Timed runs per point.")] = 3,
+    filler: Annotated[int, typer.Option(min=2, help="Largest run used to reach the next point.")] = 100_000,
+    throughput: Annotated[str, typer.Option(help="Run sizes for the throughput figures, comma-separated.")] = "10000,100000",
+    workdir: Annotated[Optional[str], typer.Option("--dir", metavar="DIR", help="Work directory (default: a temp dir, removed).")] = None,
+    out_json: Annotated[Optional[str], typer.Option("--out", metavar="FILE.json", help="Write the figures as JSON.")] = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", metavar="FILE.png", help="Save the latency plot as PNG.")] = None,
+    fmt: FormatOpt = None,
+    json_: JsonOpt = False,
+    output: OutputOpt = None,
+) -> None:
+    """Reachability with a sliding window: sustained latency, store size, throughput and scaling.
+
+    Example:
+
+        ddcli bench reach --nodes 200 --edges 400 --batch 1000 --points 1000,10000 --throughput 1000 --plot reach.png
+    """
+    out = render.choose_format(fmt, json_, output)
+    from ddcli import bench_pipelines as bp
+    res = bp.bench_reach(nodes=nodes, edges=edges, roots=roots, batch=batch,
+                         points=[int(x) for x in points.split(",")], repeat=repeat, filler=filler,
+                         throughput_batches=[int(x) for x in throughput.split(",")], workdir=workdir,
+                         log=_bench_log())
+    if out_json:
+        with open(out_json, "w") as fh:
+            json.dump(res, fh, indent=2)
+    if plot:
+        bp.plot_reach(res, plot)
+    lines = [f"after {p['processed']:,} updates: a run of {batch:,} took {min(p['run_seconds']):.2f}-"
+             f"{max(p['run_seconds']):.2f} s, store {p['store_bytes'] / 1e6:.1f} MB" for p in res["latency"]]
+    lines.append(f"last point / first point: {res['latency_last_over_first']:.2f}x; store growth {res['store_growth']:.2f}x")
+    for row in res["throughput"]:
+        tp = ", ".join(f"{m}: {row[m]['updates_per_second']:,.0f} updates/s" for m in row if m.startswith("local"))
+        lines.append(f"{row['batch']:,} updates per run: {tp}" + (f"; scaling {row['scaling']:.2f}x" if "scaling" in row else ""))
+    render.report(res, "\n".join(lines), out, output)

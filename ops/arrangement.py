@@ -19,12 +19,15 @@ from pyspark.sql import functions as F
 from ops.context import EvalContext
 
 KEY_LOOKUP_LIMIT = 50_000  # touched keys up to which a keyed DuckDB read pays
+CACHE_ROWS = 2_000_000  # stored arrangements up to this size are read once per run and cached
 
 
 @dataclass
 class Arrangement:
     files: list[str]
     schema: pa.Schema  # data columns + time columns + diff, as stored
+    rows: int = 0
+    _cached: DataFrame | None = None
 
     def is_empty(self) -> bool:
         return not self.files
@@ -36,6 +39,11 @@ class Arrangement:
         """Old updates whose key appears in ``delta`` (None if there are none)."""
         if self.is_empty():
             return None
+        if self.rows <= CACHE_ROWS:
+            # small: read once per run (loops read it every round), then semi-join by key
+            if self._cached is None:
+                self._cached = self.read_all(ctx).cache()
+            return semijoin_keys(self._cached, delta.select(*key), key)
         keys = delta.select(*key).distinct()
         small = keys.limit(KEY_LOOKUP_LIMIT + 1).toArrow()
         if small.num_rows <= KEY_LOOKUP_LIMIT:

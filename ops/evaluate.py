@@ -26,8 +26,10 @@ from ops.arrangement import Arrangement, LiveArrangement
 from ops.context import RESERVED, EvalContext
 from ops.pipeline import Node, Pipeline, PipelineError, Scope
 from ops.reduce import reduce_changes
+from ops.calculus import CALCULUS_OPS, evaluate_calculus  # issue 5
 
-STATEFUL = {"join", "semijoin", "reduce", "distinct", "threshold"}
+STATEFUL = {"join", "semijoin", "reduce", "distinct", "threshold",
+            "as_of_join", "delta_join"}  # issue 5: calculus operators whose inputs are arranged
 
 
 def arranged_nodes(p: Pipeline) -> dict[int, Node]:
@@ -177,8 +179,9 @@ def evaluate_scope(p: Pipeline, scope: Scope | None, ctx: EvalContext, frames: d
         df = frames[n.id]
         if df is not None and scope is not None and not runtime.planning and n.id in runtime.arranged \
                 and n.op not in ("enter", "variable"):
-            # computed once: used by this round's operators and, as old state, by every later round
-            df = frames[n.id] = df.localCheckpoint()
+            # computed once (while the round's feedback is computed): used by this round's
+            # operators and, as old state, by every later round
+            df = frames[n.id] = df.cache()
         if df is not None:
             bad = [c for c in ctx.data_columns(df) if c in RESERVED or c.startswith("time_")]
             if bad:
@@ -200,6 +203,8 @@ def _need_columns(n: Node, df: DataFrame, cols: list[str], ctx: EvalContext, wha
 def _evaluate_node(n: Node, ctx: EvalContext, out: dict, sources: dict, runtime: Runtime) -> DataFrame | None:
     ins = [out.get(i.id) for i in n.inputs]
     a = n.args
+    if n.op in CALCULUS_OPS:  # issue 5: ops/calculus.py
+        return evaluate_calculus(n, ctx, ins, runtime)
     if n.op == "input":
         return sources.get(a["trace"])
     if n.op in ("output", "arrange"):

@@ -157,10 +157,11 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     def stored(node: Node) -> Arrangement | None:
         if node.op == "input":
             v = views[node.args["trace"]]
-            return Arrangement(store.layer_paths(v.trace, v.old), update_schema(v.trace.schema, d))
+            return Arrangement(store.layer_paths(v.trace, v.old), update_schema(v.trace.schema, d),
+                               sum(l.rows for l in v.old))
         st = state.traces.get(state_trace_name(p.name, node))
         files = store.layer_paths(st) if st else []
-        return Arrangement(files, update_schema(schemas[node.id], node_dim(d, node)))
+        return Arrangement(files, update_schema(schemas[node.id], node_dim(d, node)), st.rows() if st else 0)
 
     runtime = Runtime(p, stored, progress=progress)
     ctx = EvalContext(spark, d)
