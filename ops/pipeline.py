@@ -152,6 +152,29 @@ class Collection:
         """User logic per key: ``fn(pa.Table of the key's rows with _count) -> pa.Table``."""
         return self.reduce(by, rk.PerKey(fn))
 
+    # ---- calculus (issue 5): ops/calculus.py, ops/asof.py, ops/delta_join.py
+    def differentiate(self) -> "Collection":
+        """This collection's changes, each only at the moment it happens (in moment time)."""
+        from ops import calculus
+        return calculus.differentiate(self)
+
+    def integrate(self) -> "Collection":
+        """A differentiated collection back in ordinary time: ``integrate(differentiate(c)) == c``."""
+        from ops import calculus
+        return calculus.integrate(self)
+
+    def moments(self, neu: bool = False) -> "Collection":
+        """This collection in moment time, to combine with differentiated ones (``neu``: one moment later)."""
+        from ops import calculus
+        return calculus.moments(self, neu)
+
+    def as_of_join(self, other: "Collection", on) -> "Collection":
+        """Each update joined with ``other`` as it was at the update's time; later changes of
+        ``other`` never change past results."""
+        from ops import calculus
+        return calculus.as_of_join(self, other, on)
+    # ---- end calculus (issue 5)
+
     # ---- arrangements
     def arrange(self, by) -> "Collection":
         """One indexed copy of this collection, shared by every operator that uses it."""
@@ -234,6 +257,14 @@ class Pipeline:
             raise PipelineError(f"output {name!r} ({_caller()}) clashes with an input of the same name")
         out = self._add("output", [collection.node], {"trace": name, "key": _cols(key)})
         self.outputs[name] = out.node
+
+    # ---- calculus (issue 5): ops/delta_join.py
+    def delta_join(self, relations) -> Collection:
+        """The natural join of ``relations`` on shared variables, keeping no intermediate results:
+        each item is a collection, ``(collection, "a", "b", ...)`` or ``(collection, {"a": "col"})``."""
+        from ops.delta_join import declare
+        return declare(self, relations)
+    # ---- end calculus (issue 5)
 
 
 class Scope:
