@@ -124,10 +124,14 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
 
         # ---- phase 2: many small ingests
         say(f"{small_ingests:,} ingests of {small_size:,} updates")
-        t0 = _time.perf_counter()
+        latencies, layer_counts = [], []
         for p in small_paths:
+            t0 = _time.perf_counter()
             store.ingest(TRACE, [p])
-        small_s = _time.perf_counter() - t0
+            latencies.append(_time.perf_counter() - t0)
+            t = store.trace(TRACE)  # outside the timed part
+            layer_counts.append(len(t.layers) + len(t.pending))
+        small_s = sum(latencies)
         tr = store.trace(TRACE)
         layers = len(tr.layers) + len(tr.pending)
 
@@ -181,8 +185,10 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
                            "layers": layers_after_big},
             "small_ingests": {"ingests": small_ingests, "updates": total_small, "seconds": small_s,
                               "updates_per_s": total_small / small_s if small_s else None,
-                              "ingests_per_s": small_ingests / small_s if small_s else None},
-            "layers": {"after_small_ingests": layers,
+                              "ingests_per_s": small_ingests / small_s if small_s else None,
+                              "latency_s": _percentiles(latencies),
+                              "latencies_s": latencies},
+            "layers": {"after_small_ingests": layers, "after_each_ingest": layer_counts,
                        "log2_ingests": float(np.log2(max(small_ingests + 1, 2)))},
             "bytes": {"trace_layers": tr.bytes(), "store_dir": _dir_bytes(store_dir),
                       "consolidated": cons_bytes,
@@ -196,6 +202,63 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
     finally:
         if own:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _percentiles(xs: list[float]) -> dict:
+    if not xs:
+        return {}
+    import numpy as np
+    a = np.asarray(xs)
+    return {f"p{q}": float(np.percentile(a, q)) for q in (50, 90, 99)} | {"max": float(a.max())}
+
+
+def require_matplotlib():
+    """matplotlib, or a user error saying how to install it (checked before any work)."""
+    try:
+        import matplotlib
+    except ImportError:
+        from ddcli.render import RenderError
+        raise RenderError("--plot needs matplotlib: pip install 'ddcli[bench]'") from None
+    return matplotlib
+
+
+def write_plot(result: dict, path: str) -> None:
+    """The figures of ``ddcli bench storage`` as a PNG: the latency CDF of the small ingests
+    and the number of layers after each of them against log2 of the ingests so far."""
+    matplotlib = require_matplotlib()
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    p = result["params"]
+    lat = np.sort(np.asarray(result["small_ingests"].get("latencies_s") or [], dtype=float)) * 1000
+    layers = result["layers"].get("after_each_ingest") or []
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    if len(lat):
+        left.step(lat, np.arange(1, len(lat) + 1) / len(lat), where="post")
+        for q, style in ((50, ":"), (99, "--")):
+            v = float(np.percentile(lat, q))
+            left.axvline(v, color="grey", linestyle=style, linewidth=1, label=f"p{q} {v:.1f} ms")
+        left.legend(loc="lower right")
+        if lat[0] > 0 and lat[-1] / lat[0] > 20:
+            left.set_xscale("log")
+    left.set_xlabel("ingest latency (ms)")
+    left.set_ylabel("fraction of ingests")
+    left.set_title(f"{p['small_ingests']:,} ingests of {p['small_size']:,} updates")
+    left.grid(alpha=0.3)
+    if layers:
+        n = np.arange(1, len(layers) + 1)
+        right.plot(n, layers, label="layers in the trace")
+        right.plot(n, np.log2(n + 1) + 1, linestyle="--", color="grey", label="log2(ingests) + 1")
+        right.legend(loc="upper left")
+    right.set_xlabel("small ingests so far")
+    right.set_ylabel("layers")
+    right.set_title("geometric merging keeps O(log n) layers")
+    right.grid(alpha=0.3)
+    fig.suptitle(f"ddcli bench storage: {p['updates']:,} updates, {p['keys']:,} keys, then small ingests")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def write_json(result: dict, path: str) -> None:

@@ -65,7 +65,12 @@ EXIT_CODES_HELP = (
 # loaded, so handling an error never imports anything (and never pyspark).
 USER_ERRORS = [("ddcli.render", "RenderError"), ("storage.trace", "StoreError"),
                ("storage.files", "UpdateFileError"), ("storage.lattice", "TimeSyntaxError"),
-               ("ops.pipeline", "PipelineError")]
+               ("ops.pipeline", "PipelineError"),
+               # a pipeline's own expression failing on the data (1/0 under ANSI SQL, a cast
+               # of 'abc' to a number, a bad date): the user's to fix, not a bug of ddcli
+               ("pyspark.errors.exceptions.captured", "ArithmeticException"),
+               ("pyspark.errors.exceptions.captured", "NumberFormatException"),
+               ("pyspark.errors.exceptions.captured", "DateTimeException")]
 CONFLICT_ERRORS = [("storage.log", "Conflict")]
 
 
@@ -169,7 +174,9 @@ app = typer.Typer(
     rich_markup_mode="markdown",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-bench_app = typer.Typer(help="Benchmarks (figures as a table and as JSON).", no_args_is_help=True,
+bench_app = typer.Typer(help="Benchmarks: figures as a table, as JSON (--out) and as PNG plots (--plot).\n\n"
+                             "Example:\n\n    ddcli bench storage --updates 100000 --keys 10000 --out bench.json --plot bench.png",
+                        no_args_is_help=True,
                         epilog=EXIT_CODES_HELP, rich_markup_mode="markdown")
 app.add_typer(bench_app, name="bench")
 
@@ -452,12 +459,15 @@ def sql(
 ) -> None:
     """DuckDB SQL with every trace a view of its updates (data, time or time_0.., diff).
 
-    The collection at time 5 in plain SQL:
+    The collection at time t is the sum of the diffs of the updates at times <= t. For
+    d = 2 write the product order: WHERE time_0 <= 1 AND time_1 <= 2. Pipeline state
+    (traces named pipeline.operator) is reachable only quoted: SELECT * FROM "wc.count".
+
+    Examples:
 
         ddcli sql "SELECT word, SUM(diff) AS count FROM words WHERE time <= 5 GROUP BY ALL HAVING SUM(diff) <> 0"
 
-    For d = 2 write the product order: WHERE time_0 <= 1 AND time_1 <= 2. Pipeline state
-    (traces named pipeline.operator) is reachable only quoted: SELECT * FROM "wc.count".
+        ddcli sql "SELECT time, SUM(diff) AS change FROM words GROUP BY time ORDER BY time" --format csv
     """
     out = render.choose_format(fmt, json_, output)
     from storage.query import sql as sql_
@@ -471,31 +481,98 @@ def status(
     all_: Annotated[bool, typer.Option("--all", help="Also list pipeline state (internal traces).")] = False,
     pipelines: Annotated[bool, typer.Option(
         "--pipelines", help="For csv/parquet output: the pipelines table instead of the traces table.")] = False,
+    lag: Annotated[bool, typer.Option(
+        "--lag", help="For csv/parquet output: the lag table (one row per pipeline input) instead of the traces table.")] = False,
     store: StoreOpt = DEFAULT_STORE,
     fmt: FormatOpt = None,
     json_: JsonOpt = False,
     output: OutputOpt = None,
 ) -> None:
-    """Traces and pipelines: schema, key, d, since, upper, layers, rows, bytes, reader holds.
+    """Traces, pipelines and how far each pipeline lags behind its inputs.
 
-    With --format jsonl every record has a "kind" field: "trace" or "pipeline".
+    Traces: schema, key, d, since, upper, layers, rows, bytes, reader holds. Pipelines:
+    runs, frontier, inputs and outputs. Lag, one row per pipeline input: the input's
+    upper when the pipeline last ran (`consumed`) against its upper now, and the sealed
+    layers and updates the next `ddcli run` will process (`behind` is true when there
+    are any); `pending` counts updates ingested beyond the upper, not yet sealed.
+
+    With --format jsonl every record has a "kind" field: "trace", "pipeline" or "lag".
+    With TRACE: that trace, and the lag of every pipeline reading it.
 
     Examples:
 
         ddcli status
 
         ddcli status words --json
+
+        ddcli status --lag --format csv
     """
     out = render.choose_format(fmt, json_, output)
     from storage.query import status as status_
     st = _store(store)
+    state = st.state()
     traces, pipes = status_(st, trace, internal=all_)
+    lags = lag_table(state, trace)
     parts = [("trace", traces, f"traces in {st.path}")]
     if pipes.num_rows or pipelines:
         parts.append(("pipeline", pipes, "pipelines"))
-    if pipelines and out in ("csv", "parquet"):
-        parts = parts[1:]
+    if lags.num_rows or lag:
+        parts.append(("lag", lags, "pipeline inputs: lag"))
+    if out in ("csv", "parquet") and (pipelines or lag):
+        parts = [p for p in parts if p[0] == ("lag" if lag else "pipeline")]
     render.tables(parts, out, output)
+
+
+LAG_COLUMNS = [("pipeline", "string"), ("input", "string"), ("behind", "bool"), ("consumed", "string"),
+               ("upper", "string"), ("layers", "int64"), ("updates", "int64"), ("pending", "int64"),
+               ("consumed_seq", "int64"), ("input_seq", "int64"), ("frontier", "string")]
+
+
+def lag_rows(state, trace: str | None = None) -> list[dict]:
+    """How far each pipeline is behind each of its inputs, from one store state.
+
+    For every pipeline that has run and every input it reads: ``consumed`` is the input's
+    upper when the pipeline last ran, ``upper`` the input's upper now; ``layers`` and
+    ``updates`` are what the next run would read (the input's layers sealed after the
+    position the pipeline holds it at), ``pending`` the updates ingested beyond the upper
+    (a run cannot read them until ``advance --upper`` seals them); ``consumed_seq`` and
+    ``input_seq`` are the positions in the input's sequence of seals. ``frontier`` is
+    the pipeline's own frontier: its outputs are complete up to it.
+    """
+    from storage.lattice import Frontier, format_frontier
+    rows = []
+    for name, rec in sorted(state.pipelines.items()):
+        if not isinstance(rec, dict):
+            continue
+        d = rec.get("d", 1)
+        frontier = format_frontier(Frontier.from_json(rec["frontier"], d)) if "frontier" in rec else None
+        for inp, pos in sorted((rec.get("inputs") or {}).items()):
+            if trace is not None and trace not in (inp, name):
+                continue
+            t = state.traces.get(inp)
+            if t is None:
+                continue
+            hold = t.holds.get(name)
+            seq = hold.seq if hold is not None else int(pos.get("seq", 0))
+            new = [l for l in t.layers if l.seq_lo >= seq]
+            consumed = Frontier.from_json(pos["upper"], t.d) if "upper" in pos else None
+            rows.append({
+                "pipeline": name, "input": inp,
+                "behind": bool(new) or (consumed is not None and consumed != t.upper),
+                "consumed": format_frontier(consumed) if consumed is not None else None,
+                "upper": format_frontier(t.upper),
+                "layers": len(new), "updates": sum(l.rows for l in new),
+                "pending": sum(l.rows for l in t.pending),
+                "consumed_seq": seq, "input_seq": t.next_seq, "frontier": frontier,
+            })
+    return rows
+
+
+def lag_table(state, trace: str | None = None):
+    """:func:`lag_rows` as an Arrow table (an empty one has the same columns)."""
+    import pyarrow as pa
+    schema = pa.schema([(n, pa.type_for_alias(t)) for n, t in LAG_COLUMNS])
+    return pa.Table.from_pylist(lag_rows(state, trace), schema=schema)
 
 
 # ---------------------------------------------------------------- bench
@@ -511,6 +588,9 @@ def bench_storage(
     workdir: Annotated[Optional[str], typer.Option(
         "--dir", metavar="DIR", help="Where to put the generated files and the store (default: a temp dir, removed).")] = None,
     out_json: Annotated[Optional[str], typer.Option("--out", metavar="FILE.json", help="Write the figures as JSON.")] = None,
+    plot: Annotated[Optional[str], typer.Option(
+        "--plot", metavar="FILE.png",
+        help="Draw the figures as a PNG: latency CDF of the small ingests, layers after each (needs matplotlib).")] = None,
     fmt: FormatOpt = None,
     json_: JsonOpt = False,
     output: OutputOpt = None,
@@ -523,15 +603,21 @@ def bench_storage(
 
     Example:
 
-        ddcli bench storage --updates 100000 --keys 10000 --small-ingests 50 --out bench.json
+        ddcli bench storage --updates 100000 --keys 10000 --small-ingests 50 --out bench.json --plot bench.png
     """
     out = render.choose_format(fmt, json_, output)
+    render.check_output(out_json, "--out")
+    render.check_output(plot, "--plot")
     from ddcli import bench
+    if plot:
+        bench.require_matplotlib()
     res = bench.bench_storage(updates=updates, keys=keys, small_ingests=small_ingests,
                               small_size=small_size, repeat=repeat, workdir=workdir,
                               log=None if out != "table" else bench.console_log())
     if out_json:
         bench.write_json(res, out_json)
+    if plot:
+        bench.write_plot(res, plot)
     if out == "table":
         bench.print_table(res, output)
     else:

@@ -23,6 +23,17 @@ NameOpt = Annotated[Optional[str], typer.Option(
     "--name", "-n", metavar="N", help="The pipeline's name (default: the file name); it names its state and holds.")]
 
 
+def _quiet_pyspark_logging() -> None:
+    """PySpark logs every SQL error it raises as a JSON record on stderr; the command reports
+    the same error as its one ``error:`` line, so those loggers are silenced (configuring
+    logging is the application's choice, made here, not in the library)."""
+    import logging
+
+    from pyspark.logger import PySparkLogger
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
 def _progress_printer(enabled: bool):
     if not enabled:
         return None
@@ -57,6 +68,7 @@ def run(
         ddcli run my_pipeline.py --name nightly --master spark://host:7077
     """
     out = render.choose_format(fmt, json_, output)
+    _quiet_pyspark_logging()
     from ops.run import run_pipeline
     from storage.lattice import format_frontier
     st = _store(store)
@@ -101,6 +113,7 @@ def verify(
         ddcli verify sample_data/pipelines/length_count.py --at "(1,1)"
     """
     out = render.choose_format(fmt, json_, output)
+    _quiet_pyspark_logging()
     from ops.verify import verify_pipeline
     from storage.lattice import format_time, parse_time
     st = _store(store)

@@ -55,15 +55,15 @@ def choose_format(fmt: "OutputFormat | str | None", json_flag: bool = False, out
     return "table"
 
 
-def check_output(output: str | None) -> None:
-    """Refuse an --output that cannot be written before the command does any work."""
+def check_output(output: str | None, option: str = "--output") -> None:
+    """Refuse an output file that cannot be written before the command does any work."""
     if output is None:
         return
     parent = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(parent):
-        raise RenderError(f"cannot write --output {output}: no directory {parent}")
+        raise RenderError(f"cannot write {option} {output}: no directory {parent}")
     if os.path.isdir(output):
-        raise RenderError(f"cannot write --output {output}: it is a directory")
+        raise RenderError(f"cannot write {option} {output}: it is a directory")
 
 
 # ---------------------------------------------------------------- writing

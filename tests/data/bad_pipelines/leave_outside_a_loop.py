@@ -1,0 +1,2 @@
+def pipeline(p):
+    p.output("o", p.input("words").leave())

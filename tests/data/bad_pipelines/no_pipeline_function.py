@@ -1,0 +1,2 @@
+def build(p):
+    p.output("o", p.input("words"))

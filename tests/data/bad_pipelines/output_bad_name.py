@@ -1,0 +1,2 @@
+def pipeline(p):
+    p.output("../x", p.input("words").count(by="word"))

@@ -1,0 +1,3 @@
+def pipeline(p):
+    words = p.input("words")
+    p.output("words", words.negate())

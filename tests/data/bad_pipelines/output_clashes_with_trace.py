@@ -1,0 +1,2 @@
+def pipeline(p):
+    p.output("names", p.input("words").negate())

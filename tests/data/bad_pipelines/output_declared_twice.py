@@ -1,0 +1,4 @@
+def pipeline(p):
+    words = p.input("words")
+    p.output("o", words)
+    p.output("o", words.negate())

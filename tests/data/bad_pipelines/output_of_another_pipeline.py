@@ -1,0 +1,2 @@
+def pipeline(p):
+    p.output("counts", p.input("words").count(by="word"))
