@@ -1,0 +1,291 @@
+"""A plain-Python reference for pipelines: every operator evaluated from scratch at one time.
+
+Nothing here imports ``ops`` or ``storage``: a collection is a :class:`Coll` — column names
+and a dict ``row tuple -> multiplicity`` (zeros dropped) — and each operator is the textbook
+definition, written with loops and dictionaries. Tests build the collection of each input at
+a time ``t`` from the raw updates *they generated* (:func:`accumulate`), evaluate the same
+graph they declared in the pipeline file with these functions, and compare with the output
+trace accumulated at ``t``.
+
+Reduce semantics (DESIGN.md §4): for every key whose accumulated input is non-empty (some
+value row with a non-zero multiplicity), the output at ``t`` is ``f`` of that input.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, defaultdict
+from typing import Callable, Iterable, Sequence
+
+Row = tuple
+Time = tuple
+
+
+# ------------------------------------------------------------------ times
+
+
+def leq(s: Time, t: Time) -> bool:
+    """The product order: every coordinate of ``s`` at most that of ``t``."""
+    return all(a <= b for a, b in zip(s, t))
+
+
+def box(times: Iterable[Time], extra: int = 2) -> list[Time]:
+    """Every time of the box from 0 to ``extra`` past the largest coordinate seen."""
+    times = list(times)
+    d = len(times[0])
+    hi = [max(t[i] for t in times) + extra for i in range(d)]
+    return list(itertools.product(*[range(0, h + 1) for h in hi]))
+
+
+# ------------------------------------------------------------------ collections
+
+
+class Coll:
+    """A collection at one time: column names and non-zero multiplicities per row."""
+
+    def __init__(self, columns: Sequence[str], rows: dict | None = None):
+        self.columns = tuple(columns)
+        self.rows: Counter = Counter()
+        for r, m in (rows or {}).items():
+            self.add(r, m)
+
+    def add(self, row: Row, m: int) -> None:
+        row = tuple(row)
+        assert len(row) == len(self.columns), (row, self.columns)
+        v = self.rows.get(row, 0) + m
+        if v:
+            self.rows[row] = v
+        else:
+            self.rows.pop(row, None)
+
+    def dicts(self):
+        for r, m in self.rows.items():
+            yield dict(zip(self.columns, r)), m
+
+    def project(self, columns: Sequence[str]) -> dict:
+        """Rows re-ordered to ``columns`` (which must be the same set)."""
+        assert sorted(columns) == sorted(self.columns), (columns, self.columns)
+        idx = [self.columns.index(c) for c in columns]
+        return {tuple(r[i] for i in idx): m for r, m in self.rows.items()}
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Coll) and sorted(self.columns) == sorted(other.columns) \
+            and self.project(self.columns) == other.project(self.columns)
+
+    def __repr__(self) -> str:
+        return f"Coll({self.columns}, {dict(sorted(self.rows.items(), key=repr))})"
+
+
+def accumulate(updates: Iterable[tuple[Row, Time, int]], columns: Sequence[str], t: Time) -> Coll:
+    """The collection at ``t``: diffs of every update at a time ``<= t``, summed per row."""
+    out = Coll(columns)
+    for row, s, diff in updates:
+        if leq(tuple(s), tuple(t)):
+            out.add(row, diff)
+    return out
+
+
+def _key(d: dict, cols: Sequence[str]) -> tuple:
+    return tuple(d[c] for c in cols)
+
+
+# ------------------------------------------------------------------ linear operators
+
+
+def select(c: Coll, *columns: str, **exprs: Callable[[dict], object]) -> Coll:
+    """``select("a", b=lambda r: ...)``: kept columns first, then computed ones."""
+    out = Coll(list(columns) + list(exprs))
+    for r, m in c.dicts():
+        out.add([r[x] for x in columns] + [f(r) for f in exprs.values()], m)
+    return out
+
+
+def filter_(c: Coll, pred: Callable[[dict], bool]) -> Coll:
+    out = Coll(c.columns)
+    for r, m in c.dicts():
+        if pred(r):
+            out.add(_key(r, c.columns), m)
+    return out
+
+
+def flat_map(c: Coll, column: str, fn: Callable[[dict], list], keep: Sequence[str] | None = None) -> Coll:
+    keep = [x for x in c.columns if x != column] if keep is None else list(keep)
+    out = Coll(keep + [column])
+    for r, m in c.dicts():
+        for x in fn(r):
+            out.add(_key(r, keep) + (x,), m)
+    return out
+
+
+def concat(*cs: Coll) -> Coll:
+    out = Coll(cs[0].columns)
+    for c in cs:
+        for row, m in c.project(out.columns).items():
+            out.add(row, m)
+    return out
+
+
+def negate(c: Coll) -> Coll:
+    return Coll(c.columns, {r: -m for r, m in c.rows.items()})
+
+
+def consolidate(c: Coll) -> Coll:
+    return Coll(c.columns, dict(c.rows))
+
+
+def arrange(c: Coll, by) -> Coll:
+    return c
+
+
+# ------------------------------------------------------------------ join family
+
+
+def _cols(v) -> list[str]:
+    return [v] if isinstance(v, str) else list(v)
+
+
+def join(a: Coll, b: Coll, on) -> Coll:
+    """Pairs with equal keys; multiplicities multiply. Left columns, then the right's others."""
+    on = _cols(on)
+    rest = [x for x in b.columns if x not in on]
+    out = Coll(list(a.columns) + rest)
+    for ra, ma in a.dicts():
+        for rb, mb in b.dicts():
+            if _key(ra, on) == _key(rb, on):
+                out.add(_key(ra, a.columns) + _key(rb, rest), ma * mb)
+    return out
+
+
+def semijoin(a: Coll, b: Coll, on) -> Coll:
+    """Rows of ``a`` times the total multiplicity of their key in ``b``."""
+    on = _cols(on)
+    weight: Counter = Counter()
+    for rb, mb in b.dicts():
+        weight[_key(rb, on)] += mb
+    out = Coll(a.columns)
+    for ra, ma in a.dicts():
+        out.add(_key(ra, a.columns), ma * weight.get(_key(ra, on), 0))
+    return out
+
+
+def antijoin(a: Coll, b: Coll, on) -> Coll:
+    return concat(a, negate(semijoin(a, b, on)))
+
+
+# ------------------------------------------------------------------ reduce family
+
+
+def reduce(c: Coll, by, f: Callable[[dict, list[str]], dict], out_columns: Sequence[str]) -> Coll:
+    """Per key with a non-empty input: ``f({value row: count}, value columns)`` gives
+    ``{output row: multiplicity}``; the output rows are the key followed by those."""
+    by = _cols(by)
+    values = [x for x in c.columns if x not in by]
+    groups: dict = defaultdict(dict)
+    for r, m in c.dicts():
+        groups[_key(r, by)][_key(r, values)] = m
+    out = Coll(by + list(out_columns))
+    for k, vals in groups.items():
+        for orow, m in f(vals, values).items():
+            out.add(k + tuple(orow), m)
+    return out
+
+
+def count(c: Coll, by, name: str = "count") -> Coll:
+    return reduce(c, by, lambda vals, _: {(sum(vals.values()),): 1}, [name])
+
+
+def sum_(c: Coll, by, column: str, name: str = "sum") -> Coll:
+    def f(vals, values):
+        i = values.index(column)
+        return {(sum((v[i] or 0) * m for v, m in vals.items()),): 1}
+    return reduce(c, by, f, [name])
+
+
+def _extreme(c, by, column, name, pick):
+    def f(vals, values):
+        i = values.index(column)
+        present = [v[i] for v, m in vals.items() if m > 0]
+        return {(pick(present),): 1} if present else {}
+    return reduce(c, by, f, [name])
+
+
+def min_(c: Coll, by, column: str, name: str = "min") -> Coll:
+    """Least value among rows present (multiplicity > 0)."""
+    return _extreme(c, by, column, name, min)
+
+
+def max_(c: Coll, by, column: str, name: str = "max") -> Coll:
+    return _extreme(c, by, column, name, max)
+
+
+def count_distinct(c: Coll, by, name: str = "distinct") -> Coll:
+    """How many distinct value rows are present (multiplicity > 0); nothing if none."""
+    def f(vals, _):
+        n = sum(1 for m in vals.values() if m > 0)
+        return {(n,): 1} if n else {}
+    return reduce(c, by, f, [name])
+
+
+def distinct(c: Coll) -> Coll:
+    return Coll(c.columns, {r: 1 for r, m in c.rows.items() if m > 0})
+
+
+def threshold(c: Coll, fn: Callable[[int], int]) -> Coll:
+    """Every row with multiplicity ``fn(count)``."""
+    return Coll(c.columns, {r: int(fn(m)) for r, m in c.rows.items()})
+
+
+def top_k(c: Coll, by, k: int, order_by, descending: bool = False) -> Coll:
+    """Per key the first ``k`` records counting multiplicities, in ``order_by`` order
+    (``descending`` applies to it), ties broken by the other value columns ascending;
+    rows with multiplicity <= 0 are not records."""
+    order_by = _cols(order_by)
+
+    def f(vals, values):
+        rest = [x for x in values if x not in order_by]
+        rows = [(dict(zip(values, v)), v, m) for v, m in vals.items() if m > 0]
+        rows.sort(key=lambda x: _key(x[0], rest))  # stable sorts: least significant first
+        rows.sort(key=lambda x: _key(x[0], order_by), reverse=descending)
+        out, left = {}, k
+        for _, v, m in rows:
+            if left <= 0:
+                break
+            out[v] = min(m, left)
+            left -= out[v]
+        return out
+
+    by_ = _cols(by)
+    return reduce(c, by, f, [x for x in c.columns if x not in by_])
+
+
+def reduce_per_key(c: Coll, by, fn: Callable[[list[tuple[dict, int]]], dict], out_columns) -> Coll:
+    """User logic: ``fn([(value row as dict, count), ...])`` -> ``{output row: multiplicity}``."""
+    def f(vals, values):
+        return fn([(dict(zip(values, v)), m) for v, m in vals.items()])
+    return reduce(c, by, f, out_columns)
+
+
+# ------------------------------------------------------------------ comparing with a trace
+
+
+def fold_updates(rows: Iterable[dict], columns: Sequence[str], tcols: Sequence[str], t: Time) -> Coll:
+    """An output trace's updates (dicts with data, time and diff columns) accumulated at ``t``."""
+    return accumulate(((_key(r, columns), _key(r, tcols), r["diff"]) for r in rows), columns, t)
+
+
+def consolidated(rows: Iterable[dict], columns: Sequence[str], tcols: Sequence[str]) -> dict:
+    """``{(data row, time): diff}`` with equal (data, time) summed and zeros dropped."""
+    acc: Counter = Counter()
+    for r in rows:
+        acc[(_key(r, columns), _key(r, tcols))] += r["diff"]
+    return {k: v for k, v in acc.items() if v}
+
+
+def describe_difference(expected: Coll, found: Coll, limit: int = 4) -> str:
+    """The rows on which two collections disagree (for assertion messages)."""
+    if sorted(expected.columns) != sorted(found.columns):
+        return f"columns differ: expected {expected.columns}, found {found.columns}"
+    e, f = expected.project(expected.columns), found.project(expected.columns)
+    bad = [(r, e.get(r, 0), f.get(r, 0)) for r in sorted(set(e) | set(f), key=repr) if e.get(r, 0) != f.get(r, 0)]
+    shown = "; ".join(f"{dict(zip(expected.columns, r))}: expected {x}, found {y}" for r, x, y in bad[:limit])
+    return shown + (f" (+{len(bad) - limit} more)" if len(bad) > limit else "")
