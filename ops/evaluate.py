@@ -183,7 +183,9 @@ def evaluate_scope(p: Pipeline, scope: Scope | None, ctx: EvalContext, frames: d
             # operators and, as old state, by every later round
             df = frames[n.id] = df.cache()
         if df is not None:
-            bad = [c for c in ctx.data_columns(df) if c in RESERVED or c.startswith("time_")]
+            seen: set[str] = set()
+            bad = [c for c in df.columns if c in seen or seen.add(c)]  # e.g. a user column named diff
+            bad += [c for c in ctx.data_columns(df) if c in RESERVED or c.startswith("time_")]
             if bad:
                 raise PipelineError(f"{n.describe()}: column name {bad[0]!r} is reserved; choose another")
             if runtime.progress and not runtime.planning and n.op in {"join", "semijoin", "reduce", "distinct", "threshold"}:

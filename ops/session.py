@@ -39,6 +39,10 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
     if _session is not None:
         return _session
     warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
+    import logging
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        # PySpark logs every analysis error as a JSON record; ours is the one-line message
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON") or _python())
     scratch = tempfile.mkdtemp(prefix="ddcli-spark-")
