@@ -29,7 +29,6 @@ from ops.verify import verify_pipeline
 from storage.lattice import Frontier, time_columns
 from storage.store import Store
 from tests import reference as R
-from tests.conftest import tree_digest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = os.path.join(REPO, "sample_data", "pipelines")
@@ -295,13 +294,13 @@ def sliding_window_runs(seed: int, *, nodes: int, edges: int, steps: list[int]):
     roots = {0, rng.randrange(1, nodes)}
     t = 0
     first = True
-    for n in steps:
+    for moves in steps:
         eu, ru = [], []
         if first:
             eu += [(e, (0,), 1) for e in window]
             ru += [((r,), (0,), 1) for r in roots]
             t, first = 1, False
-        for _ in range(n):
+        for _ in range(moves):
             old = window.popleft()
             eu.append((old, (t,), -1))
             t += 1
@@ -540,18 +539,18 @@ def pipeline(p):
 '''
 
 
-def test_a_loop_that_never_converges_stops_at_max_rounds_naming_the_loop_and_writes_nothing(spark, tmp_path):
+def test_a_loop_that_never_converges_stops_at_max_rounds_naming_the_loop_and_writes_nothing(spark, tmp_path, digest):
     bench = Bench(tmp_path)
     path = bench.pipeline("counter", COUNTER)
     bench.ingest("seeds", pa.schema([("g", pa.int64()), ("n", pa.int64())]), [((1, 0), (0,), 1)], upper=(1,))
-    version, before = bench.store.state().version, tree_digest(bench.store.path)
+    version, before = bench.store.state().version, digest(bench.store.path)
     with pytest.raises(PipelineError) as e:
         run_pipeline(bench.store, path)
     msg = str(e.value)
     assert "\n" not in msg.strip() and "forever" in msg and "5" in msg, msg
     assert bench.store.state().version == version
     assert "counter" not in bench.store.state().pipelines
-    assert tree_digest(bench.store.path) == before  # not even a garbage file
+    assert digest(bench.store.path) == before  # not even a garbage file
 
 
 # ------------------------------------------------------------------ partially ordered times
