@@ -119,20 +119,20 @@ def verify_pipeline(store: Store, path: str, *, name: str | None = None, at: lis
         data_cols = trace.data_columns if trace else (ctx.data_columns(expected) if expected is not None else [])
         parts = []
         if expected is not None:
-            parts.append(expected.select(AT, *data_cols, F.col("diff").alias("e"), F.lit(0).cast("long").alias("a")))
+            parts.append(expected.select(AT, *data_cols, F.col("diff").alias("_expected"), F.lit(0).cast("long").alias("_found")))
         if trace is not None and trace.layers:
             actual = spark.read.schema(_schema(update_schema(trace.schema, d))).parquet(*store.layer_paths(trace, trace.layers))
             actual = accumulate(actual, data_cols)
-            parts.append(actual.select(AT, *data_cols, F.lit(0).cast("long").alias("e"), F.col("diff").alias("a")))
+            parts.append(actual.select(AT, *data_cols, F.lit(0).cast("long").alias("_expected"), F.col("diff").alias("_found")))
         if not parts:
             continue
         both = parts[0]
         for x in parts[1:]:
             both = both.unionByName(x)
-        bad = (both.groupBy(AT, *data_cols).agg(F.sum("e").alias("e"), F.sum("a").alias("a"))
-               .filter("e != a").orderBy(AT, *data_cols).limit(5).collect())
+        bad = (both.groupBy(AT, *data_cols).agg(F.sum("_expected").alias("_expected"), F.sum("_found").alias("_found"))
+               .filter("_expected != _found").orderBy(AT, *data_cols).limit(5).collect())
         for r in bad:
-            result.differences.append(Difference(out, times[r[AT]], {c: r[c] for c in data_cols}, r["e"], r["a"]))
+            result.differences.append(Difference(out, times[r[AT]], {c: r[c] for c in data_cols}, r["_expected"], r["_found"]))
     result.differences.sort(key=lambda x: x.time)
     return result
 

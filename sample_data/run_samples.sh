@@ -23,11 +23,13 @@ dd ingest orders "$here/orders_1.csv" "$here/orders_2.csv" --key customer
 dd ingest customers "$here/customers_1.csv" "$here/customers_2.csv"
 dd ingest edges "$here/edges_1.csv" --key src
 dd ingest roots "$here/roots_1.csv"
-# product times (version, round): the upper is a frontier the store cannot guess
-dd ingest strings "$here/strings_1.csv" --upper "(1,0)"
-dd ingest strings "$here/strings_2.csv" --upper "(2,0)"
+# product times (version, round): the store cannot guess when such a time is complete,
+# so the updates wait (pending) until `advance --upper` seals them
+dd ingest strings "$here/strings_1.csv" "$here/strings_2.csv"
 
-# 2. advance: later times only (history before 3 may be merged); pipelines hold what they need
+# 2. advance: seal the product times before (2,0); allow merging history before 3 (the
+#    pipelines hold back what they still need)
+dd advance strings --upper "(2,0)"
 dd advance words --since 3
 
 # 3. run the pipelines: each run processes every input update not yet processed
@@ -44,6 +46,6 @@ dd query counts --as-of 3
 dd query length_counts --as-of "(1,1)"
 dd history length_counts
 dd query revenue --as-of 4
-dd query revenue
+dd query revenue --as-of 5
 dd query reach --where "root = 'a'"
 dd status

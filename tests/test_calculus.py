@@ -16,7 +16,6 @@ The small harness at the top is shared by tests/test_asof.py and tests/test_tria
 
 from __future__ import annotations
 
-import itertools
 import os
 import random
 import textwrap

@@ -21,8 +21,9 @@ from collections import defaultdict
 import pyarrow as pa
 
 from ops.verify import verify_pipeline
+from storage.lattice import parse_frontier
 from tests import reference as R
-from tests.test_calculus import Bench, random_updates
+from tests.test_calculus import Bench, assert_refused, random_updates
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRIANGLES = os.path.join(REPO, "sample_data", "pipelines", "triangles.py")
@@ -130,7 +131,6 @@ def test_a_four_way_delta_join_with_partially_ordered_times_equals_the_natural_j
     prev = {"rs": [(0, 0)], "ss": [(0, 0)]}
     for r in range(3):
         for name, schema, make_row in (("rs", RS, rs_row), ("ss", SS, ss_row)):
-            from storage.lattice import parse_frontier
             lo, hi = prev[name], parse_frontier(uppers[name][r], 2)
             cells = [(a, b) for a in range(7) for b in range(4)]
             times = [t for t in cells if any(R.leq(f, t) for f in lo) and not hi.beyond(t)]
@@ -235,3 +235,23 @@ def test_delta_query_state_is_proportional_to_the_edges_not_to_the_two_paths(spa
     # bytes understate the gap at this scale: Parquet dictionary-encodes the few distinct
     # node ids (a two-path row costs under a byte), and a small file is mostly footer
     assert plain_bytes > 2 * delta_bytes
+
+
+DELTA_MISTAKES = {
+    "too_few": ('p.delta_join([e])', ["at least two relations"]),
+    "not_a_relation": ('p.delta_join([e, "edges"])', ["relation 2"]),
+    "variable_twice": ('p.delta_join([(e, "a", "a"), (e, "a", "b")])', ["binds a variable twice"]),
+    "wrong_arity": ('p.delta_join([(e, "a", "b", "c"), (e, "a", "c")])', ["relation 1 has 2 column(s)", "3 variable(s)"]),
+    "unknown_column": ('p.delta_join([(e, "a", "b"), (e, {"b": "nope"})])', ["'nope'"]),
+    "type_clash": ('p.delta_join([(e, "a", "b"), (e.select(a="cast(src as string)", c="dst"), "a", "c")])',
+                   ["'a'", "bigint", "string"]),
+    "cross_product": ('p.delta_join([(e, "a", "b"), (e, "c", "d")])', ["shares no variable"]),
+}
+
+
+def test_delta_join_mistakes_are_one_line_errors_before_spark_work(spark, tmp_path, spark_jobs):
+    bench = Bench(tmp_path)
+    bench.ingest("edges", EDGES, [((1, 2), (0,), 1)])
+    for name, (expr, must) in DELTA_MISTAKES.items():
+        path = bench.pipeline(name, f'def pipeline(p):\n    e = p.input("edges")\n    p.output("o", {expr})\n')
+        assert_refused(bench, path, spark_jobs, must)

@@ -54,10 +54,10 @@ DDCLI = os.environ.get("DDCLI_BIN", "ddcli")
 # their first ingest. A trace of product times (d >= 2) is sealed by its ``advance``: the
 # store cannot guess when a partially ordered time is complete.
 TRACES = {
-    "words": {"files": "words_*.csv"},
-    "orders": {"files": "orders_*.csv", "ingest": "--key customer"},
-    "customers": {"files": "customers_*.csv"},
-    "strings": {"files": "strings_*.csv"},
+    "words": {"files": "words_[0-9]*.csv"},
+    "orders": {"files": "orders_[0-9]*.csv", "ingest": "--key customer"},
+    "customers": {"files": "customers_[0-9]*.csv"},
+    "strings": {"files": "strings_[0-9]*.csv"},
 }
 # What each trace's ``advance`` does after the ingest: seal times and/or allow compaction.
 # Pipelines hold the history they still need, so a since here never loses anything a
