@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ops import reduce_kernel as rk
+from storage.trace import NAME_RE
 
 
 class PipelineError(Exception):
@@ -241,6 +242,9 @@ class Pipeline:
 
     def input(self, trace: str) -> Collection:
         """An existing trace of the store (already an arrangement by its key)."""
+        if not isinstance(trace, str) or not NAME_RE.match(trace):
+            raise PipelineError(f"input ({_caller()}): bad trace name {trace!r}: use letters, digits and _, "
+                                f"not starting with a digit")
         if trace in self.inputs:
             return Collection(self, self.inputs[trace])
         c = self._add("input", [], {"trace": trace})
@@ -249,6 +253,9 @@ class Pipeline:
 
     def output(self, name: str, collection: Collection, key=None) -> None:
         """Write ``collection`` to the output trace ``name`` (created on the first run)."""
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise PipelineError(f"output ({_caller()}): bad trace name {name!r}: use letters, digits and _, "
+                                f"not starting with a digit")
         if not isinstance(collection, Collection):
             raise PipelineError(f"output {name!r} ({_caller()}): expects a collection, got {collection!r}")
         if name in self.outputs:
