@@ -193,8 +193,11 @@ class Harness:
         elif fault is None and p.exitcode == 0:
             self.durations.setdefault(args[0], []).append(time.perf_counter() - t0)
         self.seconds["store command processes"] += time.perf_counter() - t0
-        with open(log) as fh:
-            return p.exitcode, fh.read()
+        try:
+            with open(log) as fh:
+                return p.exitcode, fh.read()
+        except FileNotFoundError:  # killed before it opened its log
+            return p.exitcode, ""
 
     def usual_duration(self, kind: str) -> float:
         d = sorted(self.durations.get(kind, []))
