@@ -28,21 +28,12 @@ import tempfile
 import time as _time
 from typing import Callable
 
+from ddcli.bench import _dir_bytes
+
 COUNT_PIPELINE = '''
 def pipeline(p):
     p.output("counts", p.input("events").count(by="key"))
 '''
-
-
-def _dir_bytes(path: str) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.path.getsize(os.path.join(root, f))
-            except FileNotFoundError:
-                pass
-    return total
 
 
 def _write_parquet(table, path: str) -> str:
