@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from ops.context import EvalContext
+from ops.session import partitions
 
 KEY_LOOKUP_LIMIT = 50_000  # touched keys up to which a keyed DuckDB read pays
 CACHE_ROWS = 2_000_000  # stored arrangements up to this size are read once per run and cached
@@ -27,6 +28,7 @@ class Arrangement:
     files: list[str]
     schema: pa.Schema  # data columns + time columns + diff, as stored
     rows: int = 0
+    in_loop: bool = False  # read every round of a loop: worth caching when small
     _cached: DataFrame | None = None
 
     def is_empty(self) -> bool:
@@ -36,14 +38,18 @@ class Arrangement:
         return ctx.spark.read.schema(_spark_schema(self.schema)).parquet(*self.files)
 
     def old_for_keys(self, ctx: EvalContext, delta: DataFrame, key: list[str]) -> DataFrame | None:
-        """Old updates whose key appears in ``delta`` (None if there are none)."""
+        """Old updates whose key appears in ``delta``, and possibly others (None if none).
+
+        Every reader joins or groups by the key, so a superset is correct; it is chosen
+        when restricting would cost more Spark stages than it saves.
+        """
         if self.is_empty():
             return None
-        if self.rows <= CACHE_ROWS:
-            # small: read once per run (loops read it every round), then semi-join by key
-            if self._cached is None:
-                self._cached = self.read_all(ctx).cache()
-            return semijoin_keys(self._cached, delta.select(*key), key)
+        if self.in_loop and self.rows <= CACHE_ROWS:
+            # small and read every round: read once per run, kept in memory, read whole
+            if self._cached is None:  # lazily materialised by the first round's job
+                self._cached = self.read_all(ctx).localCheckpoint(eager=False)
+            return self._cached
         keys = delta.select(*key).distinct()
         small = keys.limit(KEY_LOOKUP_LIMIT + 1).toArrow()
         if small.num_rows <= KEY_LOOKUP_LIMIT:
@@ -89,23 +95,13 @@ def _spark_schema(schema: pa.Schema):
     return from_arrow_schema(schema)
 
 
-def semijoin_keys(df: DataFrame, keys: DataFrame, key: list[str]) -> DataFrame:
-    """Rows of ``df`` whose key appears in ``keys`` (null-safe), by a Spark semi-join."""
-    renamed = keys.select(*[F.col(k).alias(f"_k_{k}") for k in key]).distinct()
-    on = None
-    for k in key:
-        c = F.col(k).eqNullSafe(F.col(f"_k_{k}"))
-        on = c if on is None else on & c
-    return df.join(renamed, on, "left_semi")
-
-
 class LiveArrangement:
     """A collection's old updates during a run: what earlier runs stored, plus what this
     run already processed (earlier rounds of a loop), plus — for a collection entered into
     a loop — the old updates of the outer collection, moved into the loop's times.
     """
 
-    COMPACT_EVERY = 8  # union at most this many processed frames before checkpointing them
+    COMPACT_EVERY = 8  # union at most this many processed frames before merging them
 
     def __init__(self, stored: Arrangement | None = None, base: "LiveArrangement | None" = None,
                  enter: "callable | None" = None):
@@ -117,18 +113,18 @@ class LiveArrangement:
     def record(self, df: DataFrame) -> None:
         self.processed.append(df)
         if len(self.processed) > self.COMPACT_EVERY:
-            merged = self.processed[0]
-            for p in self.processed[1:]:
-                merged = merged.unionByName(p)
-            self.processed = [merged.localCheckpoint()]
+            # lazily: materialised by the next job that reads it, no job of its own
+            self.processed = [self.processed_union().localCheckpoint(eager=False)]
 
     def processed_union(self) -> DataFrame | None:
+        """This run's processed updates as one frame (coalesced: a union of k frames would
+        otherwise cost k times the tasks)."""
         if not self.processed:
             return None
         out = self.processed[0]
         for p in self.processed[1:]:
             out = out.unionByName(p)
-        return out
+        return out if len(self.processed) == 1 else out.coalesce(partitions(out.sparkSession))
 
     def old_for_keys(self, ctx: EvalContext, delta: DataFrame, key: list[str]) -> DataFrame | None:
         parts = []
@@ -141,8 +137,8 @@ class LiveArrangement:
             if old is not None:
                 parts.append(old)
         mine = self.processed_union()
-        if mine is not None:
-            parts.append(semijoin_keys(mine, delta.select(*key), key))
+        if mine is not None:  # this run's own work, in memory: read whole (see above)
+            parts.append(mine)
         if not parts:
             return None
         out = parts[0]

@@ -137,7 +137,11 @@ class Runtime:
                 from ops.iterate import enter_frame
                 self.live[node.id] = LiveArrangement(base=self.arrangement(node.inputs[0]), enter=enter_frame)
             else:
-                self.live[node.id] = LiveArrangement(stored=self.stored(node))
+                stored = self.stored(node)
+                if stored is not None:
+                    stored.in_loop = node.scope is not None or any(
+                        n.op == "enter" and n.inputs[0] is node for n in self.p.nodes)
+                self.live[node.id] = LiveArrangement(stored=stored)
         return self.live[node.id]
 
     def record(self, scope_frames: dict[int, DataFrame | None], nodes: list[Node]) -> None:
@@ -180,8 +184,9 @@ def evaluate_scope(p: Pipeline, scope: Scope | None, ctx: EvalContext, frames: d
         if df is not None and scope is not None and not runtime.planning and n.id in runtime.arranged \
                 and n.op not in ("enter", "variable"):
             # computed once (while the round's feedback is computed): used by this round's
-            # operators and, as old state, by every later round
-            df = frames[n.id] = df.cache()
+            # operators and, as old state, by every later round. A lazy local checkpoint
+            # costs no job of its own and cuts the plan, so plans do not grow round by round.
+            df = frames[n.id] = df.localCheckpoint(eager=False)
         if df is not None:
             seen: set[str] = set()
             bad = [c for c in df.columns if c in seen or seen.add(c)]  # e.g. a user column named diff

@@ -125,7 +125,7 @@ def evaluate_loop(p: Pipeline, loop_node: Node, ctx: EvalContext, frames: dict, 
         for l in leaves:
             f = inner.get(l.inputs[1].id)
             if f is not None:
-                collected[l.id].append(f if l.inputs[1].op == "variable" else f.localCheckpoint())
+                collected[l.id].append(f if l.inputs[1].op == "variable" else f.localCheckpoint(eager=False))
         if runtime.progress:
             runtime.progress(f"loop {scope.name}: round {rounds} (iteration {iteration}) done")
         nxt = _next_iteration([pending[v.id] for v in variables], last)
@@ -140,7 +140,14 @@ def evaluate_loop(p: Pipeline, loop_node: Node, ctx: EvalContext, frames: dict, 
         live = runtime.live.get(e.id)
         if live is not None:
             live.processed = []
-    return {l.id: (leave_frame(_union(collected[l.id])) if collected[l.id] else None) for l in leaves}
+    return {l.id: (leave_frame(_coalesced(collected[l.id])) if collected[l.id] else None) for l in leaves}
+
+
+def _coalesced(frames: list[DataFrame]) -> DataFrame:
+    """One frame of many rounds' frames, without a task per round and partition."""
+    from ops.session import partitions
+    out = _union(frames)
+    return out if len(frames) == 1 else out.coalesce(partitions(out.sparkSession))
 
 
 def _next_iteration(pending: list[DataFrame | None], last: str) -> int | None:

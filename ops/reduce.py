@@ -16,6 +16,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from ops import reduce_kernel as rk
 from ops.context import EvalContext
+from ops.session import partitions
 from storage.lattice import time_columns
 
 
@@ -50,7 +51,6 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
         if out.num_rows:
             yield from out.select(out_arrow.names).cast(out_arrow).to_batches()
 
-    parts = int(ctx.spark.conf.get("spark.sql.shuffle.partitions"))
-    out = both.repartition(parts, *full_key).mapInArrow(kernel, from_arrow_schema(out_arrow))
+    out = both.repartition(partitions(ctx.spark), *full_key).mapInArrow(kernel, from_arrow_schema(out_arrow))
     cols = list(key) + [f.name for f in reducer.output_schema(values_schema)]
     return out.select(*cols, *ctx.tail())

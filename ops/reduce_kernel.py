@@ -172,6 +172,19 @@ def _empty_table(schema: pa.Schema) -> pa.Table:
 CELL_BUDGET = 1 << 21
 
 
+def _touched_keys_only(table: pa.Table, key: list[str]) -> pa.Table:
+    """Drop the old updates of keys without a new update: their output cannot change
+    (callers may pass a whole arrangement rather than pay for a semi-join)."""
+    new = np.asarray(table.column("_new").to_numpy(zero_copy_only=False), dtype=bool)
+    if new.all():
+        return table
+    kid, k = _row_ids(table, key)
+    touched = np.zeros(k, bool)
+    touched[kid[new]] = True
+    keep = touched[kid]
+    return table if keep.all() else table.filter(pa.array(keep))
+
+
 def reduce_delta(
     table: pa.Table,
     key: list[str],
@@ -203,6 +216,8 @@ def reduce_delta(
         + [pa.field(c, pa.int64()) for c in tcols]
         + [pa.field("diff", pa.int64())]
     )
+    if "_new" in table.column_names:
+        table = _touched_keys_only(table, key)
     n = table.num_rows
     if n == 0:
         return _empty_table(result_schema)

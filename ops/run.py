@@ -149,8 +149,9 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     if not has_new and record and new_frontier == old_frontier:
         return RunResult(p.name, True, new_frontier)
 
-    from ops.session import get_spark
+    from ops.session import get_spark, partitions, size_partitions
     spark = get_spark(master)
+    size_partitions(spark, sum(l.rows for v in views.values() for l in v.new))
     schemas = check_pipeline(spark, p, views, d)
     runs = record["runs"] if record else 0
 
@@ -179,7 +180,6 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     for node in runtime.arranged.values():
         if node.op not in ("input", "enter"):
             targets[state_trace_name(p.name, node)] = (node, True)
-    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
     written: dict[str, Layer | None] = {}
     protos: dict[str, Trace] = {}
     for tname, (node, is_state) in targets.items():
@@ -205,7 +205,7 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
                                      key=key, d=nd, lower=loop_frontier(old_frontier, depth),
                                      upper=loop_frontier(new_frontier, depth),
                                      since=since if is_state else proto.effective_since(),
-                                     seq=proto.next_seq, partitions=partitions)
+                                     seq=proto.next_seq, partitions=partitions(spark))
 
     result = RunResult(p.name, False, new_frontier,
                        {o: (written[o].rows if written[o] else 0) for o in p.outputs},

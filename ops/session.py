@@ -96,6 +96,35 @@ def _quietly(start, log_path: str):
         os.close(saved)
 
 
+def cores(spark) -> int:
+    """Task slots of the session: N for ``local[N]``, the CPUs for ``local[*]``."""
+    import re
+    m = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", spark.sparkContext.master)
+    if m is None:  # a cluster
+        return max(2, spark.sparkContext.defaultParallelism)
+    slots = m.group(1)
+    if slots is None:
+        return 1
+    return (os.cpu_count() or 2) if slots == "*" else int(slots)
+
+
+def size_partitions(spark, rows: int) -> int:
+    """Shuffle partitions for a piece of work of about ``rows`` updates.
+
+    Every task costs a few tens of milliseconds, so small work gets one partition per
+    core and big work a few more (bounded memory per Arrow batch). Set once per command,
+    before any plan is built; ``DDCLI_SHUFFLE_PARTITIONS`` fixes it.
+    """
+    fixed = os.environ.get("DDCLI_SHUFFLE_PARTITIONS")
+    n = int(fixed) if fixed else max(cores(spark), min(64, rows // 2_000_000 + 1))
+    spark.conf.set("spark.sql.shuffle.partitions", str(n))
+    return n
+
+
+def partitions(spark) -> int:
+    return int(spark.conf.get("spark.sql.shuffle.partitions"))
+
+
 def _python() -> str:
     import sys
     return sys.executable

@@ -76,8 +76,9 @@ def verify_pipeline(store: Store, path: str, *, name: str | None = None, at: lis
     outputs = {o: state.traces[o] for o in p.outputs if o in state.traces}
     sinces = [t.since for t, _ in inputs.values()] + [t.since for t in outputs.values()]
 
-    from ops.session import get_spark
+    from ops.session import get_spark, size_partitions
     spark = get_spark(master)
+    size_partitions(spark, sum(l.rows for _, layers in inputs.values() for l in layers))
     frames = {n: spark.read.schema(_schema(update_schema(t.schema, d))).parquet(*store.layer_paths(t, layers))
               for n, (t, layers) in inputs.items() if layers}
 
