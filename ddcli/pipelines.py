@@ -137,6 +137,15 @@ def verify(
 from ddcli.cli import bench_app  # noqa: E402
 
 
+def _check_bench_outputs(out_json: str | None, plot: str | None) -> None:
+    """Refuse unwritable --out/--plot (and --plot without matplotlib) before any work."""
+    render.check_output(out_json, "--out")
+    render.check_output(plot, "--plot")
+    if plot:
+        from ddcli.bench import require_matplotlib
+        require_matplotlib()
+
+
 def _bench_log():
     from ddcli.bench import console_log
     return console_log()
@@ -148,8 +157,10 @@ def bench_incremental(
     keys: Annotated[int, typer.Option(min=1, help="Distinct keys among them.")] = 1_000_000,
     new_updates: Annotated[int, typer.Option(min=1, help="New updates (each at its own time) in the timed run.")] = 1000,
     scale: Annotated[int, typer.Option(min=1, help="How many times more prior state (keys) for the second store.")] = 10,
+    repeat: Annotated[int, typer.Option(min=1, help="Timed incremental runs per store (figures use the median).")] = 10,
     workdir: Annotated[Optional[str], typer.Option("--dir", metavar="DIR", help="Work directory (default: a temp dir, removed).")] = None,
     out_json: Annotated[Optional[str], typer.Option("--out", metavar="FILE.json", help="Write the figures as JSON.")] = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", metavar="FILE.png", help="Save the run-time CDFs as PNG.")] = None,
     fmt: FormatOpt = None,
     json_: JsonOpt = False,
     output: OutputOpt = None,
@@ -158,17 +169,20 @@ def bench_incremental(
 
     Example:
 
-        ddcli bench incremental --updates 100000 --keys 10000 --new-updates 100 --out incr.json
+        ddcli bench incremental --updates 100000 --keys 10000 --new-updates 100 --out incr.json --plot incr.png
     """
     out = render.choose_format(fmt, json_, output)
+    _check_bench_outputs(out_json, plot)
     from ddcli import bench_pipelines as bp
     res = bp.bench_incremental(updates=updates, keys=keys, new_updates=new_updates, scale=scale,
-                               workdir=workdir, log=_bench_log())
+                               repeat=repeat, workdir=workdir, log=_bench_log())
     if out_json:
         with open(out_json, "w") as fh:
             json.dump(res, fh, indent=2)
+    if plot:
+        bp.plot_incremental(res, plot)
     f = res["figures"]
-    msg = (f"incremental run of {new_updates:,} updates: {f['base']['incremental_s']:.2f} s; from scratch "
+    msg = (f"incremental run of {new_updates:,} updates (median of {repeat}): {f['base']['incremental_s']:.2f} s; from scratch "
            f"(verify at the last time): {f['base']['from_scratch_s']:.2f} s; ratio {res['speedup_vs_from_scratch']:.1f}x\n"
            f"with {scale}x more prior state: {f['scaled']['incremental_s']:.2f} s "
            f"({res['scaled_over_base']:.2f}x the base run)")
@@ -199,6 +213,7 @@ def bench_reach(
         ddcli bench reach --nodes 200 --edges 400 --batch 1000 --points 1000,10000 --throughput 1000 --plot reach.png
     """
     out = render.choose_format(fmt, json_, output)
+    _check_bench_outputs(out_json, plot)
     from ddcli import bench_pipelines as bp
     res = bp.bench_reach(nodes=nodes, edges=edges, roots=roots, batch=batch,
                          points=[int(x) for x in points.split(",")], repeat=repeat, filler=filler,

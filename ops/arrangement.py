@@ -55,7 +55,7 @@ class Arrangement:
         if small.num_rows <= KEY_LOOKUP_LIMIT:
             if small.num_rows == 0:
                 return None
-            table = _duckdb_keyed_read(self.files, small, key)
+            table = duckdb_keyed_read(self.files, small, key)
             if table.num_rows == 0:
                 return None
             return ctx.spark.createDataFrame(table.cast(self.schema), schema=_spark_schema(self.schema))
@@ -68,7 +68,7 @@ class Arrangement:
         return self.read_all(ctx).join(renamed, on, "left_semi")
 
 
-def _duckdb_keyed_read(files: list[str], keys: pa.Table, key: list[str]) -> pa.Table:
+def duckdb_keyed_read(files: list[str], keys: pa.Table, key: list[str]) -> pa.Table:
     import duckdb
 
     con = duckdb.connect()
@@ -115,6 +115,13 @@ class LiveArrangement:
         if len(self.processed) > self.COMPACT_EVERY:
             # lazily: materialised by the next job that reads it, no job of its own
             self.processed = [self.processed_union().localCheckpoint(eager=False)]
+
+    def lookup_source(self) -> Arrangement | None:
+        """The stored arrangement, when it alone is the old side (outside loops, where
+        nothing of this run is processed yet) and can be read by key inside tasks."""
+        if self.base is not None or self.processed or self.stored is None or self.stored.is_empty():
+            return None
+        return None if self.stored.in_loop else self.stored
 
     def processed_union(self) -> DataFrame | None:
         """This run's processed updates as one frame (coalesced: a union of k frames would

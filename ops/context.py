@@ -28,6 +28,7 @@ class EvalContext:
     extra: list[str] = field(default_factory=list)  # ["_at"] when evaluating from scratch
     arrangement: Callable | None = None  # node -> Arrangement | None (old updates), incremental only
     progress: Callable[[str], None] | None = None
+    delta_rows: int | None = None  # new input rows of this run (None: unknown or from scratch)
 
     @property
     def tcols(self) -> list[str]:

@@ -28,6 +28,8 @@ from ops.pipeline import Node, Pipeline, PipelineError, Scope
 from ops.reduce import reduce_changes
 from ops.calculus import CALCULUS_OPS, evaluate_calculus  # issue 5
 
+SMALL_DELTA_ROWS = 1_000_000  # new rows up to which reduce looks old keys up inside its tasks
+
 STATEFUL = {"join", "semijoin", "reduce", "distinct", "threshold",
             "as_of_join", "delta_join"}  # issue 5: calculus operators whose inputs are arranged
 
@@ -128,6 +130,7 @@ class Runtime:
         self.stored = stored
         self.feedback: dict[int, DataFrame | None] = {}  # loop variable -> this round's fed-back updates
         self.planned: dict[int, DataFrame | None] = {}  # planning: every node's (empty) frame
+        self.key_partitioned: dict[int, list[str]] = {}  # frames hash-partitioned by these columns
 
     def arrangement(self, node: Node) -> LiveArrangement | None:
         if node.id not in self.arranged:
@@ -217,6 +220,8 @@ def _evaluate_node(n: Node, ctx: EvalContext, out: dict, sources: dict, runtime:
     if n.op in ("output", "arrange"):
         if n.op == "arrange" and ins[0] is not None:
             _need_columns(n, ins[0], a["key"], ctx, "arrange key")
+        if n.inputs[0].id in runtime.key_partitioned:
+            runtime.key_partitioned[n.id] = runtime.key_partitioned[n.inputs[0].id]
         return ins[0]
     if n.op == "concat":
         present = [f for f in ins if f is not None]
@@ -282,14 +287,23 @@ def _check_join_keys(n: Node, ctx: EvalContext, left: DataFrame, right: DataFram
             raise PipelineError(f"{n.describe()}: join key {k!r} is {lt[k]} on the left but {rt[k]} on the right; cast one side with select")
 
 
+def _small(ctx: EvalContext) -> bool:
+    """A delta small enough that every task may look its keys up in a stored arrangement
+    (a task scans at most the whole arrangement with DuckDB, and there are few tasks)."""
+    return ctx.delta_rows is not None and ctx.delta_rows <= SMALL_DELTA_ROWS
+
+
 def _reduce(n: Node, ctx: EvalContext, df: DataFrame | None, runtime: Runtime) -> DataFrame | None:
     if df is None:
         return None
     key, reducer = reduce_spec(n, ctx.data_columns(df))
     _need_columns(n, df, key, ctx, "reduce key")
     arr = None if runtime.planning else runtime.arrangement(n.inputs[0])
-    old = arr.old_for_keys(ctx, df, key) if arr is not None else None
+    lookup = arr.lookup_source() if arr is not None and _small(ctx) else None
+    old = arr.old_for_keys(ctx, df, key) if arr is not None and lookup is None else None
+    if not ctx.extra:
+        runtime.key_partitioned[n.id] = key
     try:
-        return reduce_changes(ctx, df, old, key, reducer)
+        return reduce_changes(ctx, df, old, key, reducer, lookup=lookup)
     except (KeyError, ValueError, TypeError) as e:
         raise PipelineError(f"{n.describe()}: {e}") from None

@@ -9,15 +9,29 @@ however many distinct times the run holds (no job per time, key or row).
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from ops import reduce_kernel as rk
+from ops.arrangement import Arrangement
 from ops.context import EvalContext
 from ops.session import partitions
 from storage.lattice import time_columns
+
+
+def _with_old_updates(new: pa.Table, files: list[str], key: list[str]) -> pa.Table:
+    """A task's new updates plus the stored old updates of their keys (``_new`` false)."""
+    from ops.arrangement import duckdb_keyed_read
+    keys = new.select(key).group_by(key).aggregate([])
+    old = duckdb_keyed_read(files, keys, key)
+    if old.num_rows == 0:
+        return new
+    names = [c for c in new.column_names if c != "_new"]
+    old = old.select(names).append_column("_new", pa.array(np.zeros(old.num_rows, bool)))
+    return pa.concat_tables([new, old.select(new.column_names).cast(new.schema)])
 
 
 def output_arrow_schema(key_schema: pa.Schema, out_schema: pa.Schema, d: int) -> pa.Schema:
@@ -27,8 +41,14 @@ def output_arrow_schema(key_schema: pa.Schema, out_schema: pa.Schema, d: int) ->
 
 
 def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, key: list[str],
-                   reducer: rk.Reducer) -> DataFrame:
-    """The output changes of ``reducer`` per ``key`` caused by ``df_new``."""
+                   reducer: rk.Reducer, *, lookup: Arrangement | None = None) -> DataFrame:
+    """The output changes of ``reducer`` per ``key`` caused by ``df_new``.
+
+    The old updates come either as a frame (``old``) or, for a small delta against a
+    stored arrangement, as ``lookup``: each task then reads its own keys' old updates
+    with DuckDB (which prunes row groups of the key-sorted layers), which costs no Spark
+    job to collect keys and no shuffle of old state.
+    """
     full_key = ctx.extra + key
     values = [c for c in ctx.data_columns(df_new) if c not in key]
     in_schema = to_arrow_schema(df_new.schema)
@@ -39,6 +59,7 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
     if old is not None:
         both = both.unionByName(old.select(*df_new.columns).withColumn("_new", F.lit(False)))
     d = ctx.d
+    lookup_files = None if lookup is None else list(lookup.files)  # the closure ships to tasks
 
     def kernel(batches):
         batches = list(batches)
@@ -47,10 +68,15 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
         table = pa.Table.from_batches(batches)
         if table.num_rows == 0:
             return
+        if lookup_files is not None:
+            table = _with_old_updates(table, lookup_files, full_key)
         out = rk.reduce_delta(table, full_key, values, d, reducer)
         if out.num_rows:
             yield from out.select(out_arrow.names).cast(out_arrow).to_batches()
 
-    out = both.repartition(partitions(ctx.spark), *full_key).mapInArrow(kernel, from_arrow_schema(out_arrow))
+    parts = partitions(ctx.spark)
+    # one partition holds every key: no shuffle needed to bring a key's updates together
+    both = both.coalesce(1) if parts == 1 else both.repartition(parts, *full_key)
+    out = both.mapInArrow(kernel, from_arrow_schema(out_arrow))
     cols = list(key) + [f.name for f in reducer.output_schema(values_schema)]
     return out.select(*cols, *ctx.tail())

@@ -151,7 +151,8 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
 
     from ops.session import get_spark, partitions, size_partitions
     spark = get_spark(master)
-    size_partitions(spark, sum(l.rows for v in views.values() for l in v.new))
+    delta_rows = sum(l.rows for v in views.values() for l in v.new)
+    size_partitions(spark, delta_rows, single_ok=not any(n.op == "loop" for n in p.nodes))
     schemas = check_pipeline(spark, p, views, d)
     runs = record["runs"] if record else 0
 
@@ -165,7 +166,7 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
         return Arrangement(files, update_schema(schemas[node.id], node_dim(d, node)), st.rows() if st else 0)
 
     runtime = Runtime(p, stored, progress=progress)
-    ctx = EvalContext(spark, d)
+    ctx = EvalContext(spark, d, delta_rows=delta_rows)
     sources = {}
     for n, v in views.items():
         if v.new:
@@ -194,8 +195,10 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
         if is_state:
             live = runtime.live.get(node.id)
             df = live.processed_union() if live is not None else None
+            one_frame = live is not None and len(live.processed) == 1
         else:
             df = frames.get(node.id)
+            one_frame = True
         if df is None:
             written[tname] = None
             continue
@@ -205,7 +208,8 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
                                      key=key, d=nd, lower=loop_frontier(old_frontier, depth),
                                      upper=loop_frontier(new_frontier, depth),
                                      since=since if is_state else proto.effective_since(),
-                                     seq=proto.next_seq, partitions=partitions(spark))
+                                     seq=proto.next_seq, partitions=partitions(spark),
+                                     partitioned=one_frame and runtime.key_partitioned.get(node.id) == key)
 
     result = RunResult(p.name, False, new_frontier,
                        {o: (written[o].rows if written[o] else 0) for o in p.outputs},

@@ -108,15 +108,25 @@ def cores(spark) -> int:
     return (os.cpu_count() or 2) if slots == "*" else int(slots)
 
 
-def size_partitions(spark, rows: int) -> int:
+SINGLE_PARTITION_ROWS = 100_000
+
+
+def size_partitions(spark, rows: int, *, single_ok: bool = False) -> int:
     """Shuffle partitions for a piece of work of about ``rows`` updates.
 
     Every task costs a few tens of milliseconds, so small work gets one partition per
-    core and big work a few more (bounded memory per Arrow batch). Set once per command,
-    before any plan is built; ``DDCLI_SHUFFLE_PARTITIONS`` fixes it.
+    core and big work a few more (bounded memory per Arrow batch). A tiny run of a
+    pipeline whose work cannot multiply round after round (``single_ok``: no loops) gets
+    one partition, which needs no shuffle at all to bring a key's updates together. Set
+    once per command, before any plan is built; ``DDCLI_SHUFFLE_PARTITIONS`` fixes it.
     """
     fixed = os.environ.get("DDCLI_SHUFFLE_PARTITIONS")
-    n = int(fixed) if fixed else max(cores(spark), min(64, rows // 2_000_000 + 1))
+    if fixed:
+        n = int(fixed)
+    elif single_ok and rows <= SINGLE_PARTITION_ROWS:
+        n = 1
+    else:
+        n = max(cores(spark), min(64, rows // 2_000_000 + 1))
     spark.conf.set("spark.sql.shuffle.partitions", str(n))
     return n
 

@@ -22,8 +22,12 @@ _META_SCHEMA = "name string, rows long, bytes long, key_min string, key_max stri
 
 def write_layer(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[str], d: int,
                 lower: Frontier, upper: Frontier, since: Frontier, seq: int,
-                partitions: int) -> Layer | None:
-    """Write ``df`` (data columns + time columns + diff) as one layer; None if it is empty."""
+                partitions: int, partitioned: bool = False) -> Layer | None:
+    """Write ``df`` (data columns + time columns + diff) as one layer; None if it is empty.
+
+    ``partitioned``: ``df`` is already hash-partitioned by ``key`` (a reduce's output), so
+    the files are written in the same stage, without another shuffle.
+    """
     data_columns = [f.name for f in schema if f.name not in set(time_columns(d)) | {"diff"}]
 
     def write_partition(batches):
@@ -41,7 +45,11 @@ def write_layer(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[s
                                            "key_min": json.dumps(f.key_min), "key_max": json.dumps(f.key_max)}])
 
     part_key = key or data_columns[:1]
-    rows = df.repartition(partitions, *part_key).mapInArrow(write_partition, _META_SCHEMA).collect()
+    if partitions == 1:
+        df = df.coalesce(1)  # one file: no shuffle needed to keep a key's rows together
+    elif not partitioned:
+        df = df.repartition(partitions, *part_key)
+    rows = df.mapInArrow(write_partition, _META_SCHEMA).collect()
     if not rows:
         return None
     files = sorted((LayerFile(r["name"], r["rows"], r["bytes"], json.loads(r["key_min"]), json.loads(r["key_max"]))

@@ -567,3 +567,38 @@ def test_bench_storage_saves_json_and_a_png_plot(tmp_path):
 def test_bench_plot_to_an_unwritable_place_is_refused_before_any_work(tmp_path):
     res = runner.invoke(app, ["bench", "storage", "--plot", str(tmp_path / "nope" / "b.png")])
     assert res.exit_code == 2 and "cannot write --plot" in res.stderr
+
+
+def test_bench_incremental_saves_json_and_a_cdf_plot(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is in the test extra: pip install -e '.[test]'")
+    out, png = tmp_path / "incr.json", tmp_path / "incr.png"
+    ok(runner.invoke(app, ["bench", "incremental", "--updates", "3000", "--keys", "300", "--new-updates", "20",
+                           "--scale", "3", "--repeat", "3", "--out", str(out), "--plot", str(png)]))
+    fig = json.loads(out.read_text())
+    base, scaled = fig["figures"]["base"], fig["figures"]["scaled"]
+    assert base["verified"] is True  # the incremental output equals the from-scratch evaluation
+    assert len(base["incremental_runs_s"]) == len(scaled["incremental_runs_s"]) == 3
+    assert sorted(base["incremental_runs_s"])[1] == base["incremental_s"]  # the median
+    assert fig["speedup_vs_from_scratch"] == pytest.approx(base["from_scratch_s"] / base["incremental_s"])
+    assert scaled["prior_state_rows"] == 3 * base["prior_state_rows"]  # every key once, advanced
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_bench_reach_saves_json_and_a_cdf_plot(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is in the test extra: pip install -e '.[test]'")
+    out, png = tmp_path / "reach.json", tmp_path / "reach.png"
+    ok(runner.invoke(app, ["bench", "reach", "--nodes", "20", "--edges", "30", "--roots", "2", "--batch", "10",
+                           "--points", "10,30", "--repeat", "2", "--filler", "10", "--throughput", "10",
+                           "--out", str(out), "--plot", str(png)]))
+    fig = json.loads(out.read_text())
+    assert [p["processed"] for p in fig["latency"]] == [10, 30]
+    assert all(len(p["run_seconds"]) == 2 and p["store_bytes"] > 0 for p in fig["latency"])
+    row = fig["throughput"][0]
+    assert row["scaling"] == pytest.approx(row["local[2]"]["updates_per_second"] / row["local[1]"]["updates_per_second"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_pipeline_bench_plot_to_an_unwritable_place_is_refused_before_any_work(tmp_path):
+    for bench in ("incremental", "reach"):
+        res = runner.invoke(app, ["bench", bench, "--plot", str(tmp_path / "nope" / "b.png")])
+        assert res.exit_code == 2 and "cannot write --plot" in res.stderr, bench
