@@ -138,7 +138,8 @@ def bench_incremental(*, updates: int = 10_000_000, keys: int = 1_000_000, new_u
 def _cdf(ax, seconds: list[float], label: str) -> None:
     import numpy as np
     x = np.sort(np.asarray(seconds, dtype=float))
-    ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post", label=label)
+    ax.step(np.r_[x[0], x], np.r_[0, np.arange(1, len(x) + 1) / len(x)], where="post", label=label)
+    ax.set_ylim(0, 1.02)
 
 
 def plot_incremental(res: dict, path: str) -> None:
@@ -222,7 +223,10 @@ def _reach_run(st, g: SlidingGraph, work: str, updates: int, i: int) -> float:
 
 
 def _compact(st, upper_time: int) -> None:
+    """What an operator of a sliding window does: keep no history behind the window's end
+    (the pipeline's own state follows its inputs' since by itself)."""
     st.advance("edges", since=str(upper_time))
+    st.advance("reach", since=str(upper_time))
     st.compact(full=True, grace_seconds=0)
 
 

@@ -3,9 +3,16 @@
 An input trace already is an arrangement (its layers are sorted by its key); a derived
 collection used by a stateful operator is stored as a state trace of the pipeline. A run
 reads only the old updates of the keys its new updates touch. Spark does not prune
-Parquet row groups from a join, so when the touched keys are few we collect them (a few
-thousand values at most) and let DuckDB read just those keys' row groups; when they are
-many, a Spark semi-join over the whole arrangement is cheaper than shipping keys around.
+Parquet row groups from a join, so:
+
+* a reduce with a small delta looks its keys up with DuckDB inside its own tasks
+  (``ops/reduce.py``; :meth:`LiveArrangement.lookup_source`);
+* otherwise, when the touched keys are few, we collect them and let DuckDB read just those
+  keys' row groups; when they are many, a Spark semi-join over the whole arrangement is
+  cheaper than shipping keys around;
+* inside loops, where every round reads the same old state, a small stored arrangement is
+  read once and kept in memory, and it and this run's earlier rounds are read whole: every
+  reader joins or groups by the key, and a semi-join would cost more stages than it saves.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from ops.context import EvalContext
 from ops.session import partitions
 
 KEY_LOOKUP_LIMIT = 50_000  # touched keys up to which a keyed DuckDB read pays
-CACHE_ROWS = 2_000_000  # stored arrangements up to this size are read once per run and cached
+CACHE_ROWS = 2_000_000  # stored arrangements read in loops up to this size are read once per run, in memory
 
 
 @dataclass

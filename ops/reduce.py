@@ -4,7 +4,9 @@ All updates of a touched key — its old updates from the arrangement and this r
 ones — meet in one partition (``repartition`` by key), where ``ops.reduce_kernel`` computes
 the output changes at every time they can occur, including joins of input times, with
 vectorised numpy over the whole partition. One shuffle and one Arrow stage per reduce,
-however many distinct times the run holds (no job per time, key or row).
+however many distinct times the run holds (no job per time, key or row). For a small
+delta against a stored arrangement only the new updates are shuffled and each task reads
+its keys' old updates itself; with a single partition nothing is shuffled at all.
 """
 
 from __future__ import annotations

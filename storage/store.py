@@ -279,8 +279,11 @@ class Store:
         """Seal times (move ``upper``) and/or allow compaction (move ``since``), then compact."""
         from storage.lattice import parse_frontier
         t = self.trace(name)
-        if t.owner:
-            raise StoreError(f"trace {name!r} is written by pipeline {t.owner!r}; its frontiers move with its runs")
+        if t.owner and (upper is not None or "." in name):
+            # a pipeline seals its outputs with its runs and compacts its own state; giving
+            # up an output's history (--since) is the reader's choice, as for any trace
+            what = "its upper moves with its runs" if "." not in name else "its state is compacted by its runs"
+            raise StoreError(f"trace {name!r} is written by pipeline {t.owner!r}; {what}")
         if upper is None and since is None:
             raise StoreError("give --upper and/or --since")
         if isinstance(upper, str):

@@ -31,6 +31,7 @@ import pytest
 from ops.pipeline import PipelineError
 from ops.verify import verify_pipeline
 from storage.store import Store
+from storage.trace import StoreError
 from tests import reference as R
 from tests.pipeline_bench import (REPO, XS, YS, Bench, random_updates, run_since, schedule, xs_row,
                                   xs_row_null, ys_row, ys_row_null)
@@ -361,6 +362,26 @@ DISTINCT_V = '''
 def pipeline(p):
     p.output("vs", p.input("xs").select("v", "w").distinct())
 '''
+
+
+def test_an_output_may_give_up_its_history_and_later_runs_stay_exact(spark, tmp_path):
+    bench = Bench(tmp_path, 1)
+    path = bench.pipeline("sums", SUM_BY_K)
+    ref = lambda i: {"by_k": R.sum_(R.select(i["xs"], "k", "w"), "k", "w")}  # noqa: E731
+    rng, pool = random.Random(41), []
+    for r in range(3):
+        bench.ingest("xs", XS, random_updates(rng, xs_row, schedule(1, r)[0], 30, pool))
+        bench.run(path)
+        if r == 1:
+            before = bench.store.trace("by_k").rows()
+            with pytest.raises(StoreError, match="upper moves with its runs"):
+                bench.store.advance("by_k", upper="100")
+            with pytest.raises(StoreError, match="state is compacted by its runs"):
+                bench.store.advance("sums.select_1", since="9")
+            bench.store.advance("by_k", since="9")
+            bench.store.compact(full=True, grace_seconds=0)
+            assert bench.store.trace("by_k").rows() < before  # history before 9 is merged
+    bench.check(path, ref, ["by_k"], beyond=lambda t: t[0] >= 9)
 
 
 def test_a_second_pipeline_over_the_same_inputs_has_its_own_state_and_holds(spark, tmp_path):
