@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from ops.context import EvalContext
-from ops.session import partitions
+from ops.linear import union_all, union_coalesced
 
 KEY_LOOKUP_LIMIT = 50_000  # touched keys up to which a keyed DuckDB read pays
 CACHE_ROWS = 2_000_000  # stored arrangements read in loops up to this size are read once per run, in memory
@@ -133,12 +133,7 @@ class LiveArrangement:
     def processed_union(self) -> DataFrame | None:
         """This run's processed updates as one frame (coalesced: a union of k frames would
         otherwise cost k times the tasks)."""
-        if not self.processed:
-            return None
-        out = self.processed[0]
-        for p in self.processed[1:]:
-            out = out.unionByName(p)
-        return out if len(self.processed) == 1 else out.coalesce(partitions(out.sparkSession))
+        return union_coalesced(self.processed)
 
     def old_for_keys(self, ctx: EvalContext, delta: DataFrame, key: list[str]) -> DataFrame | None:
         parts = []
@@ -153,9 +148,4 @@ class LiveArrangement:
         mine = self.processed_union()
         if mine is not None:  # this run's own work, in memory: read whole (see above)
             parts.append(mine)
-        if not parts:
-            return None
-        out = parts[0]
-        for p in parts[1:]:
-            out = out.unionByName(p.select(*out.columns))
-        return out
+        return union_all(parts)

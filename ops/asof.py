@@ -50,6 +50,7 @@ from pyspark.sql import functions as F
 
 from ops.calculus import refuse_from_scratch
 from ops.context import EvalContext
+from ops.linear import union_all
 from ops.pipeline import Node, PipelineError
 
 PENDING_TIME = "_asof_time"
@@ -102,16 +103,6 @@ def _half_join(ctx: EvalContext, orders: DataFrame, prices: DataFrame, on: list[
                     (F.col("diff") * F.col("_p_diff")).alias("diff"))
 
 
-def _union(frames: list[DataFrame | None]) -> DataFrame | None:
-    present = [f for f in frames if f is not None]
-    if not present:
-        return None
-    out = present[0]
-    for f in present[1:]:
-        out = out.unionByName(f.select(*out.columns))
-    return out
-
-
 def evaluate_as_of_join(n: Node, ctx: EvalContext, ins: list, runtime) -> DataFrame | None:
     blips, prices = ins
     on = n.args["on"]
@@ -127,14 +118,14 @@ def evaluate_as_of_join(n: Node, ctx: EvalContext, ins: list, runtime) -> DataFr
         partners = [prices]
         if prices_arr is not None:
             partners.append(prices_arr.old_for_keys(ctx, orders, on))
-        r = _union(partners)
+        r = union_all(partners)
         if r is not None:
             parts.append(_half_join(ctx, orders, r, on))
     if prices is not None and pending_arr is not None:
         old = pending_arr.old_for_keys(ctx, prices, on)
         if old is not None:
             parts.append(_half_join(ctx, _orders_of(old), prices, on))
-    return _union(parts)
+    return union_all(parts)
 
 
 def _check_sides(n: Node, ctx: EvalContext, blips: DataFrame, prices: DataFrame, on: list[str]) -> None:

@@ -51,6 +51,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from ops.context import AT, EvalContext
+from ops.linear import union_all
 from ops.pipeline import Node, PipelineError
 
 RESOLVED = "_resolved"  # node.args key: [(variables, {variable: column})] once known
@@ -200,12 +201,7 @@ def evaluate_delta_join(n: Node, ctx: EvalContext, ins: list, runtime) -> DataFr
         part = _rule(n, ctx, i, d_i, ins, rels, arrs, runtime.planning)
         if part is not None:
             parts.append(part.select(*out_vars, *ctx.tail()))
-    if not parts:
-        return None
-    out = parts[0]
-    for p in parts[1:]:
-        out = out.unionByName(p)
-    return out
+    return union_all(parts)
 
 
 def _rule(n: Node, ctx: EvalContext, i: int, d_i: DataFrame, ins: list, rels, arrs, planning: bool) -> DataFrame | None:
@@ -223,11 +219,9 @@ def _rule(n: Node, ctx: EvalContext, i: int, d_i: DataFrame, ins: list, rels, ar
             old = arrs[j].old_for_keys(ctx, touched, key)
             if old is not None:
                 partners.append(_as_variables(ctx, old, mapping))
-        if not partners:
+        r = union_all(partners)
+        if r is None:
             return None
-        r = partners[0]
-        for q in partners[1:]:
-            r = r.unionByName(q)
         acc = _pairs(ctx, acc, r, shared)
         if not planning and step < len(steps) - 1:
             acc = acc.localCheckpoint()  # computed once: the next step reads its keys, then joins it

@@ -69,16 +69,6 @@ def delay(df: DataFrame, last: str) -> DataFrame:
     return df.withColumn(last, F.col(last) + 1)
 
 
-def _union(frames: list[DataFrame | None]) -> DataFrame | None:
-    present = [f for f in frames if f is not None]
-    if not present:
-        return None
-    out = present[0]
-    for f in present[1:]:
-        out = out.unionByName(f.select(*out.columns))
-    return out
-
-
 def evaluate_loop(p: Pipeline, loop_node: Node, ctx: EvalContext, frames: dict, runtime) -> dict:
     """Run a loop to its fixed point for one batch; returns the frames of its ``leave`` nodes."""
     from ops.evaluate import evaluate_scope, scope_nodes
@@ -118,9 +108,9 @@ def evaluate_loop(p: Pipeline, loop_node: Node, ctx: EvalContext, frames: dict, 
                     for l in leaves}
         for v in variables:
             result, initial = inner.get(v.args["result"].id), inner.get(v.inputs[0].id)
-            change = _union([result, None if initial is None else linear.negate(ictx, initial)])
+            change = linear.union_all([result, None if initial is None else linear.negate(ictx, initial)])
             parts = [pending[v.id], None if change is None else delay(change, last)]
-            merged = _union(parts)
+            merged = linear.union_all(parts)
             pending[v.id] = None if merged is None else linear.consolidate(ictx, merged).localCheckpoint()
         for l in leaves:
             f = inner.get(l.inputs[1].id)
@@ -140,21 +130,15 @@ def evaluate_loop(p: Pipeline, loop_node: Node, ctx: EvalContext, frames: dict, 
         live = runtime.live.get(e.id)
         if live is not None:
             live.processed = []
-    return {l.id: (leave_frame(_coalesced(collected[l.id])) if collected[l.id] else None) for l in leaves}
+    return {l.id: (leave_frame(linear.union_coalesced(collected[l.id])) if collected[l.id] else None) for l in leaves}
 
-
-def _coalesced(frames: list[DataFrame]) -> DataFrame:
-    """One frame of many rounds' frames, without a task per round and partition."""
-    from ops.session import partitions
-    out = _union(frames)
-    return out if len(frames) == 1 else out.coalesce(partitions(out.sparkSession))
 
 
 def _next_iteration(pending: list[DataFrame | None], last: str) -> int | None:
     mins = [f.select(F.min(last).alias("m")) for f in pending if f is not None]
     if not mins:
         return None
-    row = _union(mins).agg(F.min("m").alias("m")).collect()[0]
+    row = linear.union_all(mins).agg(F.min("m").alias("m")).collect()[0]
     return row["m"]
 
 

@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from ops.context import EvalContext
+from ops.linear import union_all
 
 
 def _pairs(ctx: EvalContext, left: DataFrame, right: DataFrame, on: list[str],
@@ -55,19 +56,12 @@ def join_changes(ctx: EvalContext, on: list[str], d_left: DataFrame | None, d_ri
             old = right_arr.old_for_keys(ctx, d_left, on)
             if old is not None:
                 partners.append(right_view(old))
-        if partners:
-            r = partners[0]
-            for p in partners[1:]:
-                r = r.unionByName(p)
+        r = union_all(partners)
+        if r is not None:
             parts.append(_pairs(ctx, d_left, r, on, right_cols(r)))
     if d_right is not None and left_arr is not None:
         old_left = left_arr.old_for_keys(ctx, d_right, on)
         if old_left is not None:
             r = right_view(d_right)
             parts.append(_pairs(ctx, old_left, r, on, right_cols(r)))
-    if not parts:
-        return None
-    out = parts[0]
-    for p in parts[1:]:
-        out = out.unionByName(p)
-    return out
+    return union_all(parts)

@@ -34,10 +34,26 @@ def flat_map(ctx: EvalContext, df: DataFrame, column: str, array_expr, keep: lis
 
 
 def concat(ctx: EvalContext, frames: list[DataFrame]) -> DataFrame:
-    out = frames[0]
-    for f in frames[1:]:
-        out = out.unionByName(f)
+    return union_all(frames)
+
+
+def union_all(frames: list[DataFrame | None]) -> DataFrame | None:
+    """The union (by column name) of the frames that are present; None if none is."""
+    present = [f for f in frames if f is not None]
+    if not present:
+        return None
+    out = present[0]
+    for f in present[1:]:
+        out = out.unionByName(f.select(*out.columns))
     return out
+
+
+def union_coalesced(frames: list[DataFrame]) -> DataFrame | None:
+    """``union_all`` without a task per frame and partition: a union of k frames would
+    otherwise cost k times the tasks of every stage that reads it."""
+    from ops.session import partitions
+    out = union_all(frames)
+    return out if out is None or len(frames) == 1 else out.coalesce(partitions(out.sparkSession))
 
 
 def negate(ctx: EvalContext, df: DataFrame) -> DataFrame:

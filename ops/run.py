@@ -29,11 +29,11 @@ from ops.load import load_pipeline
 from ops.pipeline import Node, Pipeline, PipelineError
 from ops.writer import write_layer
 from storage import faults
-from storage.lattice import Frontier, format_frontier, time_columns
+from storage.lattice import Frontier, time_columns
 from storage.layer import Layer
 from storage.log import Conflict
 from storage.store import State, Store
-from storage.trace import StoreError, Trace
+from storage.trace import Trace
 
 
 @dataclass

@@ -551,6 +551,11 @@ def test_airflow_dag_runs_the_sample_job_with_a_stub_airflow(spark, tmp_path, mo
 # ------------------------------------------------------------------ bench plots
 
 
+def assert_png_plot(png) -> None:
+    """A real PNG with something drawn in it (an empty figure is a few kB)."""
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
 def test_bench_storage_saves_json_and_a_png_plot(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib is in the test extra: pip install -e '.[test]'")
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
@@ -561,7 +566,7 @@ def test_bench_storage_saves_json_and_a_png_plot(tmp_path):
     assert len(small["latencies_s"]) == 12 and all(x > 0 for x in small["latencies_s"])
     assert small["latency_s"]["p50"] <= small["latency_s"]["p99"] <= small["latency_s"]["max"]
     assert len(fig["layers"]["after_each_ingest"]) == 12
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert_png_plot(png)
 
 
 def test_bench_plot_to_an_unwritable_place_is_refused_before_any_work(tmp_path):
@@ -581,7 +586,7 @@ def test_bench_incremental_saves_json_and_a_cdf_plot(tmp_path):
     assert sorted(base["incremental_runs_s"])[1] == base["incremental_s"]  # the median
     assert fig["speedup_vs_from_scratch"] == pytest.approx(base["from_scratch_s"] / base["incremental_s"])
     assert scaled["prior_state_rows"] == 3 * base["prior_state_rows"]  # every key once, advanced
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert_png_plot(png)
 
 
 def test_bench_reach_saves_json_and_a_cdf_plot(tmp_path):
@@ -595,7 +600,7 @@ def test_bench_reach_saves_json_and_a_cdf_plot(tmp_path):
     assert all(len(p["run_seconds"]) == 2 and p["store_bytes"] > 0 for p in fig["latency"])
     row = fig["throughput"][0]
     assert row["scaling"] == pytest.approx(row["local[2]"]["updates_per_second"] / row["local[1]"]["updates_per_second"])
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert_png_plot(png)
 
 
 def test_pipeline_bench_plot_to_an_unwritable_place_is_refused_before_any_work(tmp_path):
