@@ -231,7 +231,8 @@ def _compact(st, upper_time: int) -> None:
 
 
 def bench_reach_latency(*, nodes: int, edges: int, roots: int, batch: int, points: list[int],
-                        repeat: int, filler: int, work: str, log=None) -> list[dict]:
+                        repeat: int, filler: int, work: str, log=None, on_point=None) -> list[dict]:
+    """The points; ``on_point(point)`` is called as soon as each is measured."""
     from ops.run import run_pipeline
     st, g = _reach_store(work, nodes, edges, roots, 7)
     run_pipeline(st, REACH_PIPELINE)
@@ -253,6 +254,8 @@ def bench_reach_latency(*, nodes: int, edges: int, roots: int, batch: int, point
             i += 1
             _compact(st, g.time)
         out.append({"processed": target, "run_seconds": runs, "store_bytes": _dir_bytes(st.path)})
+        if on_point:
+            on_point(out[-1])
         if log:
             log(f"reach: after {target:,} updates a run of {batch:,} took {min(runs):.2f}-{max(runs):.2f} s; "
                 f"store {out[-1]['store_bytes']:,} bytes")
@@ -260,11 +263,12 @@ def bench_reach_latency(*, nodes: int, edges: int, roots: int, batch: int, point
 
 
 def bench_reach_throughput(*, nodes: int, edges: int, roots: int, batch: int, work: str) -> dict:
-    """One warm-up run of ``batch`` updates, then one timed: updates per second."""
+    """A warm-up run (starts Python workers, warms the JIT), then one timed run of ``batch``
+    updates: updates per second."""
     from ops.run import run_pipeline
     st, g = _reach_store(work, nodes, edges, roots, 11)
     run_pipeline(st, REACH_PIPELINE)
-    _reach_run(st, g, work, batch, 1)
+    _reach_run(st, g, work, min(batch, 1000), 1)
     _compact(st, g.time)
     seconds = _reach_run(st, g, work, batch, 2)
     return {"batch": batch, "seconds": seconds, "updates_per_second": batch / seconds}
@@ -273,7 +277,9 @@ def bench_reach_throughput(*, nodes: int, edges: int, roots: int, batch: int, wo
 def bench_reach(*, nodes: int = 1000, edges: int = 2000, roots: int = 10, batch: int = 10_000,
                 points: list[int] | None = None, repeat: int = 3, filler: int = 100_000,
                 throughput_batches: list[int] | None = None, masters: list[str] | None = None,
-                workdir: str | None = None, log=None) -> dict:
+                workdir: str | None = None, log=None, progress=None) -> dict:
+    """Throughput first, then sustained latency; ``progress(res)`` after every figure, so a
+    long benchmark's figures so far can be saved."""
     points = points or [1_000, 10_000, 100_000, 1_000_000]
     throughput_batches = throughput_batches or [10_000, 100_000]
     masters = masters or ["local[1]", "local[2]"]
@@ -281,15 +287,8 @@ def bench_reach(*, nodes: int = 1000, edges: int = 2000, roots: int = 10, batch:
     work = workdir or tempfile.mkdtemp(prefix="ddcli-bench-reach-")
     os.makedirs(work, exist_ok=True)
     try:
-        res = {"benchmark": "reach", "nodes": nodes, "edges": edges, "roots": roots, "batch": batch}
-        lat = os.path.join(work, "latency")
-        os.makedirs(lat, exist_ok=True)
-        res["latency"] = bench_reach_latency(nodes=nodes, edges=edges, roots=roots, batch=batch, points=points,
-                                             repeat=repeat, filler=filler, work=lat, log=log)
-        first, last = res["latency"][0], res["latency"][-1]
-        res["latency_last_over_first"] = min(last["run_seconds"]) / min(first["run_seconds"])
-        res["store_growth"] = last["store_bytes"] / first["store_bytes"]
-        res["throughput"] = []
+        res = {"benchmark": "reach", "nodes": nodes, "edges": edges, "roots": roots, "batch": batch,
+               "throughput": [], "latency": []}
         for b in throughput_batches:
             row = {"batch": b}
             for m in masters:
@@ -299,6 +298,21 @@ def bench_reach(*, nodes: int = 1000, edges: int = 2000, roots: int = 10, batch:
             if len(masters) == 2:
                 row["scaling"] = row[masters[1]]["updates_per_second"] / row[masters[0]]["updates_per_second"]
             res["throughput"].append(row)
+            if progress:
+                progress(res)
+        lat = os.path.join(work, "latency")
+        os.makedirs(lat, exist_ok=True)
+
+        def point_measured(point: dict) -> None:
+            res["latency"].append(point)
+            first = res["latency"][0]
+            res["latency_last_over_first"] = min(point["run_seconds"]) / min(first["run_seconds"])
+            res["store_growth"] = point["store_bytes"] / first["store_bytes"]
+            if progress:
+                progress(res)
+
+        bench_reach_latency(nodes=nodes, edges=edges, roots=roots, batch=batch, points=points, repeat=repeat,
+                            filler=filler, work=lat, log=log, on_point=point_measured)
         return res
     finally:
         if own:

@@ -48,6 +48,11 @@ def run(
     name: NameOpt = None,
     master: MasterOpt = None,
     strict_noop: StrictNoopOpt = False,
+    batch_times: Annotated[Optional[int], typer.Option(
+        "--batch-times", min=1, metavar="N",
+        help="Pipelines with loops (one-dimensional times): take the new updates in batches of at "
+             "most N distinct times [default: 10000], compacting state in between, so that the cost "
+             "of a big run grows linearly.")] = None,
     store: StoreOpt = DEFAULT_STORE,
     fmt: FormatOpt = None,
     json_: JsonOpt = False,
@@ -72,7 +77,7 @@ def run(
     from ops.run import run_pipeline
     from storage.lattice import format_frontier
     st = _store(store)
-    res = run_pipeline(st, pipeline, name=name, master=master,
+    res = run_pipeline(st, pipeline, name=name, master=master, batch_times=batch_times,
                        progress=_progress_printer(out == "table" and sys.stderr.isatty()))
     record = {"command": "run", "pipeline": res.pipeline, "noop": res.nothing_to_do,
               "frontier": format_frontier(res.frontier) if res.frontier else None,
@@ -215,15 +220,19 @@ def bench_reach(
     out = render.choose_format(fmt, json_, output)
     _check_bench_outputs(out_json, plot)
     from ddcli import bench_pipelines as bp
+
+    def save(res: dict) -> None:  # after every figure: a long benchmark stopped early keeps its figures
+        if out_json:
+            with open(out_json, "w") as fh:
+                json.dump(res, fh, indent=2)
+        if plot and res["latency"]:
+            bp.plot_reach(res, plot)
+
     res = bp.bench_reach(nodes=nodes, edges=edges, roots=roots, batch=batch,
                          points=[int(x) for x in points.split(",")], repeat=repeat, filler=filler,
                          throughput_batches=[int(x) for x in throughput.split(",")], workdir=workdir,
-                         log=_bench_log())
-    if out_json:
-        with open(out_json, "w") as fh:
-            json.dump(res, fh, indent=2)
-    if plot:
-        bp.plot_reach(res, plot)
+                         log=_bench_log(), progress=save)
+    save(res)
     lines = [f"after {p['processed']:,} updates: a run of {batch:,} took {min(p['run_seconds']):.2f}-"
              f"{max(p['run_seconds']):.2f} s, store {p['store_bytes'] / 1e6:.1f} MB" for p in res["latency"]]
     lines.append(f"last point / first point: {res['latency_last_over_first']:.2f}x; store growth {res['store_growth']:.2f}x")

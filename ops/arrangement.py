@@ -10,9 +10,12 @@ Parquet row groups from a join, so:
 * otherwise, when the touched keys are few, we collect them and let DuckDB read just those
   keys' row groups; when they are many, a Spark semi-join over the whole arrangement is
   cheaper than shipping keys around;
-* inside loops, where every round reads the same old state, a small stored arrangement is
-  read once and kept in memory, and it and this run's earlier rounds are read whole: every
-  reader joins or groups by the key, and a semi-join would cost more stages than it saves.
+* inside loops, where every round reads the same old state, a collection's old updates are
+  kept as a *loop view*: read whole once per run (when small), hash-partitioned by the key,
+  and at every round advanced to the loop's frontier and consolidated (see
+  :meth:`LiveArrangement.view`). Every reader joins or groups by the key, so reading the
+  whole view is correct, and a reduce finds it already partitioned: only the round's new
+  updates are shuffled.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from ops.context import EvalContext
-from ops.linear import union_all, union_coalesced
+from ops.linear import consolidate, union_all, union_coalesced
 
 KEY_LOOKUP_LIMIT = 50_000  # touched keys up to which a keyed DuckDB read pays
 CACHE_ROWS = 2_000_000  # stored arrangements read in loops up to this size are read once per run, in memory
@@ -116,12 +119,32 @@ class LiveArrangement:
         self.base = base  # for an entered collection: the outer collection's arrangement
         self.enter = enter  # maps outer update frames into the loop's times
         self.processed: list[DataFrame] = []
+        self._views: dict[tuple[str, ...], _LoopView] = {}
 
     def record(self, df: DataFrame) -> None:
         self.processed.append(df)
+        for v in self._views.values():
+            v.unfolded.append(df)
         if len(self.processed) > self.COMPACT_EVERY:
             # lazily: materialised by the next job that reads it, no job of its own
             self.processed = [self.processed_union().localCheckpoint(eager=False)]
+
+    def forget_processed(self) -> None:
+        """This run's updates became old elsewhere (an entered collection, after its loop)."""
+        self.processed = []
+        self._views = {}
+
+    def advance_processed(self, first_time: int) -> None:
+        """Advance this run's processed updates to ``first_time`` in the first time
+        coordinate and consolidate them (lazily): rows that differed only there merge."""
+        if not self.processed:
+            return
+        df = union_all(self.processed)
+        first = "time" if "time" in df.columns else "time_0"
+        df = df.withColumn(first, F.greatest(F.col(first), F.lit(first_time).cast("long")))
+        summed = df.groupBy(*[c for c in df.columns if c != "diff"]).agg(F.sum("diff").alias("diff"))
+        self.processed = [summed.filter(F.col("diff") != 0).select(*df.columns).localCheckpoint(eager=False)]
+        self._views = {}
 
     def lookup_source(self) -> Arrangement | None:
         """The stored arrangement, when it alone is the old side (outside loops, where
@@ -135,7 +158,18 @@ class LiveArrangement:
         otherwise cost k times the tasks)."""
         return union_coalesced(self.processed)
 
+    def viewable(self, ctx: EvalContext) -> bool:
+        """Read through a loop view: inside a loop, with stored parts small enough to read
+        whole once per run."""
+        return bool(ctx.floor) and self._small()
+
+    def _small(self) -> bool:
+        small = self.stored is None or self.stored.rows <= CACHE_ROWS
+        return small and (self.base is None or self.base._small())
+
     def old_for_keys(self, ctx: EvalContext, delta: DataFrame, key: list[str]) -> DataFrame | None:
+        if self.viewable(ctx):
+            return self.view(ctx, key)
         parts = []
         if self.base is not None:
             outer = self.base.old_for_keys(ctx, delta, key)
@@ -149,3 +183,60 @@ class LiveArrangement:
         if mine is not None:  # this run's own work, in memory: read whole (see above)
             parts.append(mine)
         return union_all(parts)
+
+    def whole(self, ctx: EvalContext) -> DataFrame | None:
+        """Every old update: stored, entered from outside, and processed in this run."""
+        parts = []
+        if self.base is not None:
+            outer = self.base.whole(ctx)
+            if outer is not None:
+                parts.append(self.enter(outer))
+        if self.stored is not None and not self.stored.is_empty():
+            parts.append(self.stored.read_all(ctx))
+        return union_all(parts + self.processed)
+
+    def view(self, ctx: EvalContext, key: list[str]) -> DataFrame | None:
+        """The old updates inside a loop, advanced to the loop's frontier ``ctx.floor``,
+        consolidated, and hash-partitioned by ``ctx.extra + key`` (``partitions`` of them).
+
+        Every update a round processes or produces is at the loop's current iteration or
+        later (``ctx.floor``, one per enclosing loop), so an old update's iteration can be
+        raised to it without changing the collection at any time still to be computed —
+        differential dataflow's compaction to the frontier. Updates that met at different
+        rounds then consolidate: the view holds about one row per key, value and epoch
+        instead of one per round, and the reduce kernel's grids lose the past rounds.
+
+        A view is folded forward round by round (new records, then advance and
+        consolidate: one partitioned aggregation, no shuffle of the view). When an inner
+        loop starts again at a lower iteration, the view is rebuilt from the record
+        (``whole``), which keeps every iteration for the store.
+        """
+        full = tuple(ctx.extra + list(key))
+        v = self._views.get(full)
+        if v is None or any(a < b for a, b in zip(ctx.floor, v.floor)):
+            v = self._views[full] = _LoopView(ctx.floor, None, [f for f in [self.whole(ctx)] if f is not None])
+        if v.unfolded or v.floor != ctx.floor:
+            v.frame = _fold(ctx, v.frame, v.unfolded, list(full))
+            v.floor, v.unfolded = ctx.floor, []
+        return v.frame
+
+
+@dataclass
+class _LoopView:
+    floor: tuple[int, ...]  # the iterations the view is advanced to
+    frame: DataFrame | None  # consolidated, hash-partitioned by the view's key
+    unfolded: list[DataFrame]  # recorded since the last fold
+
+
+def _fold(ctx: EvalContext, view: DataFrame | None, frames: list[DataFrame], key: list[str]) -> DataFrame | None:
+    from ops.session import partitions
+    new = union_all(frames)
+    if new is not None:
+        new = new.repartition(partitions(ctx.spark), *key)
+    both = union_all([view, new])  # co-partitioned: the union keeps the partitioning
+    if both is None:
+        return None
+    loop_cols = ctx.tcols[len(ctx.tcols) - len(ctx.floor):]
+    both = both.withColumns({c: F.greatest(F.col(c), F.lit(i).cast("long")) for c, i in zip(loop_cols, ctx.floor)})
+    # grouping by columns that include the key needs no shuffle: rows stay where they are
+    return consolidate(ctx, both).localCheckpoint(eager=False)

@@ -29,6 +29,9 @@ class EvalContext:
     arrangement: Callable | None = None  # node -> Arrangement | None (old updates), incremental only
     progress: Callable[[str], None] | None = None
     delta_rows: int | None = None  # new input rows of this run (None: unknown or from scratch)
+    # inside loops: the current iteration of each enclosing loop, outermost first. Every
+    # update this round processes or produces is at these iterations or later.
+    floor: tuple[int, ...] = ()
 
     @property
     def tcols(self) -> list[str]:

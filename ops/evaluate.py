@@ -147,12 +147,18 @@ class Runtime:
                 self.live[node.id] = LiveArrangement(stored=stored)
         return self.live[node.id]
 
+    def compact_to(self, first_time: int) -> None:
+        """Between batches of a run: every later update's (first) time is >= ``first_time``,
+        so what this run processed so far is advanced to it and consolidated."""
+        for live in self.live.values():
+            live.advance_processed(first_time)
+
     def record(self, scope_frames: dict[int, DataFrame | None], nodes: list[Node]) -> None:
         """Remember a batch's changes of arranged nodes as processed (old for later batches)."""
         for n in nodes:
             df = scope_frames.get(n.id)
-            if self.planning or df is None or n.id not in self.arranged or n.op == "input":
-                continue
+            if self.planning or df is None or n.id not in self.arranged:
+                continue  # (an input's changes count too: a run may come in several batches)
             self.arrangement(n).record(df)
 
 
@@ -304,6 +310,7 @@ def _reduce(n: Node, ctx: EvalContext, df: DataFrame | None, runtime: Runtime) -
     if not ctx.extra:
         runtime.key_partitioned[n.id] = key
     try:
-        return reduce_changes(ctx, df, old, key, reducer, lookup=lookup)
+        return reduce_changes(ctx, df, old, key, reducer, lookup=lookup,
+                              old_partitioned=arr is not None and arr.viewable(ctx))
     except (KeyError, ValueError, TypeError) as e:
         raise PipelineError(f"{n.describe()}: {e}") from None

@@ -15,9 +15,10 @@ epochs of a run at once. Updates an operator places at a later iteration (meetin
 state of later iterations) simply wait in the pool until their round. The loop stops
 when nothing is pending: a fixed point.
 
-Each round is a fixed handful of Spark jobs (the feedback is consolidated and
-checkpointed, which also keeps plans from growing round after round), however many
-epochs the batch holds.
+Each round is a fixed handful of Spark jobs, however many epochs the batch holds: the
+job that finds the least pending iteration also computes the round's changes and
+materialises the feedback and every arranged frame as local checkpoints (which keeps
+plans from growing round after round); a join may add the broadcast of its small side.
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ def evaluate_loop(p: Pipeline, loop_node: Node, ctx: EvalContext, frames: dict, 
                 runtime.feedback[v.id] = pending[v.id].filter(F.col(last) == iteration)
                 pending[v.id] = pending[v.id].filter(F.col(last) > iteration)
         inner: dict[int, DataFrame | None] = {}
-        evaluate_scope(p, scope, ictx, inner, {}, runtime, preset)
+        rctx = dataclasses.replace(ictx, floor=ctx.floor + (iteration,))
+        evaluate_scope(p, scope, rctx, inner, {}, runtime, preset)
         if runtime.planning:
             _check_variables(scope, variables, inner, ictx)
             return {l.id: (leave_frame(inner[l.inputs[1].id]) if inner.get(l.inputs[1].id) is not None else None)
@@ -111,7 +113,8 @@ def evaluate_loop(p: Pipeline, loop_node: Node, ctx: EvalContext, frames: dict, 
             change = linear.union_all([result, None if initial is None else linear.negate(ictx, initial)])
             parts = [pending[v.id], None if change is None else delay(change, last)]
             merged = linear.union_all(parts)
-            pending[v.id] = None if merged is None else linear.consolidate(ictx, merged).localCheckpoint()
+            # materialised by the job that finds the next iteration: one job for the round
+            pending[v.id] = None if merged is None else linear.consolidate(ictx, merged).localCheckpoint(eager=False)
         for l in leaves:
             f = inner.get(l.inputs[1].id)
             if f is not None:
@@ -129,7 +132,7 @@ def evaluate_loop(p: Pipeline, loop_node: Node, ctx: EvalContext, frames: dict, 
     for e in enters:  # entered updates become old through the outer collection's own record
         live = runtime.live.get(e.id)
         if live is not None:
-            live.processed = []
+            live.forget_processed()
     return {l.id: (leave_frame(linear.union_coalesced(collected[l.id])) if collected[l.id] else None) for l in leaves}
 
 

@@ -43,10 +43,12 @@ def output_arrow_schema(key_schema: pa.Schema, out_schema: pa.Schema, d: int) ->
 
 
 def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, key: list[str],
-                   reducer: rk.Reducer, *, lookup: Arrangement | None = None) -> DataFrame:
+                   reducer: rk.Reducer, *, lookup: Arrangement | None = None,
+                   old_partitioned: bool = False) -> DataFrame:
     """The output changes of ``reducer`` per ``key`` caused by ``df_new``.
 
-    The old updates come either as a frame (``old``) or, for a small delta against a
+    The old updates come either as a frame (``old``; ``old_partitioned``: a loop view,
+    already hash-partitioned by the key) or, for a small delta against a
     stored arrangement, as ``lookup``: each task then reads its own keys' old updates
     with DuckDB (which prunes row groups of the key-sorted layers), which costs no Spark
     job to collect keys and no shuffle of old state.
@@ -57,7 +59,12 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
     values_schema = pa.schema([in_schema.field(v) for v in values])
     key_schema = pa.schema([in_schema.field(k) for k in full_key])
     out_arrow = output_arrow_schema(key_schema, reducer.output_schema(values_schema), ctx.d)
+    parts = partitions(ctx.spark)
     both = df_new.withColumn("_new", F.lit(True))
+    if old is not None and old_partitioned and parts > 1:
+        # a loop view is hash-partitioned by the key already: shuffle only the new updates,
+        # and the union keeps the partitioning (the repartition below is then a no-op)
+        both = both.repartition(parts, *full_key)
     if old is not None:
         both = both.unionByName(old.select(*df_new.columns).withColumn("_new", F.lit(False)))
     d = ctx.d
@@ -76,7 +83,6 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
         if out.num_rows:
             yield from out.select(out_arrow.names).cast(out_arrow).to_batches()
 
-    parts = partitions(ctx.spark)
     # one partition holds every key: no shuffle needed to bring a key's updates together
     both = both.coalesce(1) if parts == 1 else both.repartition(parts, *full_key)
     out = both.mapInArrow(kernel, from_arrow_schema(out_arrow))

@@ -11,6 +11,14 @@ Frontiers: the pipeline's frontier ``P`` is the lower envelope of its inputs' up
 state traces are compacted to ``P``, its outputs are complete up to ``P``, and it holds its
 inputs at ``P`` (and at the layer sequence number it consumed, so compaction never mixes
 layers it has seen with layers it has not).
+
+Batches: a pipeline with loops meets every new update with the whole history of its
+partners in this run, at every round, so one batch of ``n`` distinct times costs about
+``n^2``. Such a run goes through the pipeline in batches of at most ``batch_times``
+distinct times (of the first time coordinate, in order), all times of a batch at once;
+between batches its operator state is compacted to the next batch's first time, as
+differential dataflow compacts its traces when its frontier advances. The run stays one
+commit, and its cost grows linearly with its size.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import pyarrow as pa
 from ops.arrangement import Arrangement
 from ops.context import EvalContext
 from ops.evaluate import Runtime, evaluate, node_key
+from ops.linear import union_coalesced
 from ops.load import load_pipeline
 from ops.pipeline import Node, Pipeline, PipelineError
 from ops.writer import write_layer
@@ -126,8 +135,51 @@ def check_pipeline(spark, p: Pipeline, views: dict[str, InputView], d: int) -> d
     return schemas
 
 
+BATCH_TIMES = 10_000  # pipelines with loops: distinct times per batch (see above)
+
+
+def time_batches(store: Store, views: dict[str, InputView], d: int,
+                 batch_times: int) -> list[tuple[int | None, int | None, set[str]]]:
+    """``[lo, hi)`` ranges of the first time coordinate, each holding at most
+    ``batch_times`` distinct values of the run's new updates, and the inputs with updates
+    in each (read with DuckDB). One batch, unbounded, when that is all it takes."""
+    import duckdb
+    import numpy as np
+
+    col = time_columns(d)[0]
+    firsts: dict[str, np.ndarray] = {}
+    con = duckdb.connect()
+    try:
+        for n, v in views.items():
+            if v.new:
+                quoted = ", ".join("'" + f.replace("'", "''") + "'" for f in store.layer_paths(v.trace, v.new))
+                t = con.sql(f'SELECT DISTINCT "{col}" AS t FROM read_parquet([{quoted}]) ORDER BY t').to_arrow_table()
+                firsts[n] = np.asarray(t.column("t").to_numpy(), dtype=np.int64)
+    finally:
+        con.close()
+    values = np.unique(np.concatenate(list(firsts.values()))) if firsts else np.zeros(0, np.int64)
+    if len(values) <= batch_times:
+        return [(None, None, set(firsts))]
+    los = [int(x) for x in values[::batch_times]]
+
+    def has_times(ts: np.ndarray, lo: int, hi: int | None) -> bool:  # ts sorted
+        i = np.searchsorted(ts, lo)
+        return i < len(ts) and (hi is None or ts[i] < hi)
+
+    return [(lo, hi, {n for n, ts in firsts.items() if has_times(ts, lo, hi)})
+            for lo, hi in zip(los, los[1:] + [None])]
+
+
+def _between(df, col: str, lo: int | None, hi: int | None):
+    if lo is not None:
+        df = df.filter(df[col] >= lo)
+    if hi is not None:
+        df = df.filter(df[col] < hi)
+    return df
+
+
 def run_pipeline(store: Store, path: str, *, name: str | None = None, master: str | None = None,
-                 progress: Callable[[str], None] | None = None) -> RunResult:
+                 progress: Callable[[str], None] | None = None, batch_times: int | None = None) -> RunResult:
     p = load_pipeline(path, name)
     state = store.state()
     views = input_views(store, state, p)
@@ -172,7 +224,20 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
         if v.new:
             sources[n] = spark.read.schema(_empty_frame(spark, update_schema(v.trace.schema, d)).schema) \
                 .parquet(*store.layer_paths(v.trace, v.new))
-    frames = evaluate(p, ctx, sources, runtime)
+    # batches only for one-dimensional times: with more, compacting to a batch's first time
+    # could merge times the stored state must keep apart (the frontier need not be beyond it)
+    in_batches = d == 1 and any(n.op == "loop" for n in p.nodes)
+    batches = time_batches(store, views, d, batch_times or BATCH_TIMES) if in_batches else [(None, None, set(sources))]
+    first = time_columns(d)[0]
+    batch_frames: list[dict] = []
+    for i, (lo, hi, inside) in enumerate(batches):
+        if len(batches) > 1:
+            if progress:
+                progress(f"batch {i + 1} of {len(batches)}: times from {lo}" + (f" below {hi}" if hi is not None else ""))
+            if i:  # the state of earlier batches, advanced to this batch's first time
+                runtime.compact_to(lo)
+        batch_sources = {n: _between(df, first, lo, hi) for n, df in sources.items() if n in inside}
+        batch_frames.append(evaluate(p, ctx, batch_sources, runtime))
 
     # what this run writes: every output, and the arrangement of every derived collection
     targets: dict[str, tuple[Node, bool]] = {}
@@ -197,8 +262,9 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
             df = live.processed_union() if live is not None else None
             one_frame = live is not None and len(live.processed) == 1
         else:
-            df = frames.get(node.id)
-            one_frame = True
+            present = [f[node.id] for f in batch_frames if f.get(node.id) is not None]
+            df = union_coalesced(present) if present else None
+            one_frame = len(present) == 1
         if df is None:
             written[tname] = None
             continue
@@ -209,7 +275,8 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
                                      upper=loop_frontier(new_frontier, depth),
                                      since=since if is_state else proto.effective_since(),
                                      seq=proto.next_seq, partitions=partitions(spark),
-                                     partitioned=one_frame and runtime.key_partitioned.get(node.id) == key)
+                                     partitioned=one_frame and runtime.key_partitioned.get(node.id) == key,
+                                     precombine=is_state and not one_frame)
 
     result = RunResult(p.name, False, new_frontier,
                        {o: (written[o].rows if written[o] else 0) for o in p.outputs},

@@ -13,6 +13,7 @@ import uuid
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from storage.lattice import Frontier, time_columns
 from storage.layer import Layer, LayerFile, consolidate, write_layer_file
@@ -22,13 +23,17 @@ _META_SCHEMA = "name string, rows long, bytes long, key_min string, key_max stri
 
 def write_layer(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[str], d: int,
                 lower: Frontier, upper: Frontier, since: Frontier, seq: int,
-                partitions: int, partitioned: bool = False) -> Layer | None:
+                partitions: int, partitioned: bool = False, precombine: bool = False) -> Layer | None:
     """Write ``df`` (data columns + time columns + diff) as one layer; None if it is empty.
 
     ``partitioned``: ``df`` is already hash-partitioned by ``key`` (a reduce's output), so
-    the files are written in the same stage, without another shuffle.
+    the files are written in the same stage, without another shuffle. ``precombine``: most
+    rows are expected to cancel or merge once advanced to ``since`` (a loop's state, one
+    record per round at exact epochs): Spark's partial sums shrink them before the shuffle.
     """
     data_columns = [f.name for f in schema if f.name not in set(time_columns(d)) | {"diff"}]
+    if precombine and not partitioned:
+        df = _precombined(df, data_columns, d, since)
 
     def write_partition(batches):
         batches = list(batches)
@@ -56,3 +61,14 @@ def write_layer(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[s
                     for r in rows), key=lambda f: (f.key_min is None, str(f.key_min)))
     return Layer(uuid.uuid4().hex[:16], files, lower, upper, since, seq, seq + 1,
                  sum(f.rows for f in files), sum(f.bytes for f in files))
+
+
+def _precombined(df: DataFrame, data_columns: list[str], d: int, since: Frontier) -> DataFrame:
+    """Times advanced to ``since`` (as ``storage.layer.consolidate`` does), equal updates
+    summed by Spark's aggregation, whose map-side partial sums run before its shuffle."""
+    tcols = time_columns(d)
+    m = since.meet_time()
+    if m is not None:
+        df = df.withColumns({c: F.greatest(F.col(c), F.lit(int(v)).cast("long")) for c, v in zip(tcols, m)})
+    summed = df.groupBy(*data_columns, *tcols).agg(F.sum("diff").alias("diff"))
+    return summed.filter(F.col("diff") != 0).select(*data_columns, *tcols, "diff")

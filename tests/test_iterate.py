@@ -202,8 +202,8 @@ class Bench:
             fh.write(textwrap.dedent(source))
         return path
 
-    def run(self, path: str):
-        res = run_pipeline(self.store, path)
+    def run(self, path: str, **kw):
+        res = run_pipeline(self.store, path, **kw)
         assert not res.nothing_to_do
         return res
 
@@ -340,6 +340,23 @@ def test_reach_cc_and_bfs_equal_bfs_and_union_find_at_every_time_of_sliding_wind
     assert len(bench.input_times()) >= 90
 
 
+def test_a_run_in_batches_of_a_few_times_equals_bfs_and_union_find_at_every_time(spark, tmp_path):
+    """``batch_times``: a run takes its new times a few at a time, compacting its state to
+    each next batch's first time; outputs stay exact at every time, across runs too."""
+    bench = Bench(tmp_path)
+    path = bench.pipeline("graphs", GRAPHS)
+    runs = list(sliding_window_runs(5, nodes=16, edges=30, steps=[8, 9]))
+    for r, (eu, ru, upper) in enumerate(runs):
+        bench.ingest("edges", EDGES, eu, upper=upper)
+        bench.ingest("roots", ROOTS, ru, upper=upper)
+        assert len({u[1] for u in eu + ru}) >= 16  # three batches or more
+        bench.run(path, batch_times=6)
+        assert_loop_state_follows_the_frontier(bench.store, "graphs")
+        bench.check(graphs_ref, GRAPH_COLUMNS, path=path if r == len(runs) - 1 else None)
+        if r < len(runs) - 1:
+            bench.advance_and_compact((upper[0] - 3,))
+
+
 # ------------------------------------------------------------------ hand-made cases
 
 
@@ -452,7 +469,8 @@ def digital_roots_ref(inputs) -> dict:
     return {"digital_roots": dict(out)}
 
 
-def test_a_nested_loop_computes_digital_roots_by_an_inner_digit_sum_loop(spark, tmp_path):
+@pytest.mark.parametrize("batch_times", [None, 1], ids=["one_batch", "a_batch_per_time"])
+def test_a_nested_loop_computes_digital_roots_by_an_inner_digit_sum_loop(spark, tmp_path, batch_times):
     bench = Bench(tmp_path)
     path = bench.pipeline("nested", NESTED)
     rng = random.Random(3)
@@ -460,7 +478,7 @@ def test_a_nested_loop_computes_digital_roots_by_an_inner_digit_sum_loop(spark, 
     bases = {k: rng.choice([4, 7, 10]) for k in range(8)}
     bench.ingest("nums", NUMS, [(x, (0,), 1) for x in nums] + [((3, 599), (1,), 2)], upper=(2,))
     bench.ingest("bases", BASES, [((k, b), (0,), 1) for k, b in bases.items() if k != 6], upper=(2,))
-    bench.run(path)
+    bench.run(path, batch_times=batch_times)
     bench.check(digital_roots_ref, {"digital_roots": ("k", "v")})
     bench.advance_and_compact((1,))
     # 2: a number changes (retract + insert at once); 3: a base changes, key 6 gets one and key 7
@@ -471,7 +489,7 @@ def test_a_nested_loop_computes_digital_roots_by_an_inner_digit_sum_loop(spark, 
           ((10, 4), (4,), 1)]
     bench.ingest("nums", NUMS, nu, upper=(5,))
     bench.ingest("bases", BASES, bu, upper=(5,))
-    bench.run(path)
+    bench.run(path, batch_times=batch_times)
     bench.check(digital_roots_ref, {"digital_roots": ("k", "v")}, path=path)
 
 
