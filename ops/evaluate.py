@@ -195,7 +195,9 @@ def evaluate_scope(p: Pipeline, scope: Scope | None, ctx: EvalContext, frames: d
             # computed once (while the round's feedback is computed): used by this round's
             # operators and, as old state, by every later round. A lazy local checkpoint
             # costs no job of its own and cuts the plan, so plans do not grow round by round.
-            df = frames[n.id] = df.localCheckpoint(eager=False)
+            # Consolidated first: a join's changes at many epochs largely cancel (reach, 10^4
+            # updates: 41 s -> 32-38 s), and Spark sums them before its shuffle.
+            df = frames[n.id] = linear.consolidate(ctx, df).localCheckpoint(eager=False)
         if df is not None:
             seen: set[str] = set()
             bad = [c for c in df.columns if c in seen or seen.add(c)]  # e.g. a user column named diff
