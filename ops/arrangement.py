@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from ops.context import EvalContext
-from ops.linear import consolidate, union_all, union_coalesced
+from ops.linear import advance_and_sum, union_all, union_coalesced
 
 KEY_LOOKUP_LIMIT = 50_000  # touched keys up to which a keyed DuckDB read pays
 CACHE_ROWS = 2_000_000  # stored arrangements read in loops up to this size are read once per run, in memory
@@ -141,9 +141,7 @@ class LiveArrangement:
             return
         df = union_all(self.processed)
         first = "time" if "time" in df.columns else "time_0"
-        df = df.withColumn(first, F.greatest(F.col(first), F.lit(first_time).cast("long")))
-        summed = df.groupBy(*[c for c in df.columns if c != "diff"]).agg(F.sum("diff").alias("diff"))
-        self.processed = [summed.filter(F.col("diff") != 0).select(*df.columns).localCheckpoint(eager=False)]
+        self.processed = [advance_and_sum(df, {first: first_time}).localCheckpoint(eager=False)]
         self._views = {}
 
     def lookup_source(self) -> Arrangement | None:
@@ -214,7 +212,8 @@ class LiveArrangement:
         full = tuple(ctx.extra + list(key))
         v = self._views.get(full)
         if v is None or any(a < b for a, b in zip(ctx.floor, v.floor)):
-            v = self._views[full] = _LoopView(ctx.floor, None, [f for f in [self.whole(ctx)] if f is not None])
+            whole = self.whole(ctx)
+            v = self._views[full] = _LoopView(ctx.floor, None, [] if whole is None else [whole])
         if v.unfolded or v.floor != ctx.floor:
             v.frame = _fold(ctx, v.frame, v.unfolded, list(full))
             v.floor, v.unfolded = ctx.floor, []
@@ -237,6 +236,5 @@ def _fold(ctx: EvalContext, view: DataFrame | None, frames: list[DataFrame], key
     if both is None:
         return None
     loop_cols = ctx.tcols[len(ctx.tcols) - len(ctx.floor):]
-    both = both.withColumns({c: F.greatest(F.col(c), F.lit(i).cast("long")) for c, i in zip(loop_cols, ctx.floor)})
     # grouping by columns that include the key needs no shuffle: rows stay where they are
-    return consolidate(ctx, both).localCheckpoint(eager=False)
+    return advance_and_sum(both, dict(zip(loop_cols, ctx.floor))).localCheckpoint(eager=False)

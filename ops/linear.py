@@ -62,6 +62,16 @@ def negate(ctx: EvalContext, df: DataFrame) -> DataFrame:
 
 def consolidate(ctx: EvalContext, df: DataFrame) -> DataFrame:
     """Sum the diffs of equal (data, time) and drop zeros."""
-    group = ctx.data_columns(df) + ctx.extra + ctx.tcols
-    out = df.groupBy(*group).agg(F.sum("diff").alias("diff")).filter(F.col("diff") != 0)
-    return out.select(*ctx.data_columns(df), *ctx.tail())
+    return advance_and_sum(df.select(*ctx.data_columns(df), *ctx.tail()), {})
+
+
+def advance_and_sum(df: DataFrame, floors: dict[str, int]) -> DataFrame:
+    """Time columns raised to at least ``floors`` (advancing to a frontier of one time),
+    then equal updates summed and zeros dropped; the columns keep their order.
+
+    Grouped by every column but ``diff``: Spark sums map-side before its shuffle, and needs
+    none when the frame is already partitioned by some of those columns.
+    """
+    df = df.withColumns({c: F.greatest(F.col(c), F.lit(int(v)).cast("long")) for c, v in floors.items()})
+    summed = df.groupBy(*[c for c in df.columns if c != "diff"]).agg(F.sum("diff").alias("diff"))
+    return summed.filter(F.col("diff") != 0).select(*df.columns)

@@ -13,8 +13,8 @@ import uuid
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
+from ops.linear import advance_and_sum
 from storage.lattice import Frontier, time_columns
 from storage.layer import Layer, LayerFile, consolidate, write_layer_file
 
@@ -68,7 +68,4 @@ def _precombined(df: DataFrame, data_columns: list[str], d: int, since: Frontier
     summed by Spark's aggregation, whose map-side partial sums run before its shuffle."""
     tcols = time_columns(d)
     m = since.meet_time()
-    if m is not None:
-        df = df.withColumns({c: F.greatest(F.col(c), F.lit(int(v)).cast("long")) for c, v in zip(tcols, m)})
-    summed = df.groupBy(*data_columns, *tcols).agg(F.sum("diff").alias("diff"))
-    return summed.filter(F.col("diff") != 0).select(*data_columns, *tcols, "diff")
+    return advance_and_sum(df.select(*data_columns, *tcols, "diff"), {} if m is None else dict(zip(tcols, m)))
