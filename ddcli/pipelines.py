@@ -51,7 +51,7 @@ def run(
     batch_times: Annotated[Optional[int], typer.Option(
         "--batch-times", min=1, metavar="N",
         help="Pipelines with loops (one-dimensional times): take the new updates in batches of at "
-             "most N distinct times [default: 10000], compacting state in between, so that the cost "
+             "most N distinct times [default: 50000], compacting state in between, so that the cost "
              "of a big run grows linearly.")] = None,
     store: StoreOpt = DEFAULT_STORE,
     fmt: FormatOpt = None,

@@ -136,12 +136,17 @@ class LiveArrangement:
 
     def advance_processed(self, first_time: int) -> None:
         """Advance this run's processed updates to ``first_time`` in the first time
-        coordinate and consolidate them (lazily): rows that differed only there merge."""
+        coordinate and consolidate them: rows that differed only there merge.
+
+        Materialised now (one job): the per-round frames it replaces, and the round
+        checkpoints behind them, are then released. Kept lazily, they would stay in memory
+        until the run's end, and a long run's batches would slow down one after another.
+        """
         if not self.processed:
             return
-        df = union_all(self.processed)
+        df = union_coalesced(self.processed)
         first = "time" if "time" in df.columns else "time_0"
-        self.processed = [advance_and_sum(df, {first: first_time}).localCheckpoint(eager=False)]
+        self.processed = [advance_and_sum(df, {first: first_time}).localCheckpoint(eager=True)]
         self._views = {}
 
     def lookup_source(self) -> Arrangement | None:

@@ -133,7 +133,9 @@ def evaluate_loop(p: Pipeline, loop_node: Node, ctx: EvalContext, frames: dict, 
         live = runtime.live.get(e.id)
         if live is not None:
             live.forget_processed()
-    return {l.id: (leave_frame(linear.union_coalesced(collected[l.id])) if collected[l.id] else None) for l in leaves}
+    # consolidated: a loop's changes at one outer time, round after round, largely cancel
+    return {l.id: (linear.consolidate(ctx, leave_frame(linear.union_coalesced(collected[l.id])))
+                   if collected[l.id] else None) for l in leaves}
 
 
 

@@ -14,10 +14,13 @@ layers it has seen with layers it has not).
 
 Batches: a pipeline with loops meets every new update with the whole history of its
 partners in this run, at every round, so one batch of ``n`` distinct times costs about
-``n^2``. Such a run goes through the pipeline in batches of at most ``batch_times``
+``n^2`` — plus a cost per round (driver work, scheduling) that small batches pay again and
+again, which is why batches are large. Such a run goes through the pipeline in batches of at most ``batch_times``
 distinct times (of the first time coordinate, in order), all times of a batch at once;
 between batches its operator state is compacted to the next batch's first time, as
-differential dataflow compacts its traces when its frontier advances. The run stays one
+differential dataflow compacts its traces when its frontier advances, and that state and
+the batch's outputs are materialised, so the frames of the batch's rounds are released
+(kept, they fill the heap and each batch is slower than the last). The run stays one
 commit, and its cost grows linearly with its size.
 """
 
@@ -135,7 +138,7 @@ def check_pipeline(spark, p: Pipeline, views: dict[str, InputView], d: int) -> d
     return schemas
 
 
-BATCH_TIMES = 10_000  # pipelines with loops: distinct times per batch (see above)
+BATCH_TIMES = 50_000  # pipelines with loops: distinct times per batch (see above)
 
 
 def time_batches(store: Store, views: dict[str, InputView], d: int,
@@ -237,7 +240,12 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
             if i:  # the state of earlier batches, advanced to this batch's first time
                 runtime.compact_to(lo)
         batch_sources = {n: _between(df, first, lo, hi) for n, df in sources.items() if n in inside}
-        batch_frames.append(evaluate(p, ctx, batch_sources, runtime))
+        frames = evaluate(p, ctx, batch_sources, runtime)
+        outs = {node.id: frames.get(node.id) for node in p.outputs.values()}
+        if len(batches) > 1:  # materialised now, so the batch's round frames can be released
+            outs = {k: (f.localCheckpoint(eager=True) if f is not None else None) for k, f in outs.items()}
+        batch_frames.append(outs)
+        del frames
 
     # what this run writes: every output, and the arrangement of every derived collection
     targets: dict[str, tuple[Node, bool]] = {}
