@@ -15,8 +15,9 @@ layers it has seen with layers it has not).
 Batches: a pipeline with loops meets every new update with the whole history of its
 partners in this run, at every round, so one batch of ``n`` distinct times costs about
 ``n^2`` — plus a cost per round (driver work, scheduling) that small batches pay again and
-again, which is why batches are large. Such a run goes through the pipeline in batches of at most ``batch_times``
-distinct times (of the first time coordinate, in order), all times of a batch at once;
+again, which is why batches are large. Such a run goes through the pipeline in batches of
+at most ``batch_times`` distinct times (of the first time coordinate, in order), all times
+of a batch at once;
 between batches its operator state is compacted to the next batch's first time, as
 differential dataflow compacts its traces when its frontier advances, and that state and
 the batch's outputs are materialised, so the frames of the batch's rounds are released
