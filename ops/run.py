@@ -17,12 +17,11 @@ partners in this run, at every round, so one batch of ``n`` distinct times costs
 ``n^2`` — plus a cost per round (driver work, scheduling) that small batches pay again and
 again, which is why batches are large. Such a run goes through the pipeline in batches of
 at most ``batch_times`` distinct times (of the first time coordinate, in order), all times
-of a batch at once;
-between batches its operator state is compacted to the next batch's first time, as
-differential dataflow compacts its traces when its frontier advances, and that state and
-the batch's outputs are materialised, so the frames of the batch's rounds are released
-(kept, they fill the heap and each batch is slower than the last). The run stays one
-commit, and its cost grows linearly with its size.
+of a batch at once; between batches its operator state is compacted to the next batch's
+first time, as differential dataflow compacts its traces when its frontier advances, and
+that state and the batch's outputs are materialised, so the frames of the batch's rounds
+are released (kept, they fill the heap and each batch is slower than the last). The run
+stays one commit, and its cost grows linearly with its size.
 """
 
 from __future__ import annotations
