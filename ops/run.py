@@ -242,7 +242,7 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
         batch_sources = {n: _between(df, first, lo, hi) for n, df in sources.items() if n in inside}
         frames = evaluate(p, ctx, batch_sources, runtime)
         outs = {node.id: frames.get(node.id) for node in p.outputs.values()}
-        if len(batches) > 1:  # materialised now, so the batch's round frames can be released
+        if i < len(batches) - 1:  # materialised now, so the batch's round frames can be released
             outs = {k: (f.localCheckpoint(eager=True) if f is not None else None) for k, f in outs.items()}
         batch_frames.append(outs)
         del frames
