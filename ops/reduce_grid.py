@@ -1,0 +1,261 @@
+"""The grid kernel: ``f`` evaluated on each key's grid of times (DESIGN.md §4's note).
+
+For a key, the accumulated input only changes on the key's *grid* (the product of the
+distinct values each time coordinate takes among the key's updates), so ``F(g) = f(input
+at g)`` is evaluated on grid points only and the output updates are the d-dimensional
+finite differences of ``F``. Incrementality: the output of a run is the finite
+differences of ``E = F_total - F_old``, and ``E(g)`` is zero wherever no new update is
+``<= g``, so ``f`` only runs at grid points where the new updates change the input.
+
+Cost, per key with ``V`` distinct value rows and grid size ``G = prod_i n_i``: a dense
+``V x G`` array. That is the right shape for user reducers (``reduce_per_key``), which see
+whole collections, and for ``d >= 2``; one-dimensional built-in reducers use the sweeps
+of ``ops.reduce_sweep`` instead. Keys are processed in chunks of about ``max_cells``
+cells; a single key larger than that is refused (:class:`KeyTooLarge`) rather than
+allowed to take a worker's memory down.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pyarrow as pa
+
+from ops.reduce_util import COUNT, GROUP, empty_table, exclusive_cumsum, group_sum, np_int, row_ids, seg_cumsum_
+from storage.lattice import time_columns
+
+
+class KeyTooLarge(ValueError):
+    """One key's dense grid exceeds the cell budget."""
+
+
+def grid_delta(table: pa.Table, key: list[str], values: list[str], d: int, reducer, out_schema: pa.Schema,
+               result_schema: pa.Schema, max_cells: int, limit_cells: int | None = None) -> list[pa.Table]:
+    """Output changes (unsorted parts) of ``reducer`` for the touched keys of ``table``;
+    a key needing more than ``limit_cells`` dense cells raises :class:`KeyTooLarge`."""
+    n = table.num_rows
+    tcols = time_columns(d)
+    # keys and (key, value row) pairs; kv ids are sorted by key
+    kid, K = row_ids(table, key)
+    kv, P = row_ids(table, values, base=kid)
+    rows = np.arange(n, dtype=np.int64)
+    key_rep = np.empty(K, np.int64)
+    key_rep[kid] = rows
+    kv_rep = np.empty(P, np.int64)
+    kv_rep[kv] = rows
+    kv_key = kid[kv_rep]
+
+    # per coordinate: each key's sorted distinct values, and each update's rank in them
+    ranks, ncoord, tstart, tvals = [], [], [], []
+    for c in tcols:
+        t = np_int(table.column(c))
+        order = np.lexsort((t, kid))
+        ks, ts = kid[order], t[order]
+        first = np.ones(n, bool)
+        first[1:] = (ks[1:] != ks[:-1]) | (ts[1:] != ts[:-1])
+        cnt = np.bincount(ks[first], minlength=K).astype(np.int64)
+        st = exclusive_cumsum(cnt)
+        r = np.empty(n, np.int64)
+        r[order] = np.cumsum(first) - 1 - st[ks]
+        ranks.append(r)
+        ncoord.append(cnt)
+        tstart.append(st)
+        tvals.append(ts[first])
+
+    # what every chunk of keys shares (whole-table arrays are indexed by row)
+    ctx = SimpleNamespace(
+        table=table,
+        key=key,
+        values=values,
+        d=d,
+        reducer=reducer,
+        out_schema=out_schema,
+        result_schema=result_schema,
+        diff=np_int(table.column("diff")),
+        new=(
+            np.asarray(table.column("_new").to_numpy(zero_copy_only=False), dtype=bool)
+            if "_new" in table.column_names
+            else np.ones(n, bool)
+        ),
+        ranks=ranks,
+        tstart=tstart,
+        tvals=tvals,
+    )
+
+    # chunks of whole keys, each about max_cells dense cells (a huge key goes alone)
+    kv_per_key = np.bincount(kv_key, minlength=K).astype(np.int64)
+    gsize = np.ones(K, np.int64)
+    for cnt in ncoord:
+        gsize *= cnt
+    chunk = exclusive_cumsum(gsize * kv_per_key) // max(int(max_cells), 1)
+    kbounds = np.flatnonzero(np.r_[True, chunk[1:] != chunk[:-1], True])
+    row_order = np.argsort(kid, kind="stable")
+    row_start = np.r_[0, np.cumsum(np.bincount(kid, minlength=K))]
+    kv_start = np.r_[0, np.cumsum(kv_per_key)]
+    cells = gsize * kv_per_key
+    if limit_cells is not None and len(cells) and cells.max() > limit_cells:
+        big = int(np.argmax(cells))
+        shown = {c: table.column(c)[int(key_rep[big])].as_py() for c in key}
+        raise KeyTooLarge(
+            f"{reducer!r}: key {shown} needs {int(cells[big]):,} cells ({int(kv_per_key[big]):,} distinct value rows "
+            f"x {int(gsize[big]):,} grid points), over the budget of {int(limit_cells):,} "
+            f"(DDCLI_REDUCE_MEMORY); split the key or raise the budget")
+    parts = []
+    for k0, k1 in zip(kbounds[:-1], kbounds[1:]):
+        sel = row_order[row_start[k0] : row_start[k1]]
+        part = _reduce_keys(
+            ctx,
+            sel,
+            kid[sel] - k0,
+            kv[sel] - kv_start[k0],
+            [nc[k0:k1] for nc in ncoord],
+            kv_key[kv_start[k0] : kv_start[k1]] - k0,
+            kv_rep[kv_start[k0] : kv_start[k1]],
+            key_rep[k0:k1],
+            k0,
+        )
+        if part is not None:
+            parts.append(part)
+    return parts
+
+
+def _reduce_keys(ctx, sel, kid, kv, ncoord, kv_key, kv_rep, key_rep, k0):
+    """reduce_delta for the keys ``k0 ..`` whose rows are ``sel``; ids here are chunk-local."""
+    d, table = ctx.d, ctx.table
+    K, P = len(key_rep), len(kv_rep)
+    diff, new = ctx.diff[sel], ctx.new[sel]
+
+    # mixed-radix layout of each key's grid, last coordinate fastest; per grid point its
+    # key, coordinates, and (for the axis permutations) its index with coordinate i last
+    strides = [None] * d
+    s = np.ones(K, np.int64)
+    for i in reversed(range(d)):
+        strides[i] = s
+        s = s * ncoord[i]
+    gsize = s
+    gbase = exclusive_cumsum(gsize)
+    gkey = np.repeat(np.arange(K, dtype=np.int64), gsize)
+    glocal = np.arange(len(gkey), dtype=np.int64) - gbase[gkey]
+    gcoord, gperm = [], []
+    for i in range(d):
+        st_i, n_i = strides[i][gkey], ncoord[i][gkey]
+        q = glocal // st_i
+        r_i = q % n_i
+        gcoord.append(r_i)
+        gperm.append(((q // n_i) * st_i + (glocal - q * st_i)) * n_i + r_i)
+    del glocal
+
+    # dense cells: one copy of its key's grid per (key, value row), blocks in kv order
+    cell_count = gsize[kv_key]
+    cbase = exclusive_cumsum(cell_count)
+    C = int(cell_count.sum())
+    cell_kv = np.repeat(np.arange(P, dtype=np.int64), cell_count)
+    base = cbase[cell_kv]
+    gid = np.arange(C, dtype=np.int64)
+    gid -= base
+    gid += gbase[kv_key][cell_kv]  # the cell's grid point
+
+    at = cbase[kv]
+    for i in range(d):
+        at += ctx.ranks[i][sel] * strides[i][kid]
+    total = np.zeros(C, np.int64)
+    fresh = np.zeros(C, np.int64)
+    np.add.at(total, at, diff)
+    np.add.at(fresh, at, np.where(new, diff, 0))
+
+    # accumulate: prefix sum along each coordinate within each block
+    for i in range(d):
+        first = gcoord[i][gid] == 0
+        if i == d - 1:  # contiguous runs already
+            idx = np.flatnonzero(first)
+            lens = np.diff(np.append(idx, C))
+            for a in (total, fresh):
+                seg_cumsum_(a, idx, lens)
+            continue
+        # move coordinate i last: a permutation within the block, no sort needed
+        pos = base + gperm[i][gid]
+        start = np.empty(C, bool)
+        start[pos] = first
+        idx = np.flatnonzero(start)
+        lens = np.diff(np.append(idx, C))
+        for a in (total, fresh):
+            tr = np.empty_like(a)
+            tr[pos] = a
+            seg_cumsum_(tr, idx, lens)
+            a[:] = tr[pos]
+        del pos, start, tr
+    del base
+
+    # grid points where the new updates change the accumulated input: E = F_total - F_old
+    changed = np.zeros(len(gkey), bool)
+    changed[gid[fresh != 0]] = True
+    point_ids = np.flatnonzero(changed)
+    compact = np.cumsum(changed) - 1
+    in_pt = changed[gid]
+    cells_t = np.flatnonzero(in_pt & (total != 0))
+    cells_o = np.flatnonzero(in_pt & (total != fresh))
+    group = np.concatenate([2 * compact[gid[cells_t]], 2 * compact[gid[cells_o]] + 1])
+    if len(group) == 0:
+        return None
+    count = np.concatenate([total[cells_t], total[cells_o] - fresh[cells_o]])
+    take = pa.array(kv_rep[cell_kv[np.concatenate([cells_t, cells_o])]])
+    del gid, cell_kv, total, fresh, in_pt
+    rin = pa.table(
+        {
+            GROUP: pa.array(group, pa.int64()),
+            **{c: table.column(c).take(take) for c in ctx.values},
+            COUNT: pa.array(count, pa.int64()),
+        }
+    )
+
+    rout = ctx.reducer(rin)
+    outcols = ctx.out_schema.names
+    for c in [GROUP, COUNT] + outcols:
+        if c not in rout.column_names:
+            raise ValueError(f"reducer {ctx.reducer!r} returned no column {c!r}")
+    if rout.num_rows == 0:
+        return None
+    og = np_int(rout.column(GROUP))
+    e_cnt = np_int(rout.column(COUNT)) * np.where(og % 2 == 1, -1, 1)
+    e_pt = point_ids[og // 2]
+    ocode, _ = row_ids(rout, outcols)
+
+    # consolidate E, then finite differences: shift each E row to successors with sign
+    rep, e_cnt = group_sum([e_pt, ocode], e_cnt)
+    keep = e_cnt != 0
+    rep, e_cnt = rep[keep], e_cnt[keep]
+    e_pt = e_pt[rep]
+    pkey = gkey[e_pt]
+    z_pt, z_rep, z_cnt = [], [], []
+    for S in range(1 << d):
+        ok = np.ones(len(e_pt), bool)
+        shift = np.zeros(len(e_pt), np.int64)
+        for i in range(d):
+            if S >> i & 1:
+                ok &= gcoord[i][e_pt] < ncoord[i][pkey] - 1
+                shift += strides[i][pkey]
+        sign = -1 if bin(S).count("1") % 2 else 1
+        z_pt.append((e_pt + shift)[ok])
+        z_rep.append(rep[ok])
+        z_cnt.append(sign * e_cnt[ok])
+    z_pt, z_rep, z_cnt = (np.concatenate(a) for a in (z_pt, z_rep, z_cnt))
+    r2, z_cnt = group_sum([z_pt, ocode[z_rep]], z_cnt)
+    keep = z_cnt != 0
+    if not keep.any():
+        return None
+    r2, z_cnt = r2[keep], z_cnt[keep]
+    z_pt, z_rep = z_pt[r2], z_rep[r2]
+
+    # back to columns: key values, output values, grid coordinates -> times
+    zkey = gkey[z_pt]
+    cols = {}
+    ktake, otake = pa.array(key_rep[zkey]), pa.array(z_rep)
+    for c in ctx.key:
+        cols[c] = table.column(c).take(ktake)
+    for f in ctx.out_schema:
+        cols[f.name] = rout.column(f.name).take(otake).cast(f.type)
+    for i, c in enumerate(time_columns(d)):
+        cols[c] = pa.array(ctx.tvals[i][ctx.tstart[i][zkey + k0] + gcoord[i][z_pt]], pa.int64())
+    cols["diff"] = pa.array(z_cnt, pa.int64())
+    return pa.table(cols, schema=ctx.result_schema)
