@@ -25,7 +25,7 @@ from ops import reduce_kernel as rk
 from ops.arrangement import Arrangement, LiveArrangement
 from ops.context import RESERVED, EvalContext
 from ops.pipeline import Node, Pipeline, PipelineError, Scope
-from ops.reduce import reduce_changes
+from ops.reduce import reduce_changes, two_stage
 from ops.calculus import CALCULUS_OPS, evaluate_calculus  # issue 5
 
 SMALL_DELTA_ROWS = 1_000_000  # new rows up to which reduce looks old keys up inside its tasks
@@ -307,7 +307,8 @@ def _reduce(n: Node, ctx: EvalContext, df: DataFrame | None, runtime: Runtime) -
     key, reducer = reduce_spec(n, ctx.data_columns(df))
     _need_columns(n, df, key, ctx, "reduce key")
     arr = None if runtime.planning else runtime.arrangement(n.inputs[0])
-    lookup = arr.lookup_source() if arr is not None and _small(ctx) else None
+    # a split reduce deals each key's rows to several tasks: they cannot look keys up
+    lookup = arr.lookup_source() if arr is not None and _small(ctx) and not two_stage(ctx, reducer) else None
     old = arr.old_for_keys(ctx, df, key) if arr is not None and lookup is None else None
     if not ctx.extra:
         runtime.key_partitioned[n.id] = key

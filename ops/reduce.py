@@ -7,9 +7,16 @@ vectorised numpy over the whole partition. One shuffle and one Arrow stage per r
 however many distinct times the run holds (no job per time, key or row). For a small
 delta against a stored arrangement only the new updates are shuffled and each task reads
 its keys' old updates itself; with a single partition nothing is shuffled at all.
+
+A big run of a one-dimensional reduce (``two_stage``) splits every key's value rows among
+tasks instead, so a hot key never lands whole in one task: count, sum and count_distinct
+sum per-task partials per (key, time) (one more shuffle, of partials); min, max and top_k
+reduce each share of a key's rows to its first k records over time, then reduce those.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +41,19 @@ def _with_old_updates(new: pa.Table, files: list[str], key: list[str]) -> pa.Tab
     names = [c for c in new.column_names if c != "_new"]
     old = old.select(names).append_column("_new", pa.array(np.zeros(old.num_rows, bool)))
     return pa.concat_tables([new, old.select(new.column_names).cast(new.schema)])
+
+
+#: New updates from which a one-dimensional reduce splits keys among tasks (two stages).
+SPLIT_ROWS = 200_000
+
+
+def two_stage(ctx: EvalContext, reducer: rk.Reducer) -> bool:
+    """Split keys among tasks: one-dimensional times outside loops, a built-in reducer
+    that composes over shares of value rows, and a run big enough for a key to be hot
+    (``DDCLI_REDUCE_SPLIT_ROWS`` overrides the threshold; 0 splits every run)."""
+    limit = int(os.environ.get("DDCLI_REDUCE_SPLIT_ROWS", SPLIT_ROWS))
+    return (ctx.d == 1 and not ctx.extra and isinstance(reducer, rk.ABELIAN + rk.ORDER)
+            and (ctx.delta_rows or 0) >= limit)
 
 
 def output_arrow_schema(key_schema: pa.Schema, out_schema: pa.Schema, d: int) -> pa.Schema:
@@ -83,8 +103,64 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
         if out.num_rows:
             yield from out.select(out_arrow.names).cast(out_arrow).to_batches()
 
-    # one partition holds every key: no shuffle needed to bring a key's updates together
-    both = both.coalesce(1) if parts == 1 else both.repartition(parts, *full_key)
-    out = both.mapInArrow(kernel, from_arrow_schema(out_arrow))
+    if lookup_files is None and two_stage(ctx, reducer):
+        out = _split_keys(both, full_key, values, in_schema, reducer, out_arrow, parts, kernel)
+    else:
+        # one partition holds every key: no shuffle needed to bring a key's updates together
+        both = both.coalesce(1) if parts == 1 else both.repartition(parts, *full_key)
+        out = both.mapInArrow(kernel, from_arrow_schema(out_arrow))
     cols = list(key) + [f.name for f in reducer.output_schema(values_schema)]
     return out.select(*cols, *ctx.tail())
+
+
+def _split_keys(both: DataFrame, key: list[str], values: list[str], in_schema: pa.Schema, reducer: rk.Reducer,
+                out_arrow: pa.Schema, parts: int, kernel) -> DataFrame:
+    """The two stages of a reduce whose keys' value rows are dealt to tasks."""
+    if not values:  # nothing to split a key by
+        return both.repartition(parts, *key).mapInArrow(kernel, from_arrow_schema(out_arrow))
+    key_fields = [in_schema.field(k) for k in key]
+    if isinstance(reducer, rk.ABELIAN):
+        wtype = rk.partial_weight_type(reducer, pa.schema([in_schema.field(v) for v in values]))
+        partial_schema = pa.schema(key_fields + [pa.field(rk.SIDE, pa.int64()), pa.field("time", pa.int64()),
+                                                 pa.field(rk.DW, wtype), pa.field(rk.DN, pa.int64())])
+
+        def partials(batches):
+            table = _table(batches)
+            if table is not None:
+                yield from rk.abelian_partials(table, key, values, reducer).cast(partial_schema).to_batches()
+
+        out_schema = pa.schema(list(out_arrow)[len(key):-2])
+
+        def finish(batches):
+            table = _table(batches)
+            if table is not None:
+                out = rk.abelian_from_partials(table, key, reducer, out_schema, out_arrow)
+                if out.num_rows:
+                    yield from out.cast(out_arrow).to_batches()
+
+        stage1 = both.repartition(parts, *key, *values).mapInArrow(partials, from_arrow_schema(partial_schema))
+        summed = stage1.groupBy(*key, rk.SIDE, "time").agg(F.sum(rk.DW).alias(rk.DW), F.sum(rk.DN).alias(rk.DN))
+        return summed.repartition(parts, *key).mapInArrow(finish, from_arrow_schema(out_arrow))
+    # min, max, top_k: shares of each key's value rows by a hash of the values
+    salts = max(8, 4 * parts)
+    trace_schema = pa.schema(key_fields + [pa.field(rk.SALT, pa.int64())] + [in_schema.field(v) for v in values]
+                             + [pa.field("time", pa.int64()), pa.field("diff", pa.int64()), pa.field("_new", pa.bool_())])
+
+    def traces(batches):
+        table = _table(batches)
+        if table is not None:
+            out = rk.order_traces(table, key + [rk.SALT], values, reducer)
+            if out.num_rows:
+                yield from out.select(trace_schema.names).cast(trace_schema).to_batches()
+
+    salted = both.withColumn(rk.SALT, F.pmod(F.xxhash64(*values), F.lit(salts)))
+    stage1 = salted.repartition(parts, *key, rk.SALT).mapInArrow(traces, from_arrow_schema(trace_schema))
+    return stage1.drop(rk.SALT).repartition(parts, *key).mapInArrow(kernel, from_arrow_schema(out_arrow))
+
+
+def _table(batches) -> pa.Table | None:
+    batches = list(batches)
+    if not batches:
+        return None
+    table = pa.Table.from_batches(batches)
+    return table if table.num_rows else None

@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from ops import reduce_sweep as sw
 from ops.reduce_grid import KeyTooLarge, grid_delta
-from ops.reduce_util import COUNT, GROUP, empty_table, group_sum, np_int, row_ids
+from ops.reduce_util import COUNT, GROUP, empty_table, group_sum, lex_order, np_int, row_ids
 from ops.reducers import (  # noqa: F401 - the reducers are part of this module's interface
     Count,
     CountDistinct,
@@ -169,6 +169,26 @@ def _sweep_parts(table, key, values, reducer, out_schema, result_schema, max_row
 
 
 def _sweep_chunk(table, key, values, reducer, out_schema, result_schema) -> pa.Table | None:
+    s, key_rep = _prepare(table, key, values)
+    if isinstance(reducer, (Count, Sum, CountDistinct)):
+        okey, t, val, diff = sw.count_like(s, reducer)
+        return _assemble(table, key, key_rep, okey, t, val, diff, out_schema, result_schema)
+    if isinstance(reducer, (Distinct, Threshold)):
+        fn = reducer.fn if isinstance(reducer, Threshold) else (lambda c: (np.asarray(c) > 0).astype(np.int64))
+        pair, t, diff = sw.per_row(s, fn)
+    else:
+        pair, t, diff = sw.top_k(s, reducer, reducer.k if isinstance(reducer, TopK) else 1)
+    diff = sw.signed(pair, diff)
+    take = pa.array(s.value_of_pair(pair))
+    if isinstance(reducer, (Min, Max)):
+        out_cols = {reducer.name: table.column(reducer.col).take(take)}
+    else:
+        out_cols = {c: table.column(c).take(take) for c in values}
+    out_cols = {f.name: out_cols[f.name].cast(f.type) for f in out_schema}
+    return _assemble(table, key, key_rep, s.kv_key[pair // 2], t, out_cols, diff, out_schema, result_schema)
+
+
+def _prepare(table, key, values, advance: bool = True):
     kid, K = row_ids(table, key, ordered=False)
     kv, P = row_ids(table, values, base=kid, ordered=False)
     rows = np.arange(table.num_rows, dtype=np.int64)
@@ -176,32 +196,21 @@ def _sweep_chunk(table, key, values, reducer, out_schema, result_schema) -> pa.T
     key_rep[kid] = rows
     kv_rep = np.empty(P, np.int64)
     kv_rep[kv] = rows
-    s = sw.Sweep(table, kid, kv, kv_rep, kid[kv_rep], K, values)
+    return sw.Sweep(table, kid, kv, kv_rep, kid[kv_rep], K, values, advance=advance), key_rep
 
-    if isinstance(reducer, (Count, Sum, CountDistinct)):
-        okey, t, val, diff = sw.count_like(s, reducer)
-        name = out_schema.names[0]
-        out_cols = {name: pa.array(val, out_schema.field(name).type)}
-        codes = [val]
-    else:
-        if isinstance(reducer, (Distinct, Threshold)):
-            fn = reducer.fn if isinstance(reducer, Threshold) else (lambda c: (np.asarray(c) > 0).astype(np.int64))
-            pair, t, diff = sw.per_row(s, fn)
-        else:
-            k = reducer.k if isinstance(reducer, TopK) else 1
-            pair, t, diff = sw.top_k(s, reducer, k)
-        rep = s.value_of_pair(pair)
-        okey = s.kv_key[pair // 2]
-        take = pa.array(rep)
-        if isinstance(reducer, (Min, Max)):
-            out_cols = {reducer.name: table.column(reducer.col).take(take)}
-        else:
-            out_cols = {c: table.column(c).take(take) for c in values}
-        out_cols = {f.name: out_cols[f.name].cast(f.type) for f in out_schema}
+
+def _assemble(table, key, key_rep, okey, t, out, diff, out_schema, result_schema) -> pa.Table | None:
+    """The result table, consolidated by (key, output row, time): equal output values may
+    come from different value rows. ``out``: the output column's values (one-column
+    reducers, a numpy array) or a dict of output columns."""
+    if isinstance(out, dict):
+        out_cols = out
         codes = [row_ids(pa.table(out_cols), list(out_cols), ordered=False)[0]] if out_cols else []
+    else:
+        name = out_schema.names[0]
+        out_cols, codes = {name: pa.array(out, out_schema.field(name).type)}, [out]
     if len(diff) == 0:
         return None
-    # consolidate by (key, output row, time): equal output values from different rows
     rep, diff = group_sum([okey, *codes, t], diff)
     keep = diff != 0
     if not keep.any():
@@ -214,3 +223,80 @@ def _sweep_chunk(table, key, values, reducer, out_schema, result_schema) -> pa.T
     cols["time"] = pa.array(t[rep], pa.int64())
     cols["diff"] = pa.array(diff, pa.int64())
     return pa.table(cols, schema=result_schema)
+
+
+# ------------------------------------------------------------------ a hot key split among tasks
+# Two stages (ops/reduce.py plans them): the first sees a share of each key's value rows
+# (rows hashed to tasks), the second the first's small results for whole keys.
+
+SIDE, DW, DN, SALT = "_side", "_dw", "_dn", "_salt"
+ABELIAN = (Count, Sum, CountDistinct)
+ORDER = (Min, Max, TopK)
+
+
+def partial_weight_type(reducer, values_schema: pa.Schema) -> pa.DataType:
+    if isinstance(reducer, Sum):
+        return reducer.output_schema(values_schema).field(reducer.name).type
+    return pa.int64()
+
+
+def abelian_partials(table: pa.Table, key: list[str], values: list[str], reducer) -> pa.Table:
+    """Stage one of count/sum/count_distinct: per (key, side, time) the change of the
+    weight (``_dw``) and of the number of rows making the key present (``_dn``), over the
+    value rows this task holds. Times are not advanced: another task's rows of the key
+    may be new earlier."""
+    wtype = partial_weight_type(reducer, table.select(values).schema)
+    if table.num_rows == 0:
+        return pa.table({**{c: table.column(c) for c in key}, SIDE: pa.array([], pa.int64()),
+                         "time": pa.array([], pa.int64()), DW: pa.array([], wtype), DN: pa.array([], pa.int64())})
+    s, key_rep = _prepare(table, key, values, advance=False)
+    pg, pt, dw, dn = sw.abelian_partials(s, reducer)
+    cols = {c: table.column(c).take(pa.array(key_rep[pg // 2])) for c in key}
+    return pa.table({**cols, SIDE: pa.array(pg % 2, pa.int64()), "time": pa.array(pt, pa.int64()),
+                     DW: pa.array(dw, wtype), DN: pa.array(dn, pa.int64())})
+
+
+def abelian_from_partials(table: pa.Table, key: list[str], reducer, out_schema: pa.Schema,
+                          result_schema: pa.Schema) -> pa.Table:
+    """Stage two: the partials of whole keys summed and accumulated into output changes."""
+    if table.num_rows == 0:
+        return empty_table(result_schema)
+    kid, K = row_ids(table, key, ordered=False)
+    key_rep = np.empty(K, np.int64)
+    key_rep[kid] = np.arange(table.num_rows, dtype=np.int64)
+    g = kid * 2 + np_int(table.column(SIDE))
+    t = np_int(table.column("time"))
+    dw = table.column(DW).to_numpy()
+    dn = np_int(table.column(DN))
+    order = lex_order([g, t])
+    g, t, dw, dn = g[order], t[order], dw[order], dn[order]
+    first = np.ones(len(g), bool)
+    first[1:] = (g[1:] != g[:-1]) | (t[1:] != t[:-1])
+    idx = np.flatnonzero(first)
+    dw, dn = np.add.reduceat(dw, idx), np.add.reduceat(dn, idx)
+    og, ot, ov, od = sw.abelian_changes(reducer, g[idx], t[idx], dw, dn)
+    part = _assemble(table, key, key_rep, og // 2, ot, ov, od, out_schema, result_schema)
+    if part is None:
+        return empty_table(result_schema)
+    return part
+
+
+def order_traces(table: pa.Table, key: list[str], values: list[str], reducer) -> pa.Table:
+    """Stage one of min/max/top_k for a share of each key's value rows (``key`` includes
+    the share's salt): the share's output trace of the old collection (``_new`` false)
+    and the trace of the whole minus it (``_new`` true), as value rows. The first k
+    records of a collection are the first k of the union of its shares' first k, at every
+    time, so stage two is the same reduce over these rows."""
+    if table.num_rows == 0:
+        return table
+    s, _ = _prepare(table, key, values, advance=False)
+    pair, t, diff = sw.top_k(s, reducer, reducer.k if isinstance(reducer, TopK) else 1)
+    old = pair % 2 == sw.OLD
+    rep, delta = group_sum([pair // 2, t], sw.signed(pair, diff))
+    keep = delta != 0
+    rep, delta = rep[keep], delta[keep]
+    rows = np.concatenate([s.value_of_pair(pair[old]), s.value_of_pair(pair[rep])])
+    out = table.take(pa.array(rows)).select(key + values)
+    return out.append_column("time", pa.array(np.concatenate([t[old], t[rep]]), pa.int64())) \
+        .append_column("diff", pa.array(np.concatenate([diff[old], delta]), pa.int64())) \
+        .append_column("_new", pa.array(np.r_[np.zeros(int(old.sum()), bool), np.ones(len(rep), bool)]))

@@ -41,15 +41,16 @@ class Sweep:
     key's first new time, updates consolidated per (side, key, value row, time)."""
 
     def __init__(self, table: pa.Table, kid: np.ndarray, kv: np.ndarray, kv_rep: np.ndarray,
-                 kv_key: np.ndarray, K: int, values: list[str]):
+                 kv_key: np.ndarray, K: int, values: list[str], advance: bool = True):
         self.table, self.K, self.kv_rep, self.kv_key, self.values = table, K, kv_rep, kv_key, values
         t = np_int(table.column("time"))
         diff = np_int(table.column("diff"))
         new = (np.asarray(table.column("_new").to_numpy(zero_copy_only=False), dtype=bool)
                if "_new" in table.column_names else np.ones(len(t), bool))
-        t0 = np.full(K, np.iinfo(np.int64).max, np.int64)
-        np.minimum.at(t0, kid[new], t[new])
-        t = np.maximum(t, t0[kid])
+        if advance:  # (not when another task's rows of the same key may differ earlier)
+            t0 = np.full(K, np.iinfo(np.int64).max, np.int64)
+            np.minimum.at(t0, kid[new], t[new])
+            t = np.maximum(t, t0[kid])
         old = ~new
         # side 0 holds every update, side 1 the old ones
         self.row = np.concatenate([np.arange(len(t)), np.flatnonzero(old)])
@@ -64,7 +65,6 @@ class Sweep:
         self.c = c
         self.upd_row = self.row[rep]  # a table row of each consolidated update
         self.g = kv_key[self.pair // 2] * 2 + self.pair % 2  # (key, side) group
-        self.sign = np.where(self.pair % 2 == OLD, -1, 1)
         # accumulated count of the pair after / before each update
         start = np.ones(len(c), bool)
         start[1:] = self.pair[1:] != self.pair[:-1]
@@ -96,20 +96,40 @@ def _timeline(g: np.ndarray, t: np.ndarray, n_groups: int):
     return pg, pt, point, bounds
 
 
-def _abelian(s: Sweep, weight: np.ndarray, live: np.ndarray, live_prev: np.ndarray):
-    """Per group and time: the accumulated ``weight`` and number of live rows, before and
-    after the time (``weight``: per update; ``live``: per update, 1 if its row counts)."""
+def abelian_partials(s: Sweep, reducer) -> tuple:
+    """``Count``, ``Sum``, ``CountDistinct`` before accumulation: per (key, side) group and
+    time, the change of the weight (the count or sum) and of the number of rows that make
+    the key present. Partials of disjoint sets of value rows add up, so a hot key's rows
+    may be split among tasks and their partials summed (``abelian_changes``)."""
+    if isinstance(reducer, R.CountDistinct):
+        live, live_prev = s.acc > 0, s.prev > 0
+        weight = np.zeros(len(s.c), np.int64)
+    else:
+        live, live_prev = s.acc != 0, s.prev != 0
+        if isinstance(reducer, R.Count):
+            weight = s.c
+        else:  # Sum: int64 for integer columns, float64 for floats; nulls add 0
+            out_t = reducer.output_schema(s.table.select([reducer.col]).schema).field(reducer.name).type
+            col = s.table.column(reducer.col).take(pa.array(s.upd_row))
+            col = pc.fill_null(col.cast(out_t), pa.scalar(0, out_t))
+            weight = np.asarray(col.to_numpy(), dtype=np.int64 if out_t == pa.int64() else np.float64) * s.c
     pg, pt, point, _ = _timeline(s.g, s.t, 2 * s.K)
-    n = len(pg)
-    dw = np.zeros(n, weight.dtype)
+    dw = np.zeros(len(pg), weight.dtype)
     np.add.at(dw, point, weight)
-    dl = np.zeros(n, np.int64)
-    np.add.at(dl, point, live.astype(np.int64) - live_prev.astype(np.int64))
+    dn = np.zeros(len(pg), np.int64)
+    np.add.at(dn, point, live.astype(np.int64) - live_prev.astype(np.int64))
+    return pg, pt, dw, dn
+
+
+def abelian_changes(reducer, pg, pt, dw, dn) -> tuple:
+    """Output changes (group ids, times, values, diffs; groups are key * 2 + side) from
+    partials sorted by (group, time), one row per (group, time)."""
+    n = len(pg)
     start = np.ones(n, bool)
     start[1:] = pg[1:] != pg[:-1]
     idx = np.flatnonzero(start)
     lens = np.diff(np.append(idx, n))
-    w, nl = dw.copy(), dl.copy()
+    w, nl = dw.copy(), dn.copy()
     if n:
         seg_cumsum_(nl, idx, lens)
         if w.dtype == np.int64:
@@ -117,7 +137,15 @@ def _abelian(s: Sweep, weight: np.ndarray, live: np.ndarray, live_prev: np.ndarr
         else:
             w = _seg_cumsum_float(w, idx, lens)
     w_prev = w - dw if w.dtype == np.int64 else np.where(start, 0.0, np.r_[0.0, w[:-1]])
-    return pg, pt, w, w_prev, nl, nl - dl
+    n_prev = nl - dn
+    if isinstance(reducer, R.CountDistinct):
+        w, w_prev = nl, n_prev
+    now, before = nl > 0, n_prev > 0
+    out_g = np.concatenate([pg[before], pg[now]])
+    out_t = np.concatenate([pt[before], pt[now]])
+    out_v = np.concatenate([w_prev[before], w[now]])
+    out_d = np.concatenate([-np.ones(int(before.sum()), np.int64), np.ones(int(now.sum()), np.int64)])
+    return out_g, out_t, out_v, signed(out_g, out_d)
 
 
 def _seg_cumsum_float(x: np.ndarray, idx: np.ndarray, lens: np.ndarray) -> np.ndarray:
@@ -128,44 +156,26 @@ def _seg_cumsum_float(x: np.ndarray, idx: np.ndarray, lens: np.ndarray) -> np.nd
     return (cs - base).astype(np.float64)
 
 
-def _scalar_changes(s: Sweep, pg, pt, value, present, value_prev, present_prev):
-    """Output changes of a one-value-per-key reducer: -old value, +new value per point."""
-    out_g = np.concatenate([pg[present_prev], pg[present]])
-    out_t = np.concatenate([pt[present_prev], pt[present]])
-    out_v = np.concatenate([value_prev[present_prev], value[present]])
-    out_d = np.concatenate([-np.ones(int(present_prev.sum()), np.int64), np.ones(int(present.sum()), np.int64)])
-    out_d *= np.where(out_g % 2 == OLD, -1, 1)
-    return out_g // 2, out_t, out_v, out_d
+def signed(pair_or_group: np.ndarray, diff: np.ndarray) -> np.ndarray:
+    """Side-specific changes as changes of ``Z(total) - Z(old)``: the old side negated."""
+    return diff * np.where(pair_or_group % 2 == OLD, -1, 1)
 
 
 def count_like(s: Sweep, reducer) -> tuple:
     """``Count``, ``Sum``, ``CountDistinct``: (key ids, times, values, diffs)."""
-    if isinstance(reducer, R.CountDistinct):
-        live, live_prev = s.acc > 0, s.prev > 0
-        pg, pt, _, _, n, n_prev = _abelian(s, np.zeros(len(s.c), np.int64), live, live_prev)
-        return _scalar_changes(s, pg, pt, n, n > 0, n_prev, n_prev > 0)
-    live, live_prev = s.acc != 0, s.prev != 0
-    if isinstance(reducer, R.Count):
-        weight = s.c
-    else:  # Sum
-        out_t = reducer.output_schema(s.table.select([reducer.col]).schema).field(reducer.name).type
-        col = s.table.column(reducer.col).take(pa.array(s.upd_row))
-        col = pc.fill_null(col.cast(out_t), pa.scalar(0, out_t))
-        dtype = np.int64 if out_t == pa.int64() else np.float64
-        weight = np.asarray(col.to_numpy(), dtype=dtype) * s.c
-    pg, pt, w, w_prev, n, n_prev = _abelian(s, weight, live, live_prev)
-    return _scalar_changes(s, pg, pt, w, n > 0, w_prev, n_prev > 0)
+    g, t, v, d = abelian_changes(reducer, *abelian_partials(s, reducer))
+    return g // 2, t, v, d
 
 
 def per_row(s: Sweep, fn) -> tuple:
-    """``Distinct``/``Threshold``: (pairs, times, diffs) of value rows with multiplicity
-    ``fn(count)`` (0 for an absent row)."""
+    """``Distinct``/``Threshold``: (pairs, times, side-specific diffs) of value rows with
+    multiplicity ``fn(count)`` (0 for an absent row)."""
     acc_m = np.where(s.acc != 0, np.asarray(fn(s.acc)).astype(np.int64).reshape(-1), 0) if len(s.acc) else s.acc
     prev_m = np.zeros(len(s.prev), np.int64)
     nz = s.prev != 0
     if nz.any():
         prev_m[nz] = np.asarray(fn(s.prev[nz])).astype(np.int64).reshape(-1)
-    d = (acc_m - prev_m) * s.sign
+    d = acc_m - prev_m
     keep = d != 0
     return s.pair[keep], s.t[keep], d[keep]
 
@@ -198,7 +208,7 @@ def _ranks(s: Sweep, reducer) -> np.ndarray:
 
 
 def top_k(s: Sweep, reducer, k: int) -> tuple:
-    """The first ``k`` present records at every time: (pairs, times, diffs)."""
+    """The first ``k`` present records at every time: (pairs, times, side-specific diffs)."""
     if k <= 0 or len(s.c) == 0:
         z = np.zeros(0, np.int64)
         return z, z, z
@@ -288,5 +298,4 @@ def top_k(s: Sweep, reducer, k: int) -> tuple:
     keep = out_d != 0
     rep, out_d = rep[keep], out_d[keep]
     out_pt, out_p = out_pt[rep], out_p[rep]
-    out_d = out_d * np.where(out_p % 2 == OLD, -1, 1)
     return out_p, pt[out_pt], out_d

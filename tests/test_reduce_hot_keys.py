@@ -186,10 +186,18 @@ def hot_ref(i):
     }
 
 
-@pytest.mark.parametrize("d", [1, 2])
-def test_hot_keys_through_pipelines_over_runs_with_compaction(spark, tmp_path, d):
+@pytest.mark.parametrize("d,split", [(1, False), (1, True), (2, False)], ids=["d1", "d1-keys-split-among-tasks", "d2"])
+def test_hot_keys_through_pipelines_over_runs_with_compaction(spark, tmp_path, monkeypatch, d, split):
     """Two keys, ~90 distinct rows each, 24 distinct times per run (d = 1; d = 2: 4 x 6),
-    retractions; three runs with advance --since and compaction between."""
+    retractions; three runs with advance --since and compaction between. ``split``: every
+    run deals each key's rows to three tasks (the plan of big runs)."""
+    planned = []
+    if split:
+        monkeypatch.setenv("DDCLI_REDUCE_SPLIT_ROWS", "0")
+        monkeypatch.setenv("DDCLI_SHUFFLE_PARTITIONS", "3")
+        import ops.reduce
+        real = ops.reduce._split_keys
+        monkeypatch.setattr(ops.reduce, "_split_keys", lambda *a, **kw: planned.append(a[4]) or real(*a, **kw))
     rng = random.Random(130 + d)
     bench = Bench(tmp_path, d)
     path = bench.pipeline("hot", HOT)
@@ -213,3 +221,52 @@ def test_hot_keys_through_pipelines_over_runs_with_compaction(spark, tmp_path, d
         bench.run(path)
         bench.check(path, hot_ref, ["cnt", "total", "lo", "hi", "nd", "top"], verify=r == 2)
         bench.advance_and_compact(since, full=r % 2 == 1)
+    if split:  # every reducer of the pipeline took the split plan, in every run
+        names = Counter(type(x).__name__ for x in planned)  # (checking the pipeline plans them too)
+        assert set(names) == {"Count", "Sum", "Min", "Max", "CountDistinct", "TopK"} and min(names.values()) >= 3, names
+
+
+# ------------------------------------------------------------------ a hot key split among tasks
+
+
+def _shares(table: pa.Table, values: list[str], n: int, seed: int) -> list[pa.Table]:
+    """The table's rows dealt to ``n`` tasks by value row (every update of a value row in
+    one share), as a hash partitioning by (key, values) would."""
+    rng = random.Random(seed)
+    owner: dict = {}
+    vals = list(zip(*(table.column(c).to_pylist() for c in values)))
+    share = np.array([owner.setdefault(v, rng.randrange(n)) for v in vals])
+    return [table.filter(pa.array(share == j)) for j in range(n)]
+
+
+def _consolidated(out: pa.Table) -> dict:
+    acc: dict = {}
+    for row in out.to_pylist():
+        diff = row.pop("diff")
+        k = tuple(sorted(row.items(), key=lambda kv: kv[0]))
+        acc[k] = acc.get(k, 0) + diff
+    return {k: v for k, v in acc.items() if v}
+
+
+@pytest.mark.parametrize("name", ["count", "count_distinct", "sum_int", "sum_float", "min", "max_str", "topk"])
+def test_two_stages_over_shares_of_value_rows_equal_the_reference(name):
+    from ops.reduce_kernel import ABELIAN, SALT, abelian_from_partials, abelian_partials, order_traces
+    make, plain = REDUCERS[name]
+    rng = random.Random(f"split-{name}")
+    for case in range(4):
+        rows = hot_rows(rng, 1, 300, 40)
+        table = make_table(rows, KEYS, VALUES, 1, KTYPES, VTYPES)
+        reducer = make()
+        shares = _shares(table, VALUES, 1 + case * 2, seed=case)
+        if isinstance(reducer, ABELIAN):
+            partials = pa.concat_tables([abelian_partials(sh, KEYS, VALUES, reducer) for sh in shares])
+            whole = reduce_delta(table, KEYS, VALUES, 1, reducer)
+            out = abelian_from_partials(partials, KEYS, reducer, reducer.output_schema(table.select(VALUES).schema),
+                                        whole.schema)
+        else:
+            traces = [order_traces(sh.append_column(SALT, pa.array([j] * sh.num_rows, pa.int64())),
+                                   KEYS + [SALT], VALUES, reducer).drop_columns([SALT])
+                      for j, sh in enumerate(shares) if sh.num_rows]
+            out = reduce_delta(pa.concat_tables(traces), KEYS, VALUES, 1, reducer)
+        check_accumulation(rows, out, 1, plain)
+        assert _consolidated(out) == _consolidated(reduce_delta(table, KEYS, VALUES, 1, reducer))
