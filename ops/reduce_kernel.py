@@ -27,6 +27,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
+from ops import reduce_lattice as lattice
 from ops import reduce_sweep as sw
 from ops.reduce_grid import KeyTooLarge, grid_delta
 from ops.reduce_util import COUNT, GROUP, empty_table, group_sum, lex_order, np_int, row_ids
@@ -135,9 +136,13 @@ def reduce_delta(
                            pa.schema([result_schema.field(c) for c in key + values] + list(result_schema)[len(key) + len(values):]),
                            max_cells, limit)
         parts = [p.select(result_schema.names) for p in parts]
-    else:
+    elif isinstance(reducer, (Count, Sum, CountDistinct)) and lattice.abelian_supported(reducer, table.select(values).schema):
+        parts = lattice.abelian_grid(table, key, values, d, reducer, out_schema, result_schema, max_cells)
+    elif isinstance(reducer, (Min, Max, TopK)):
+        parts = lattice.order_grid(table, key, values, d, reducer, out_schema, result_schema, max_cells, limit)
+    else:  # user reducers (and sums of floats): the whole collection at every grid point
         parts = grid_delta(table, key, values, d, reducer, out_schema, result_schema, max_cells,
-                           limit if isinstance(reducer, PerKey) or not isinstance(reducer, SWEEPABLE) else None)
+                           None if isinstance(reducer, Sum) else limit)
     if not parts:
         return empty_table(result_schema)
     out = pa.concat_tables(parts) if len(parts) > 1 else parts[0]

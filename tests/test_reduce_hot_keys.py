@@ -270,3 +270,20 @@ def test_two_stages_over_shares_of_value_rows_equal_the_reference(name):
             out = reduce_delta(pa.concat_tables(traces), KEYS, VALUES, 1, reducer)
         check_accumulation(rows, out, 1, plain)
         assert _consolidated(out) == _consolidated(reduce_delta(table, KEYS, VALUES, 1, reducer))
+
+
+@pytest.mark.parametrize("name", ["min", "max_str", "topk", "count", "count_distinct", "sum_int"])
+def test_d2_keys_over_the_cell_budget_are_reduced_in_shares_exactly(name):
+    """d = 2: a budget of 60 cells (value rows x grid points) per key; the keys here need
+    hundreds, so order reducers reduce shares of their rows first (abelian ones never
+    build the value-row grid at all)."""
+    make, plain = REDUCERS[name]
+    rng = random.Random(f"shares-{name}")
+    for case in range(3):
+        rows = hot_rows(rng, 2, 160, 6)
+        table = make_table(rows, KEYS, VALUES, 2, KTYPES, VTYPES)
+        reducer = make()
+        out = reduce_delta(table, KEYS, VALUES, 2, reducer, limit_bytes=60 * 120, max_cells=60)
+        check_shape(out, table, 2, reducer)
+        check_accumulation(rows, out, 2, plain)
+        assert _consolidated(out) == _consolidated(reduce_delta(table, KEYS, VALUES, 2, reducer))
