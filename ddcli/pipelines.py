@@ -240,3 +240,45 @@ def bench_reach(
         tp = ", ".join(f"{m}: {row[m]['updates_per_second']:,.0f} updates/s" for m in row if m.startswith("local"))
         lines.append(f"{row['batch']:,} updates per run: {tp}" + (f"; scaling {row['scaling']:.2f}x" if "scaling" in row else ""))
     render.report(res, "\n".join(lines), out, output)
+
+
+@bench_app.command("reduce", epilog=EXIT_CODES_HELP)
+def bench_reduce(
+    updates: Annotated[int, typer.Option(min=1, help="Insertions of distinct rows in the timed run.")] = 1_000_000,
+    hot_keys: Annotated[int, typer.Option(min=1, help="Keys of the hot-key table.")] = 10,
+    uniform_keys: Annotated[int, typer.Option(min=1, help="Keys of the uniform table.")] = 100_000,
+    times: Annotated[int, typer.Option(min=1, help="Distinct times in the run.")] = 10_000,
+    new_updates: Annotated[int, typer.Option(min=1, help="Updates in each incremental run afterwards.")] = 1000,
+    repeat: Annotated[int, typer.Option(min=1, help="Timed incremental runs per table (median reported).")] = 3,
+    workdir: Annotated[Optional[str], typer.Option("--dir", metavar="DIR", help="Work directory (default: a temp dir, removed).")] = None,
+    out_json: Annotated[Optional[str], typer.Option("--out", metavar="FILE.json", help="Write the figures as JSON.")] = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", metavar="FILE.png", help="Save the figures as PNG.")] = None,
+    fmt: FormatOpt = None,
+    json_: JsonOpt = False,
+    output: OutputOpt = None,
+) -> None:
+    """count, sum, min and top_k(3) by key over a wide table: hot keys against uniform keys,
+    against DuckDB's window functions over the same file (which also check every output).
+
+    Example:
+
+        ddcli bench reduce --updates 100000 --times 1000 --uniform-keys 10000 --out reduce.json --plot reduce.png
+    """
+    out = render.choose_format(fmt, json_, output)
+    _check_bench_outputs(out_json, plot)
+    from ddcli import bench_reduce as br
+    res = br.bench_reduce(updates=updates, hot_keys=hot_keys, uniform_keys=uniform_keys, times=times,
+                          new_updates=new_updates, repeat=repeat, workdir=workdir, log=_bench_log())
+    if out_json:
+        with open(out_json, "w") as fh:
+            json.dump(res, fh, indent=2)
+    if plot:
+        br.plot_reduce(res, plot)
+    f = res["figures"]
+    lines = [f"{label}: run {f[label]['run_s']:.1f} s, peak {f[label]['peak_memory_bytes'] / 2**30:.2f} GiB, "
+             f"DuckDB {f[label]['duckdb_s']:.2f} s, incremental run of {new_updates:,}: {f[label]['incremental_s']:.2f} s"
+             for label in ("hot", "uniform")]
+    lines.append(f"hot / uniform: {res['hot_over_uniform']:.2f}x; hot / DuckDB: {res['hot_over_duckdb']:.1f}x "
+                 f"(Spark's start, {res['spark_start_s']:.1f} s, not included); incremental hot / uniform: "
+                 f"{res['incremental_hot_over_uniform']:.2f}x")
+    render.report(res, "\n".join(lines), out, output)

@@ -136,7 +136,7 @@ def reduce_delta(
                            pa.schema([result_schema.field(c) for c in key + values] + list(result_schema)[len(key) + len(values):]),
                            max_cells, limit)
         parts = [p.select(result_schema.names) for p in parts]
-    elif isinstance(reducer, (Count, Sum, CountDistinct)) and lattice.abelian_supported(reducer, table.select(values).schema):
+    elif lattice.abelian_pays(table, key, values, reducer):
         parts = lattice.abelian_grid(table, key, values, d, reducer, out_schema, result_schema, max_cells)
     elif isinstance(reducer, (Min, Max, TopK)):
         parts = lattice.order_grid(table, key, values, d, reducer, out_schema, result_schema, max_cells, limit)

@@ -84,10 +84,18 @@ class _Scalar(Reducer):
                          COUNT: pa.array(np.ones(int(keep.sum())), pa.int64())})
 
 
-def abelian_supported(reducer: Reducer, values_schema: pa.Schema) -> bool:
-    if isinstance(reducer, (Count, CountDistinct)):
-        return True
-    return isinstance(reducer, Sum) and reducer.output_schema(values_schema).field(reducer.name).type == pa.int64()
+def abelian_pays(table: pa.Table, key: list[str], values: list[str], reducer: Reducer) -> bool:
+    """Two synthetic rows (and the presence grids) beat the plain grid once keys hold more
+    than a few distinct value rows; sums of floats stay on the plain grid (the synthetic
+    weight is an int64 count)."""
+    if isinstance(reducer, Sum):
+        if reducer.output_schema(table.select(values).schema).field(reducer.name).type != pa.int64():
+            return False
+    elif not isinstance(reducer, (Count, CountDistinct)):
+        return False
+    kid, K = row_ids(table, key, ordered=False)
+    kv, P = row_ids(table, values, base=kid, ordered=False)
+    return P > 4 * K
 
 
 def abelian_grid(table: pa.Table, key: list[str], values: list[str], d: int, reducer: Reducer,
