@@ -250,6 +250,8 @@ def bench_reduce(
     times: Annotated[int, typer.Option(min=1, help="Distinct times in the run.")] = 10_000,
     new_updates: Annotated[int, typer.Option(min=1, help="Updates in each incremental run afterwards.")] = 1000,
     repeat: Annotated[int, typer.Option(min=1, help="Timed incremental runs per table (median reported).")] = 3,
+    one_key: Annotated[int, typer.Option(min=0, help="Also run one key holding this many updates (0: skip).")] = 0,
+    one_key_times: Annotated[int, typer.Option(min=1, help="Distinct times of the one-key run.")] = 100_000,
     workdir: Annotated[Optional[str], typer.Option("--dir", metavar="DIR", help="Work directory (default: a temp dir, removed).")] = None,
     out_json: Annotated[Optional[str], typer.Option("--out", metavar="FILE.json", help="Write the figures as JSON.")] = None,
     plot: Annotated[Optional[str], typer.Option("--plot", metavar="FILE.png", help="Save the figures as PNG.")] = None,
@@ -268,7 +270,8 @@ def bench_reduce(
     _check_bench_outputs(out_json, plot)
     from ddcli import bench_reduce as br
     res = br.bench_reduce(updates=updates, hot_keys=hot_keys, uniform_keys=uniform_keys, times=times,
-                          new_updates=new_updates, repeat=repeat, workdir=workdir, log=_bench_log())
+                          new_updates=new_updates, repeat=repeat, one_key=one_key, one_key_times=one_key_times,
+                          workdir=workdir, log=_bench_log())
     if out_json:
         with open(out_json, "w") as fh:
             json.dump(res, fh, indent=2)
@@ -281,4 +284,8 @@ def bench_reduce(
     lines.append(f"hot / uniform: {res['hot_over_uniform']:.2f}x; hot / DuckDB: {res['hot_over_duckdb']:.1f}x "
                  f"(Spark's start, {res['spark_start_s']:.1f} s, not included); incremental hot / uniform: "
                  f"{res['incremental_hot_over_uniform']:.2f}x")
+    if "one_key" in res:
+        o = res["one_key"]
+        lines.append(f"one key, {o['updates']:,} updates at {o['times']:,} times: {o['run_s']:.1f} s, "
+                     f"peak {o['peak_memory_bytes'] / 2**30:.2f} GiB")
     render.report(res, "\n".join(lines), out, output)
