@@ -603,7 +603,54 @@ def test_bench_reach_saves_json_and_a_cdf_plot(tmp_path):
     assert_png_plot(png)
 
 
+def test_bench_reduce_checks_every_output_against_duckdb_and_saves_json_and_a_plot(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is in the test extra: pip install -e '.[test]'")
+    out, png = tmp_path / "reduce.json", tmp_path / "reduce.png"
+    ok(runner.invoke(app, ["bench", "reduce", "--updates", "3000", "--hot-keys", "3", "--uniform-keys", "300",
+                           "--times", "50", "--new-updates", "20", "--repeat", "1", "--one-key", "2000",
+                           "--one-key-times", "40", "--out", str(out), "--plot", str(png)]))
+    fig = json.loads(out.read_text())
+    for label, keys in (("hot", 3), ("uniform", 300)):
+        f = fig["figures"][label]
+        # every output was compared with DuckDB at every (key, time) of the input
+        assert set(f["checked_points"]) == {"n", "total", "least", "top3"}
+        assert min(f["checked_points"].values()) >= min(keys, 50)
+        assert f["peak_memory_bytes"] > 0 and len(f["incremental_runs_s"]) == 1
+    assert fig["hot_over_uniform"] == pytest.approx(fig["figures"]["hot"]["run_s"] / fig["figures"]["uniform"]["run_s"])
+    assert fig["one_key"]["updates"] == 2000 and fig["one_key"]["run_s"] > 0
+    assert_png_plot(png)
+
+
+def test_a_wrong_output_fails_the_reduce_bench_check(tmp_path):
+    """The DuckDB check of bench reduce can fail: an output off by one at one time."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ddcli import bench_reduce as br
+    from ops.reduce_kernel import Count, reduce_delta
+    raw = br._raw_table(500, 3, 20, seed=3)
+    path = str(tmp_path / "raw.parquet")
+    pq.write_table(raw, path)
+    counts = reduce_delta(raw.append_column("_new", pa.array(np.ones(raw.num_rows, bool))), ["key"],
+                          ["id", "amount", "carrier"], 1, Count())
+
+    class Outputs:  # the store's two calls the check makes, over in-memory traces
+        def trace(self, name):
+            return name
+
+        def read_updates(self, name):
+            return counts
+
+    reference, _ = br.duckdb_reference(path)
+    assert br.check_outputs(Outputs(), path, reference, outputs=["n"])["n"] > 0
+    counts = counts.set_column(counts.schema.get_field_index("count"), "count",
+                               pa.array(np.r_[counts.column("count").to_numpy()[:-1], 10**6]))
+    with pytest.raises(AssertionError, match="differs from DuckDB"):
+        br.check_outputs(Outputs(), path, reference, outputs=["n"])
+
+
 def test_pipeline_bench_plot_to_an_unwritable_place_is_refused_before_any_work(tmp_path):
-    for bench in ("incremental", "reach"):
+    for bench in ("incremental", "reach", "reduce"):
         res = runner.invoke(app, ["bench", bench, "--plot", str(tmp_path / "nope" / "b.png")])
         assert res.exit_code == 2 and "cannot write --plot" in res.stderr, bench
