@@ -174,10 +174,11 @@ def _sweep_parts(table, key, values, reducer, out_schema, result_schema, max_row
 
 
 def _sweep_chunk(table, key, values, reducer, out_schema, result_schema) -> pa.Table | None:
+    if isinstance(reducer, ABELIAN):
+        pg, pt, dw, dn, key_rep = _partials(table, key, values, reducer, advance=True)
+        g, t, val, diff = sw.abelian_changes(reducer, pg, pt, dw, dn)
+        return _assemble(table, key, key_rep, g // 2, t, val, diff, out_schema, result_schema)
     s, key_rep = _prepare(table, key, values)
-    if isinstance(reducer, (Count, Sum, CountDistinct)):
-        okey, t, val, diff = sw.count_like(s, reducer)
-        return _assemble(table, key, key_rep, okey, t, val, diff, out_schema, result_schema)
     if isinstance(reducer, (Distinct, Threshold)):
         fn = reducer.fn if isinstance(reducer, Threshold) else (lambda c: (np.asarray(c) > 0).astype(np.int64))
         pair, t, diff = sw.per_row(s, fn)
@@ -202,6 +203,17 @@ def _prepare(table, key, values, advance: bool = True):
     kv_rep = np.empty(P, np.int64)
     kv_rep[kv] = rows
     return sw.Sweep(table, kid, kv, kv_rep, kid[kv_rep], K, values, advance=advance), key_rep
+
+
+def _partials(table, key, values, reducer, advance: bool) -> tuple:
+    """Per (key, side) group and time: changes of the weight and of the key's presence."""
+    if isinstance(reducer, (Count, Sum)) and np_int(table.column("diff")).min() > 0:
+        kid, K = row_ids(table, key, ordered=False)
+        key_rep = np.empty(K, np.int64)
+        key_rep[kid] = np.arange(table.num_rows, dtype=np.int64)
+        return (*sw.insert_only_partials(table, kid, K, reducer, advance), key_rep)
+    s, key_rep = _prepare(table, key, values, advance=advance)
+    return (*sw.abelian_partials(s, reducer), key_rep)
 
 
 def _assemble(table, key, key_rep, okey, t, out, diff, out_schema, result_schema) -> pa.Table | None:
@@ -254,8 +266,7 @@ def abelian_partials(table: pa.Table, key: list[str], values: list[str], reducer
     if table.num_rows == 0:
         return pa.table({**{c: table.column(c) for c in key}, SIDE: pa.array([], pa.int64()),
                          "time": pa.array([], pa.int64()), DW: pa.array([], wtype), DN: pa.array([], pa.int64())})
-    s, key_rep = _prepare(table, key, values, advance=False)
-    pg, pt, dw, dn = sw.abelian_partials(s, reducer)
+    pg, pt, dw, dn, key_rep = _partials(table, key, values, reducer, advance=False)
     cols = {c: table.column(c).take(pa.array(key_rep[pg // 2])) for c in key}
     return pa.table({**cols, SIDE: pa.array(pg % 2, pa.int64()), "time": pa.array(pt, pa.int64()),
                      DW: pa.array(dw, wtype), DN: pa.array(dn, pa.int64())})

@@ -121,6 +121,33 @@ def abelian_partials(s: Sweep, reducer) -> tuple:
     return pg, pt, dw, dn
 
 
+def insert_only_partials(table: pa.Table, kid: np.ndarray, K: int, reducer, advance: bool = True) -> tuple:
+    """``abelian_partials`` of ``Count``/``Sum`` when every update is an insertion (all
+    diffs > 0): no row's count can be negative, so a key is present exactly when its
+    total multiplicity is positive, and value rows need not be told apart at all."""
+    t = np_int(table.column("time"))
+    diff = np_int(table.column("diff"))
+    new = (np.asarray(table.column("_new").to_numpy(zero_copy_only=False), dtype=bool)
+           if "_new" in table.column_names else np.ones(len(t), bool))
+    if advance:
+        t0 = np.full(K, np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(t0, kid[new], t[new])
+        t = np.maximum(t, t0[kid])
+    weight = diff
+    if isinstance(reducer, R.Sum):
+        out_t = reducer.output_schema(table.select([reducer.col]).schema).field(reducer.name).type
+        col = pc.fill_null(table.column(reducer.col).cast(out_t), pa.scalar(0, out_t))
+        weight = np.asarray(col.to_numpy(), dtype=np.int64 if out_t == pa.int64() else np.float64) * diff
+    old = np.flatnonzero(~new)
+    g = np.concatenate([kid * 2, kid[old] * 2 + OLD])
+    pg, pt, point, _ = _timeline(g, np.concatenate([t, t[old]]), 2 * K)
+    dw = np.zeros(len(pg), weight.dtype)
+    np.add.at(dw, point, np.concatenate([weight, weight[old]]))
+    dn = np.zeros(len(pg), np.int64)
+    np.add.at(dn, point, np.concatenate([diff, diff[old]]))
+    return pg, pt, dw, dn
+
+
 def abelian_changes(reducer, pg, pt, dw, dn) -> tuple:
     """Output changes (group ids, times, values, diffs; groups are key * 2 + side) from
     partials sorted by (group, time), one row per (group, time)."""
@@ -159,12 +186,6 @@ def _seg_cumsum_float(x: np.ndarray, idx: np.ndarray, lens: np.ndarray) -> np.nd
 def signed(pair_or_group: np.ndarray, diff: np.ndarray) -> np.ndarray:
     """Side-specific changes as changes of ``Z(total) - Z(old)``: the old side negated."""
     return diff * np.where(pair_or_group % 2 == OLD, -1, 1)
-
-
-def count_like(s: Sweep, reducer) -> tuple:
-    """``Count``, ``Sum``, ``CountDistinct``: (key ids, times, values, diffs)."""
-    g, t, v, d = abelian_changes(reducer, *abelian_partials(s, reducer))
-    return g // 2, t, v, d
 
 
 def per_row(s: Sweep, fn) -> tuple:

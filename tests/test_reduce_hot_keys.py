@@ -63,6 +63,18 @@ def test_hot_keys_against_the_plain_reference(name, d, n, tmax):
         check_accumulation(rows, out, d, plain)
 
 
+@pytest.mark.parametrize("name", ["count", "sum_int", "sum_float", "count_distinct", "min", "topk"])
+def test_insertions_only_against_the_plain_reference(name):
+    """Streams without retractions (count and sum then never tell value rows apart)."""
+    make, plain = REDUCERS[name]
+    rng = random.Random(f"inserts-{name}")
+    for case in range(3):
+        rows = [r for r in hot_rows(rng, 1, 300, 50) if r[3] > 0]
+        table = make_table(rows, KEYS, VALUES, 1, KTYPES, VTYPES)
+        out = reduce_delta(table, KEYS, VALUES, 1, make(), max_rows=113)
+        check_accumulation(rows, out, 1, plain)
+
+
 # ------------------------------------------------------------------ memory
 
 
