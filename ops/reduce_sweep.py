@@ -60,7 +60,7 @@ class Sweep:
         rep, c = group_sum([kv2, t2], c2)  # sorted by (pair, time)
         keep = c != 0
         rep, c = rep[keep], c[keep]
-        self.pair = kv2[rep]  # (key, value row, side), sorted by key then side
+        self.pair = kv2[rep]  # (key, value row) * 2 + side; updates sorted by (pair, time)
         self.t = t2[rep]
         self.c = c
         self.upd_row = self.row[rep]  # a table row of each consolidated update
