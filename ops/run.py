@@ -45,7 +45,7 @@ from storage.lattice import Frontier, time_columns
 from storage.layer import Layer
 from storage.log import Conflict
 from storage.store import State, Store
-from storage.trace import Trace
+from storage.trace import Trace, check_new_name
 
 
 @dataclass
@@ -194,6 +194,8 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
                             f"({record.get('file')}); run the changed pipeline under a new --name")
     for out in p.outputs:
         t = state.traces.get(out)
+        if t is None:
+            check_new_name(out, state.traces)
         if t is not None and t.owner != p.name:
             who = f"pipeline {t.owner!r}" if t.owner else "ingest"
             raise PipelineError(f"output {out!r} of pipeline {p.name!r} clashes with trace {out!r} written by {who}")

@@ -25,7 +25,7 @@ from storage.lattice import (Frontier, beyond_mask, format_frontier, format_time
 from storage.layer import (Layer, LayerFile, consolidate, empty_updates, read_layer_files,
                            updates_table, write_layer_file)
 from storage.log import Conflict, Log
-from storage.trace import Hold, StoreError, Trace, check_name
+from storage.trace import Hold, StoreError, Trace, check_name, check_new_name
 
 DEFAULT_GRACE_SECONDS = 3600.0
 
@@ -134,6 +134,8 @@ class Store:
         check_name(name)
         state = self.state()
         existing = state.traces.get(name)
+        if existing is None:
+            check_new_name(name, state.traces)
         if existing is not None and existing.owner:
             raise StoreError(f"trace {name!r} is written by pipeline {existing.owner!r}; it cannot be ingested into")
         if not paths:
