@@ -27,6 +27,7 @@ maps them to exit codes (:data:`USER_ERRORS`, :data:`CONFLICT_ERRORS`).
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import traceback
@@ -119,6 +120,10 @@ def _handle(exc: BaseException, cmd: str) -> int:
         return EXIT_INTERNAL
     if _debug():
         traceback.print_exception(exc, file=sys.stderr)
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        render.error(f"{exc.strerror}{' writing ' + str(exc.filename) if exc.filename else ''}: nothing this "
+                     f"command had not committed was left behind; free some space and run it again")
+        return EXIT_INTERNAL
     code = exit_code_for(exc)
     if code == EXIT_CONFLICT:
         render.error(f"{exc} (conflict with a concurrent command; nothing was written, safe to retry)")
@@ -272,10 +277,12 @@ def ingest(
     tr = st.trace(trace)
     noop = not res.files
     pending = sum(l.rows for l in tr.pending)
+    for w in st.warnings:
+        render.warning(w)
     record = {"command": "ingest", "trace": trace, "noop": noop, "created": res.created,
               "updates": res.rows, "files": res.files, "skipped": res.skipped,
               "upper": format_frontier(tr.upper), "since": format_frontier(tr.since),
-              "layers": len(tr.layers), "pending": pending}
+              "layers": len(tr.layers), "pending": pending, "warnings": st.warnings}
     if noop:
         msg = (f"nothing to do: trace {trace!r} already holds "
                f"{'this file' if len(res.skipped) == 1 else 'these files'} "
@@ -325,6 +332,8 @@ def advance(
     st = _store(store)
     before = st.trace(trace)
     after = st.advance(trace, upper=upper, since=since)
+    for w in st.warnings:
+        render.warning(w)
     noop = (after.upper, after.since) == (before.upper, before.since)
     record = {"command": "advance", "trace": trace, "noop": noop,
               "upper": format_frontier(after.upper), "since": format_frontier(after.since),

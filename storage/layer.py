@@ -135,17 +135,28 @@ def write_layer_file(table: pa.Table, directory: str, *, key: list[str], lower: 
     meta = {"lower": lower.to_json(), "upper": upper.to_json(), "since": since.to_json(),
             "rows": table.num_rows, "key": key, "key_min": key_min, "key_max": key_max}
     schema = table.schema.with_metadata({META_KEY: json.dumps(meta).encode()})
-    with open(tmp, "wb") as fh:
-        pq.write_table(table.replace_schema_metadata(schema.metadata), fh,
-                       row_group_size=ROW_GROUP_ROWS, compression="zstd")
-        fh.flush()
-        faults.point("layer.before_fsync")
-        os.fsync(fh.fileno())
-    faults.point("layer.before_rename")
-    os.rename(tmp, final)
+    try:
+        with open(tmp, "wb") as fh:
+            pq.write_table(table.replace_schema_metadata(schema.metadata), fh,
+                           row_group_size=ROW_GROUP_ROWS, compression="zstd")
+            fh.flush()
+            faults.point("layer.before_fsync")
+            os.fsync(fh.fileno())
+        faults.point("layer.before_rename")
+        os.rename(tmp, final)
+    except BaseException:
+        _remove_quietly(tmp)  # a full disk must not stay full of our half-written files
+        raise
     _fsync_dir(directory)
     faults.point("layer.after_rename")
     return LayerFile(name, table.num_rows, os.path.getsize(final), key_min, key_max)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def ensure_dir(directory: str) -> None:

@@ -82,12 +82,19 @@ class Log:
 
     def _put_if_absent(self, version: int, state: dict) -> bool:
         tmp = os.path.join(self.dir, f".tmp-{uuid.uuid4().hex}")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(state, fh, separators=(",", ":"))
-            fh.flush()
-            os.fsync(fh.fileno())
-        faults.point("log.before_link")
         try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(state, fh, separators=(",", ":"))
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException:
+            try:
+                os.unlink(tmp)  # e.g. a full disk: leave no partial version behind
+            except OSError:
+                pass
+            raise
+        try:
+            faults.point("log.before_link")
             os.link(tmp, self.path(version))
         except FileExistsError:
             return False

@@ -62,6 +62,7 @@ class Store:
     def __init__(self, path: str):
         self.path = os.path.abspath(path)
         self.log = Log(self.path)
+        self.warnings: list[str] = []  # what went wrong after a commit, for the command to show
 
     # ------------------------------------------------------------ reading
 
@@ -217,7 +218,12 @@ class Store:
         sealed = upper is not None or d == 1
         seal_to = new_upper if sealed else cur_upper
         written = self._seal(proto, table if sealed else None, seal_to)
-        pend = [] if sealed else [self.write_layer(proto, table, lower=cur_upper, upper=cur_upper, seq_lo=-1, seq_hi=-1)]
+        try:
+            pend = [] if sealed else [self.write_layer(proto, table, lower=cur_upper, upper=cur_upper,
+                                                       seq_lo=-1, seq_hi=-1)]
+        except BaseException:
+            self.discard(name, _written_layers(written))
+            raise
         sigs = [b.sha256 + tag for b in fresh]
         new_layers = _written_layers(written) + pend
 
@@ -246,8 +252,8 @@ class Store:
         try:
             faults.point("ingest.before_commit")
             self.commit(change)
-        except Conflict:
-            self.discard(name, new_layers)
+        except BaseException:
+            self._discard_unless_committed(name, new_layers)
             raise
         faults.point("ingest.after_commit")
         self._maintain_quietly(name)
@@ -257,16 +263,23 @@ class Store:
         """Write the layer that seals ``[trace.upper, new_upper)``: new updates plus any
         pending ones not beyond the new upper. Returns what :func:`_apply_seal` commits."""
         out = {"layers": [], "pending": None, "seal": new_upper != trace.upper}
+        try:
+            return self._seal_files(trace, table, new_upper, out)
+        except BaseException:
+            self.discard(trace.name, _written_layers(out))  # e.g. a full disk: no stray files
+            raise
+
+    def _seal_files(self, trace: Trace, table: pa.Table | None, new_upper: Frontier, out: dict) -> dict:
         parts = [] if table is None else [table]
-        keep = []
+        keep: list[Layer] = []
         if trace.pending and out["seal"]:
             pend = self.read_updates(trace, trace.pending)
             late = beyond_mask([pend.column(c).to_numpy() for c in time_columns(trace.d)], new_upper)
             parts.append(pend.filter(pa.array(~late)))
             rest = pend.filter(pa.array(late))
-            if rest.num_rows:
-                keep = [self.write_layer(trace, rest, lower=new_upper, upper=new_upper, seq_lo=-1, seq_hi=-1)]
             out["pending"] = ([l.id for l in trace.pending], keep)
+            if rest.num_rows:
+                keep.append(self.write_layer(trace, rest, lower=new_upper, upper=new_upper, seq_lo=-1, seq_hi=-1))
         if parts or out["seal"]:
             tab = pa.concat_tables(parts) if parts else None
             if tab is not None and tab.num_rows:
@@ -319,9 +332,9 @@ class Store:
         try:
             faults.point("advance.before_commit")
             self.commit(change)
-        except Conflict:
+        except BaseException:
             if written:
-                self.discard(name, _written_layers(written))
+                self._discard_unless_committed(name, _written_layers(written))
             raise
         faults.point("advance.after_commit")
         self._maintain_quietly(name)
@@ -413,18 +426,37 @@ class Store:
 
         try:
             self.commit(change)
-        except Conflict:
-            self.discard(name, new_layers)
+        except BaseException:
+            self._discard_unless_committed(name, new_layers)
             raise
         faults.point("compact.after_commit")
         return len(new_layers)
 
     def _maintain_quietly(self, name: str) -> None:
-        """Geometric merging after a write; losing a race here only postpones it."""
+        """Geometric merging after a write that is already committed.
+
+        Losing a race only postpones it; any other failure (a full disk) is a warning in
+        :attr:`warnings`, not an error: the write itself is committed, and the next write
+        or ``ddcli compact`` merges again.
+        """
         try:
             self.merge_layers(name)
         except Conflict:
             pass
+        except Exception as e:  # noqa: BLE001 - the committed write stands whatever merging does
+            self.warnings.append(f"trace {name!r}: merging layers after the commit failed "
+                                 f"({type(e).__name__}: {e}); the updates are committed, "
+                                 f"the merge is retried by the next write or 'ddcli compact'")
+
+    def _discard_unless_committed(self, name: str, layers: list[Layer]) -> None:
+        """After a failed commit: remove the new files, unless the version naming them was
+        committed after all (an error after the link, e.g. fsync of the log folder)."""
+        try:
+            t = self.state().traces.get(name)
+        except Exception:  # noqa: BLE001 - unreadable state: keep the files, compact collects them
+            return
+        referenced = {l.id for l in t.all_layers()} if t is not None else set()
+        self.discard(name, [l for l in layers if l.id not in referenced])
 
     def collect_garbage(self, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> int:
         """Remove files that no version a reader may still be using references, once
