@@ -216,10 +216,10 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     def stored(node: Node) -> Arrangement | None:
         if node.op == "input":
             v = views[node.args["trace"]]
-            return Arrangement(store.layer_paths(v.trace, v.old), update_schema(v.trace.schema, d),
+            return Arrangement(store.read_paths(v.trace, v.old), update_schema(v.trace.schema, d),
                                sum(l.rows for l in v.old))
         st = state.traces.get(state_trace_name(p.name, node))
-        files = store.layer_paths(st) if st else []
+        files = store.read_paths(st) if st else []
         return Arrangement(files, update_schema(schemas[node.id], node_dim(d, node)), st.rows() if st else 0)
 
     runtime = Runtime(p, stored, progress=progress)
@@ -228,7 +228,7 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     for n, v in views.items():
         if v.new:
             sources[n] = spark.read.schema(_empty_frame(spark, update_schema(v.trace.schema, d)).schema) \
-                .parquet(*store.layer_paths(v.trace, v.new))
+                .parquet(*store.read_paths(v.trace, v.new))
     # batches only for one-dimensional times: with more, compacting to a batch's first time
     # could merge times the stored state must keep apart (the frontier need not be beyond it)
     in_batches = d == 1 and any(n.op == "loop" for n in p.nodes)

@@ -42,7 +42,7 @@ from storage.lattice import (Frontier, Time, format_frontier, format_time, join,
                              parse_time, time_columns)
 from storage import sql_guard
 from storage.log import Conflict
-from storage.store import Store
+from storage.store import LayerVanished, Store
 from storage.trace import StoreError, Trace
 
 _ATTEMPTS = 3  # reads retried when compaction collected the files they were reading
@@ -94,7 +94,7 @@ def _one_line(e: Exception) -> str:
 
 def _source(store: Store, trace: Trace) -> str | None:
     """The SQL table expression of a trace's updates, or None when it has no layers."""
-    paths = store.layer_paths(trace)
+    paths = store.read_paths(trace)  # checked against the log: size and footer
     if not paths:
         return None
     files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
@@ -141,14 +141,23 @@ class _Vanished(Exception):
     compaction committed a newer version): read again from the newest version."""
 
 
-def _run(con, query: str, what: str, paths: list[str]) -> pa.Table:
+def _run(con, query: str, what: str, store: Store, traces: list[Trace]) -> pa.Table:
     import duckdb
     try:
         return con.sql(query).to_arrow_table()
     except duckdb.Error as e:
-        if any(not os.path.exists(p) for p in paths):
-            raise _Vanished() from None
+        _explain_failure(store, traces)
         raise StoreError(f"{what}: {_refusal(e) or _one_line(e)}") from None
+
+
+def _explain_failure(store: Store, traces: list[Trace]) -> None:
+    """A read failed: because compaction removed its files meanwhile (read again), because
+    a layer is damaged (CorruptionError, found by the full check), or neither (return)."""
+    paths = [p for t in traces for p in store.layer_paths(t)]
+    if any(not os.path.exists(p) for p in paths):
+        raise _Vanished() from None
+    for t in traces:
+        store.check_layers(t, full=True)
 
 
 def _refusal(e: Exception) -> str | None:
@@ -164,7 +173,7 @@ def _retrying(read, what: str):
     for _ in range(_ATTEMPTS):
         try:
             return read()
-        except _Vanished:
+        except (_Vanished, LayerVanished):
             continue
     raise Conflict(f"{what}: compaction kept removing the layer files being read; retry")
 
@@ -259,7 +268,7 @@ def _as_of(store: Store, tr: Trace, t, where: str | None) -> pa.Table:
         if q is None:
             _check_where(con, tr, where)
             return out_schema.empty_table()
-        return _cast(_run(con, q, f"query of trace {tr.name!r} failed", store.layer_paths(tr)), out_schema)
+        return _cast(_run(con, q, f"query of trace {tr.name!r} failed", store, [tr]), out_schema)
 
 
 def history(store: Store, trace: str, where: str | None = None) -> pa.Table:
@@ -295,7 +304,7 @@ def _history_query(con, store: Store, tr: Trace, src: str, expr: str | None) -> 
     q = (f"SELECT {sel}, CAST(SUM(diff) AS BIGINT) AS diff FROM {src}"
          + (f" WHERE ({expr})" if expr else "")
          + f" GROUP BY {group} HAVING SUM(diff) <> 0 ORDER BY {order}")
-    return _cast(_run(con, q, f"history of trace {tr.name!r} failed", store.layer_paths(tr)),
+    return _cast(_run(con, q, f"history of trace {tr.name!r} failed", store, [tr]),
                  _empty_updates(tr).schema)
 
 
@@ -338,8 +347,7 @@ def sql(store: Store, query: str) -> pa.Table:
                 rel = con.sql(query)
                 return pa.table({}) if rel is None else _narrow(rel.to_arrow_table())
             except duckdb.Error as e:
-                if any(not os.path.exists(p) for p in paths):
-                    raise _Vanished() from None
+                _explain_failure(store, list(state.traces.values()))
                 raise StoreError(f"sql: {_refusal(e) or _one_line(e)}") from None
     return _retrying(read, "sql")
 
