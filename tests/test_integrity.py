@@ -187,3 +187,22 @@ def test_a_store_written_before_checksums_stays_readable(tmp_path):
     path = _layer(store, "words")
     open(path, "ab").write(b"x")
     _corrupt(ddcli(store, "query", "words"))
+
+
+def test_layers_written_by_spark_carry_checksums_that_reads_and_check_verify(spark, tmp_path):
+    from ops.run import run_pipeline
+    from storage.store import Store
+    store = str(tmp_path / "store")
+    ok(ddcli(store, "ingest", "words", str(WORDS[0])))
+    st = Store(store)
+    run_pipeline(st, os.path.join(os.path.dirname(str(WORDS[0])), "pipelines", "wordcount.py"))
+    counts = st.trace("counts")
+    files = [f for layer in counts.all_layers() for f in layer.files]
+    assert files and all(f.sha256 and f.footer_sha256 for f in files)
+    ok(ddcli(store, "check"))
+    path = st.layer_paths(counts)[0]
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0x01
+    open(path, "wb").write(data)
+    _corrupt(ddcli(store, "query", "counts"))
+    assert "1 problem" in _corrupt(ddcli(store, "check"))
