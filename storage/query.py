@@ -94,7 +94,7 @@ def _one_line(e: Exception) -> str:
 
 def _source(store: Store, trace: Trace) -> str | None:
     """The SQL table expression of a trace's updates, or None when it has no layers."""
-    paths = store.read_paths(trace)  # checked against the log: size and footer
+    paths = store.read_paths(trace)  # checked against the log: size, footer, hash
     if not paths:
         return None
     files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
@@ -146,18 +146,21 @@ def _run(con, query: str, what: str, store: Store, traces: list[Trace]) -> pa.Ta
     try:
         return con.sql(query).to_arrow_table()
     except duckdb.Error as e:
-        _explain_failure(store, traces)
+        _explain_failure(store, traces, e)
         raise StoreError(f"{what}: {_refusal(e) or _one_line(e)}") from None
 
 
-def _explain_failure(store: Store, traces: list[Trace]) -> None:
+def _explain_failure(store: Store, traces: list[Trace], error: Exception) -> None:
     """A read failed: because compaction removed its files meanwhile (read again), because
-    a layer is damaged (CorruptionError, found by the full check), or neither (return)."""
+    a layer it names is damaged (CorruptionError, from the full check of that trace), or
+    for a reason of its own (return: the caller reports it)."""
     paths = [p for t in traces for p in store.layer_paths(t)]
     if any(not os.path.exists(p) for p in paths):
         raise _Vanished() from None
+    text = str(error)
     for t in traces:
-        store.check_layers(t, full=True)
+        if any(p in text for p in store.layer_paths(t)):
+            store.check_layers(t, full=True)
 
 
 def _refusal(e: Exception) -> str | None:
@@ -347,7 +350,7 @@ def sql(store: Store, query: str) -> pa.Table:
                 rel = con.sql(query)
                 return pa.table({}) if rel is None else _narrow(rel.to_arrow_table())
             except duckdb.Error as e:
-                _explain_failure(store, list(state.traces.values()))
+                _explain_failure(store, list(state.traces.values()), e)
                 raise StoreError(f"sql: {_refusal(e) or _one_line(e)}") from None
     return _retrying(read, "sql")
 
