@@ -14,7 +14,9 @@ Exit codes (also in ``ddcli --help``), for schedulers:
   written by this one and it is safe to run it again;
 * ``4`` nothing to do, only with ``--strict-noop`` (or ``DDCLI_STRICT_NOOP=1``): for a
   scheduler that wants to skip downstream work, e.g. Airflow's
-  ``BashOperator(..., skip_on_exit_code=4)``.
+  ``BashOperator(..., skip_on_exit_code=4)``;
+* ``5`` the store is damaged (a layer file missing or not what the log recorded, an
+  unreadable metadata version): retrying cannot help; ``ddcli check`` lists the damage.
 
 Importing this module imports neither pyspark nor pyarrow nor duckdb: commands import
 what they use, so ``ddcli status`` and ``ddcli --help`` start fast. A command added later
@@ -27,6 +29,7 @@ maps them to exit codes (:data:`USER_ERRORS`, :data:`CONFLICT_ERRORS`).
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import traceback
@@ -44,13 +47,16 @@ EXIT_INTERNAL = 1
 EXIT_USER = 2
 EXIT_CONFLICT = 3
 EXIT_NOOP = 4
+EXIT_CORRUPT = 5
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 success (also when there is nothing to do); "
     "1 internal error (DDCLI_DEBUG=1 shows the traceback); "
     "2 user error (one line on stderr, nothing changed); "
     "3 conflict with a concurrent command (nothing written, safe to retry); "
-    "4 nothing to do, only with --strict-noop or DDCLI_STRICT_NOOP=1."
+    "4 nothing to do, only with --strict-noop or DDCLI_STRICT_NOOP=1; "
+    "5 the store is damaged (a layer file missing or not what the log recorded, or an unreadable "
+    "metadata version): retrying will not help, run ddcli check."
     "\n\n"
     "The store is --store PATH, or $DDCLI_STORE, or ./ddstore. "
     "Times are written 7 or (1,2); a frontier is one or more times, e.g. \"(0,3) (1,2)\"."
@@ -72,6 +78,7 @@ USER_ERRORS = [("ddcli.render", "RenderError"), ("storage.trace", "StoreError"),
                ("pyspark.errors.exceptions.captured", "NumberFormatException"),
                ("pyspark.errors.exceptions.captured", "DateTimeException")]
 CONFLICT_ERRORS = [("storage.log", "Conflict")]
+CORRUPTION_ERRORS = [("storage.integrity", "CorruptionError")]
 
 
 def _loaded(names: list[tuple[str, str]]) -> tuple[type, ...]:
@@ -85,6 +92,8 @@ def _loaded(names: list[tuple[str, str]]) -> tuple[type, ...]:
 
 def exit_code_for(exc: BaseException) -> int:
     """The exit code a scheduler sees for an exception raised by a command."""
+    if isinstance(exc, _loaded(CORRUPTION_ERRORS)):
+        return EXIT_CORRUPT
     if isinstance(exc, _loaded(CONFLICT_ERRORS)):
         return EXIT_CONFLICT
     if isinstance(exc, _loaded(USER_ERRORS)):
@@ -119,10 +128,14 @@ def _handle(exc: BaseException, cmd: str) -> int:
         return EXIT_INTERNAL
     if _debug():
         traceback.print_exception(exc, file=sys.stderr)
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        render.error(f"{exc.strerror}{' writing ' + str(exc.filename) if exc.filename else ''}: nothing this "
+                     f"command had not committed was left behind; free some space and run it again")
+        return EXIT_INTERNAL
     code = exit_code_for(exc)
     if code == EXIT_CONFLICT:
         render.error(f"{exc} (conflict with a concurrent command; nothing was written, safe to retry)")
-    elif code == EXIT_USER:
+    elif code in (EXIT_USER, EXIT_CORRUPT):
         render.error(str(exc))
     else:
         hint = "" if _debug() else "; set DDCLI_DEBUG=1 to see the traceback"
@@ -139,10 +152,14 @@ class Group(TyperGroup):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         prog = prog_name or "ddcli"
+        _warnings.clear()
         try:
             rv = super().main(args=args, prog_name=prog, complete_var=complete_var,
                               standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else EXIT_OK
+            if code in (EXIT_OK, EXIT_NOOP):  # a failed command says it all in its error line
+                for w in dict.fromkeys(_warnings):
+                    render.warning(w)
         except BrokenPipeError:
             # the reader went away (`ddcli query t | head`): stop quietly
             try:
@@ -208,9 +225,12 @@ class InputFormat(str, Enum):
     parquet = "parquet"
 
 
+_warnings: list[str] = []  # what a store said went wrong without stopping the command
+
+
 def _store(path: str):
     from storage.store import Store
-    return Store(path)
+    return Store(path, on_warning=_warnings.append)
 
 
 def _done(noop: bool, strict: bool) -> None:
@@ -275,7 +295,7 @@ def ingest(
     record = {"command": "ingest", "trace": trace, "noop": noop, "created": res.created,
               "updates": res.rows, "files": res.files, "skipped": res.skipped,
               "upper": format_frontier(tr.upper), "since": format_frontier(tr.since),
-              "layers": len(tr.layers), "pending": pending}
+              "layers": len(tr.layers), "pending": pending, "warnings": st.warnings}
     if noop:
         msg = (f"nothing to do: trace {trace!r} already holds "
                f"{'this file' if len(res.skipped) == 1 else 'these files'} "
@@ -626,6 +646,7 @@ def bench_storage(
 
 def main() -> None:
     """The ``ddcli`` console script (and ``python -m ddcli``)."""
+    import ddcli.check  # noqa: F401  (registers check)
     import ddcli.pipelines  # noqa: F401  (registers run and verify)
     app()
 

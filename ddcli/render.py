@@ -64,6 +64,11 @@ def check_output(output: str | None, option: str = "--output") -> None:
         raise RenderError(f"cannot write {option} {output}: no directory {parent}")
     if os.path.isdir(output):
         raise RenderError(f"cannot write {option} {output}: it is a directory")
+    from storage.store_paths import enclosing_store
+    store = enclosing_store(output)
+    if store is not None:
+        raise RenderError(f"cannot write {option} {output}: it is inside the store {store} "
+                          f"(whose files only ddcli writes); write it outside the store")
 
 
 # ---------------------------------------------------------------- writing
@@ -248,6 +253,13 @@ def error(message: str) -> None:
     """One line on stderr: ``error: ...``."""
     text = " ".join(str(message).split())
     sys.stderr.write(f"error: {text}\n")
+    sys.stderr.flush()
+
+
+def warning(message: str) -> None:
+    """One line on stderr: ``warning: ...`` (the command still succeeded)."""
+    text = " ".join(str(message).split())
+    sys.stderr.write(f"warning: {text}\n")
     sys.stderr.flush()
 
 

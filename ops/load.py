@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-import re
 import traceback
 
 from ops.pipeline import Pipeline, PipelineError
-
-NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+from storage.trace import MAX_NAME_LENGTH, NAME_RE
 
 
 def default_name(path: str) -> str:
@@ -18,8 +16,8 @@ def default_name(path: str) -> str:
 def load_pipeline(path: str, name: str | None = None) -> Pipeline:
     """Build the pipeline declared in ``path``; every mistake is one PipelineError line."""
     name = name or default_name(path)
-    if not NAME_RE.match(name):
-        raise PipelineError(f"bad pipeline name {name!r}: use letters, digits and _ (or pass --name)")
+    if not NAME_RE.match(name) or len(name) > MAX_NAME_LENGTH:
+        raise PipelineError(f"bad pipeline name {name!r}: use letters, digits and _, at most {MAX_NAME_LENGTH} characters (or pass --name)")
     try:
         with open(path, encoding="utf-8") as fh:
             source = fh.read()

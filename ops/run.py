@@ -45,7 +45,7 @@ from storage.lattice import Frontier, time_columns
 from storage.layer import Layer
 from storage.log import Conflict
 from storage.store import State, Store
-from storage.trace import Trace
+from storage.trace import Trace, check_new_name
 
 
 @dataclass
@@ -194,6 +194,8 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
                             f"({record.get('file')}); run the changed pipeline under a new --name")
     for out in p.outputs:
         t = state.traces.get(out)
+        if t is None:
+            check_new_name(out, state.traces)
         if t is not None and t.owner != p.name:
             who = f"pipeline {t.owner!r}" if t.owner else "ingest"
             raise PipelineError(f"output {out!r} of pipeline {p.name!r} clashes with trace {out!r} written by {who}")
@@ -214,10 +216,10 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     def stored(node: Node) -> Arrangement | None:
         if node.op == "input":
             v = views[node.args["trace"]]
-            return Arrangement(store.layer_paths(v.trace, v.old), update_schema(v.trace.schema, d),
+            return Arrangement(store.read_paths(v.trace, v.old), update_schema(v.trace.schema, d),
                                sum(l.rows for l in v.old))
         st = state.traces.get(state_trace_name(p.name, node))
-        files = store.layer_paths(st) if st else []
+        files = store.read_paths(st) if st else []
         return Arrangement(files, update_schema(schemas[node.id], node_dim(d, node)), st.rows() if st else 0)
 
     runtime = Runtime(p, stored, progress=progress)
@@ -226,7 +228,7 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     for n, v in views.items():
         if v.new:
             sources[n] = spark.read.schema(_empty_frame(spark, update_schema(v.trace.schema, d)).schema) \
-                .parquet(*store.layer_paths(v.trace, v.new))
+                .parquet(*store.read_paths(v.trace, v.new))
     # batches only for one-dimensional times: with more, compacting to a batch's first time
     # could merge times the stored state must keep apart (the frontier need not be beyond it)
     in_batches = d == 1 and any(n.op == "loop" for n in p.nodes)

@@ -73,6 +73,8 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         .config("spark.driver.extraJavaOptions", driver_opts)
         .config("spark.executor.extraJavaOptions", java_opts)
         .config("spark.hadoop.parquet.filter.dictionary.enabled", "false")
+        # layers carry page checksums (storage/integrity.py): a damaged page fails the read
+        .config("spark.hadoop.parquet.page.verify-checksum.enabled", "true")
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
     )

@@ -79,7 +79,7 @@ def verify_pipeline(store: Store, path: str, *, name: str | None = None, at: lis
     from ops.session import get_spark, size_partitions
     spark = get_spark(master)
     size_partitions(spark, sum(l.rows for _, layers in inputs.values() for l in layers))
-    frames = {n: spark.read.schema(_schema(update_schema(t.schema, d))).parquet(*store.layer_paths(t, layers))
+    frames = {n: spark.read.schema(_schema(update_schema(t.schema, d))).parquet(*store.read_paths(t, layers))
               for n, (t, layers) in inputs.items() if layers}
 
     if at:
@@ -122,7 +122,7 @@ def verify_pipeline(store: Store, path: str, *, name: str | None = None, at: lis
         if expected is not None:
             parts.append(expected.select(AT, *data_cols, F.col("diff").alias("_expected"), F.lit(0).cast("long").alias("_found")))
         if trace is not None and trace.layers:
-            actual = spark.read.schema(_schema(update_schema(trace.schema, d))).parquet(*store.layer_paths(trace, trace.layers))
+            actual = spark.read.schema(_schema(update_schema(trace.schema, d))).parquet(*store.read_paths(trace, trace.layers))
             actual = accumulate(actual, data_cols)
             parts.append(actual.select(AT, *data_cols, F.lit(0).cast("long").alias("_expected"), F.col("diff").alias("_found")))
         if not parts:

@@ -18,7 +18,8 @@ from ops.linear import advance_and_sum
 from storage.lattice import Frontier, time_columns
 from storage.layer import Layer, LayerFile, consolidate, write_layer_file
 
-_META_SCHEMA = "name string, rows long, bytes long, key_min string, key_max string"
+_META_SCHEMA = ("name string, rows long, bytes long, key_min string, key_max string, "
+                "sha256 string, footer_sha256 string")
 
 
 def write_layer(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[str], d: int,
@@ -47,7 +48,8 @@ def write_layer(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[s
             return
         f = write_layer_file(table, directory, key=key, lower=lower, upper=upper, since=since)
         yield pa.RecordBatch.from_pylist([{"name": f.name, "rows": f.rows, "bytes": f.bytes,
-                                           "key_min": json.dumps(f.key_min), "key_max": json.dumps(f.key_max)}])
+                                           "key_min": json.dumps(f.key_min), "key_max": json.dumps(f.key_max),
+                                           "sha256": f.sha256, "footer_sha256": f.footer_sha256}])
 
     part_key = key or data_columns[:1]
     if partitions == 1:
@@ -57,7 +59,8 @@ def write_layer(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[s
     rows = df.mapInArrow(write_partition, _META_SCHEMA).collect()
     if not rows:
         return None
-    files = sorted((LayerFile(r["name"], r["rows"], r["bytes"], json.loads(r["key_min"]), json.loads(r["key_max"]))
+    files = sorted((LayerFile(r["name"], r["rows"], r["bytes"], json.loads(r["key_min"]), json.loads(r["key_max"]),
+                              r["sha256"], r["footer_sha256"])
                     for r in rows), key=lambda f: (f.key_min is None, str(f.key_min)))
     return Layer(uuid.uuid4().hex[:16], files, lower, upper, since, seq, seq + 1,
                  sum(f.rows for f in files), sum(f.bytes for f in files))

@@ -4,6 +4,9 @@
 makes the process exit at once with status 137 when it reaches that point, without
 cleaning up — exactly what SIGKILL would leave behind. Crash-safety tests use it.
 
+``DDCLI_FAULT=name=enospc`` (or ``name@N=enospc``) raises ``OSError(ENOSPC)`` there
+instead, as a full disk would: for tests of what a writer cleans up and reports.
+
 Points (in the order a writer reaches them):
 
 * ``layer.before_fsync``, ``layer.before_rename``, ``layer.after_rename`` — writing a layer file;
@@ -15,6 +18,7 @@ Points (in the order a writer reaches them):
 
 from __future__ import annotations
 
+import errno
 import os
 
 _hits: dict[str, int] = {}
@@ -24,9 +28,13 @@ def point(name: str) -> None:
     spec = os.environ.get("DDCLI_FAULT")
     if not spec:
         return
-    target, _, nth = spec.partition("@")
+    where, _, action = spec.partition("=")
+    target, _, nth = where.partition("@")
     if target != name:
         return
     _hits[name] = _hits.get(name, 0) + 1
-    if _hits[name] == int(nth or 1):
-        os._exit(137)
+    if _hits[name] != int(nth or 1):
+        return
+    if action == "enospc":
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC) + f" (fault injected at {name})")
+    os._exit(137)

@@ -27,6 +27,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from storage import limits
 from storage.lattice import INT64_MAX, TimeSyntaxError, format_time, parse_time, time_columns
 
 __all__ = ["UpdateFileError", "UpdateBatch", "read_update_file", "FORMATS"]
@@ -97,6 +98,9 @@ def read_update_file(
     """
     path = os.fspath(path)
     fmt = _choose_format(path, fmt)
+    problem = limits.regular_file_problem(path)  # a FIFO would block the read forever
+    if problem:
+        raise UpdateFileError(path, problem)
     if d is not None and (not isinstance(d, int) or d < 1):
         raise ValueError(f"d must be a positive integer, got {d!r}")
     buf = _read_bytes(path)
@@ -281,6 +285,10 @@ class _CsvSource(_Source):
         arr = np.frombuffer(self.buf, dtype=np.uint8)
         quotes = int(np.count_nonzero(arr == 34))
         parse = pacsv.ParseOptions(newlines_in_values=quotes > 0)
+        first = self.buf.slice(0, min(self.buf.size, limits.MAX_HEADER_BYTES)).to_pybytes().split(b"\n", 1)[0]
+        problem = limits.too_many_columns(first.count(b",") + 1)
+        if problem:
+            raise self.fail(problem)
         block = 1 << 22
         while True:
             try:
@@ -378,6 +386,7 @@ class _JsonSource(_Source):
         self._lines: list[tuple[int, bytes]] | None = None
 
     def read(self) -> pa.Table:
+        self._check_width()
         block = 1 << 22
         while True:
             try:
@@ -399,6 +408,18 @@ class _JsonSource(_Source):
             raise (self.utf8_error() or self.fail(f"invalid data: {e}")) from None
         _check_unique(self, table.column_names)
         return table
+
+    def _check_width(self) -> None:
+        """Count the keys of the first record before pyarrow parses them all."""
+        head = self.buf.slice(0, min(self.buf.size, limits.MAX_HEADER_BYTES)).to_pybytes().lstrip().split(b"\n", 1)[0]
+        try:
+            first = json.loads(head)
+        except ValueError:
+            return  # the parser names the bad line
+        if isinstance(first, dict):
+            problem = limits.too_many_columns(len(first))
+            if problem:
+                raise self.fail(problem)
 
     def lines(self) -> list[tuple[int, bytes]]:
         """(line number, text) of each non-blank line: the records, in order (error path only)."""
@@ -495,6 +516,9 @@ class _ParquetSource(_Source):
     def read(self) -> pa.Table:
         try:
             pf = pq.ParquetFile(pa.BufferReader(self.buf))
+            problem = limits.too_many_columns(pf.metadata.num_columns)
+            if problem:
+                raise self.fail(problem)
             names = list(pf.schema_arrow.names)
         except (pa.ArrowException, OSError) as e:
             raise self.fail(f"not a readable Parquet file ({_one_line(str(e))[:200]})") from None
@@ -633,6 +657,9 @@ def _validate(src: _Source, table: pa.Table, digest: str, *, schema, d, time) ->
             cols.append(col)
             fields.append(pa.field(n, col.type))
     for f, col in zip(fields, cols):
+        problem = limits.type_problem(f.type)
+        if problem:
+            raise src.fail(problem, column=f.name)
         _check_nan(src, table, f.name, col)
     data = pa.Table.from_arrays(cols, schema=pa.schema(fields))
     return UpdateBatch(path=src.path, data=data, times=times, diff=diff, d=fd, sha256=digest)

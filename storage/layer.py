@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage import faults
+from storage.integrity import CorruptionError, file_checksums
 from storage.lattice import Frontier, advance_columns, time_columns
 
 ROW_GROUP_ROWS = 32_768  # small enough that a key look-up skips most of a large layer
@@ -39,14 +40,21 @@ class LayerFile:
     bytes: int
     key_min: object = None
     key_max: object = None
+    # checksums recorded at commit (see storage/integrity.py); None in older stores
+    sha256: str | None = None
+    footer_sha256: str | None = None
 
     def to_json(self) -> dict:
-        return {"name": self.name, "rows": self.rows, "bytes": self.bytes,
-                "key_min": self.key_min, "key_max": self.key_max}
+        v = {"name": self.name, "rows": self.rows, "bytes": self.bytes,
+             "key_min": self.key_min, "key_max": self.key_max}
+        if self.sha256 is not None:
+            v.update(sha256=self.sha256, footer_sha256=self.footer_sha256)
+        return v
 
     @classmethod
     def from_json(cls, v: dict) -> "LayerFile":
-        return cls(v["name"], v["rows"], v["bytes"], v.get("key_min"), v.get("key_max"))
+        return cls(v["name"], v["rows"], v["bytes"], v.get("key_min"), v.get("key_max"),
+                   v.get("sha256"), v.get("footer_sha256"))
 
 
 @dataclass
@@ -102,6 +110,8 @@ def consolidate(table: pa.Table, data_columns: list[str], key: list[str], d: int
             table = table.set_column(table.schema.get_field_index(c), c, pa.array(arr, pa.int64()))
     group = data_columns + tcols
     if table.num_rows:
+        from storage.limits import check_diff_sums  # storage.limits -> storage.trace -> here
+        check_diff_sums(table, group)
         agg = table.select(group + ["diff"]).group_by(group, use_threads=False).aggregate([("diff", "sum")])
         # pick columns by name: the position of the aggregate differs between pyarrow versions
         summed = pa.Table.from_arrays([agg.column(c) for c in group] + [agg.column("diff_sum").cast(pa.int64())],
@@ -135,17 +145,30 @@ def write_layer_file(table: pa.Table, directory: str, *, key: list[str], lower: 
     meta = {"lower": lower.to_json(), "upper": upper.to_json(), "since": since.to_json(),
             "rows": table.num_rows, "key": key, "key_min": key_min, "key_max": key_max}
     schema = table.schema.with_metadata({META_KEY: json.dumps(meta).encode()})
-    with open(tmp, "wb") as fh:
-        pq.write_table(table.replace_schema_metadata(schema.metadata), fh,
-                       row_group_size=ROW_GROUP_ROWS, compression="zstd")
-        fh.flush()
-        faults.point("layer.before_fsync")
-        os.fsync(fh.fileno())
-    faults.point("layer.before_rename")
-    os.rename(tmp, final)
+    try:
+        with open(tmp, "wb") as fh:
+            pq.write_table(table.replace_schema_metadata(schema.metadata), fh,
+                           row_group_size=ROW_GROUP_ROWS, compression="zstd", write_page_checksum=True)
+            fh.flush()
+            faults.point("layer.before_fsync")
+            os.fsync(fh.fileno())
+        sums = file_checksums(tmp)  # read back from the page cache: what is on disk now
+        faults.point("layer.before_rename")
+        os.rename(tmp, final)
+    except BaseException:
+        _remove_quietly(tmp)  # a full disk must not stay full of our half-written files
+        raise
     _fsync_dir(directory)
     faults.point("layer.after_rename")
-    return LayerFile(name, table.num_rows, os.path.getsize(final), key_min, key_max)
+    return LayerFile(name, table.num_rows, os.path.getsize(final), key_min, key_max,
+                     sums["sha256"], sums["footer_sha256"])
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def ensure_dir(directory: str) -> None:
@@ -178,7 +201,13 @@ def read_layer_files(paths: list[str], columns: list[str] | None = None,
     With ``schema`` every file is cast to it first, so files written by different writers
     (e.g. ``string`` and ``large_string``) concatenate.
     """
-    tables = [pq.read_table(p, columns=columns, memory_map=True) for p in paths]
+    tables = []
+    for p in paths:
+        try:
+            tables.append(pq.read_table(p, columns=columns, memory_map=True, page_checksum_verification=True))
+        except (pa.ArrowException, OSError) as e:
+            raise CorruptionError(f"layer file {p} cannot be read: {' '.join(str(e).split())[:200]}; the store "
+                                  f"is damaged, run 'ddcli check' (retrying will not help)") from None
     tables = [t.replace_schema_metadata(None) for t in tables]
     if schema is not None:
         tables = [t if t.schema.equals(schema) else t.select(schema.names).cast(schema) for t in tables]

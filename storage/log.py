@@ -22,6 +22,7 @@ import uuid
 from typing import Callable
 
 from storage import faults
+from storage.integrity import CorruptionError
 
 _VERSION_RE = re.compile(r"^v(\d{12})\.json$")
 
@@ -33,6 +34,7 @@ class Conflict(Exception):
 class Log:
     def __init__(self, root: str):
         self.dir = os.path.join(root, "log")
+        self.damaged: list[int] = []  # unreadable versions newer than the last one read
 
     def exists(self) -> bool:
         return os.path.isdir(self.dir)
@@ -47,21 +49,54 @@ class Log:
     def path(self, version: int) -> str:
         return os.path.join(self.dir, f"v{version:012d}.json")
 
+    def _read(self, version: int) -> dict | None:
+        """The state of ``version``, or None when the file is unreadable (emptied by
+        :meth:`prune`, or damaged)."""
+        try:
+            with open(self.path(version), encoding="utf-8") as fh:
+                state = json.load(fh)
+            return state if isinstance(state, dict) else None
+        except (FileNotFoundError, ValueError):  # JSONDecodeError and UnicodeDecodeError
+            return None
+
     def latest(self) -> tuple[int, dict | None]:
-        """The newest committed version and its state (``(0, None)`` for a new store)."""
+        """The newest committed version and its state (``(0, None)`` for a new store).
+
+        A newest version that stays unreadable is damaged (a commit writes it whole before
+        it gets its name): the newest intact version before it is returned instead, and
+        :attr:`damaged` names the damaged ones (:meth:`commit` then refuses to write).
+        """
         for _ in range(100):
             versions = self._versions()
             if not versions:
                 return 0, None
             v = versions[-1]
-            try:
-                with open(self.path(v), encoding="utf-8") as fh:
-                    return v, json.load(fh)
-            except (FileNotFoundError, json.JSONDecodeError):
-                # only a version that a newer one superseded is ever emptied (see prune):
-                # look again and take the newer one
-                time.sleep(0.001)
-        raise RuntimeError(f"cannot read the newest metadata version in {self.dir}")
+            state = self._read(v)
+            if state is not None:
+                self.damaged = []
+                return v, state
+            # only a version that a newer one superseded is ever emptied (see prune):
+            # look again and take the newer one
+            time.sleep(0.001)
+            if self._versions()[-1] != v:
+                continue
+            for older in reversed(versions[:-1]):
+                state = self._read(older)
+                if state is not None:
+                    self.damaged = [x for x in versions if x > older]
+                    return older, state
+            raise CorruptionError(f"no metadata version in {self.dir} can be read (the newest, "
+                                  f"{self.path(v)}, is damaged); the store cannot be opened")
+        raise Conflict(f"cannot read the newest metadata version in {self.dir}; retry")
+
+    def damage_note(self) -> str | None:
+        """What to do about damaged newest versions found by the last :meth:`latest`."""
+        if not self.damaged:
+            return None
+        first = self.path(self.damaged[0])
+        return (f"metadata version {first} is damaged (unreadable); reading the previous intact version "
+                f"{self.damaged[0] - 1}. To write again, move the damaged file(s) aside after checking them, "
+                f"e.g. mv {first} {first}.damaged")
 
     def commit(self, change: Callable[[dict | None], dict], *, retries: int = 20) -> tuple[int, dict]:
         """Apply ``change`` to the newest state and commit the result as the next version.
@@ -73,6 +108,8 @@ class Log:
         ensure_dir(self.dir)
         for attempt in range(retries):
             version, state = self.latest()
+            if self.damaged:
+                raise CorruptionError(f"nothing was written: {self.damage_note()}")
             new_state = change(state)
             new_state["version"] = version + 1
             if self._put_if_absent(version + 1, new_state):
@@ -82,12 +119,19 @@ class Log:
 
     def _put_if_absent(self, version: int, state: dict) -> bool:
         tmp = os.path.join(self.dir, f".tmp-{uuid.uuid4().hex}")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(state, fh, separators=(",", ":"))
-            fh.flush()
-            os.fsync(fh.fileno())
-        faults.point("log.before_link")
         try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(state, fh, separators=(",", ":"))
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException:
+            try:
+                os.unlink(tmp)  # e.g. a full disk: leave no partial version behind
+            except OSError:
+                pass
+            raise
+        try:
+            faults.point("log.before_link")
             os.link(tmp, self.path(version))
         except FileExistsError:
             return False

@@ -40,8 +40,9 @@ import pyarrow as pa
 
 from storage.lattice import (Frontier, Time, format_frontier, format_time, join, leq_sql,
                              parse_time, time_columns)
+from storage import sql_guard
 from storage.log import Conflict
-from storage.store import Store
+from storage.store import LayerVanished, Store
 from storage.trace import StoreError, Trace
 
 _ATTEMPTS = 3  # reads retried when compaction collected the files they were reading
@@ -57,26 +58,28 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-_BASE: dict = {}
-_BASE_LOCK = threading.Lock()
+_BASES: dict = {}
+_BASES_LOCK = threading.Lock()
+_MAX_BASES = 8
 
 
 @contextlib.contextmanager
-def connect():
-    """A private DuckDB connection for one read, closed afterwards.
+def connect(store: Store):
+    """A private DuckDB connection for one read of ``store``, closed afterwards.
 
-    Opening an in-memory database costs tens of milliseconds, so one per process is
-    opened (lazily: the CLI starts without DuckDB) and every read gets its own cursor on
-    it — a separate connection, safe to use from another thread, whose temporary views
-    and registered tables nobody else sees.
+    The database may read only the store's ``traces/`` folder (see storage/sql_guard.py),
+    so a ``--where`` cannot reach any other file. Opening one costs tens of milliseconds,
+    so one per store and process is kept (lazily: the CLI starts without DuckDB) and every
+    read gets its own cursor on it — a separate connection, safe to use from another
+    thread, whose temporary views and registered tables nobody else sees.
     """
-    import duckdb
-    pid = os.getpid()
-    with _BASE_LOCK:
-        base = _BASE.get(pid)
+    key = (os.getpid(), os.path.join(store.path, "traces") + os.sep)
+    with _BASES_LOCK:
+        base = _BASES.get(key)
         if base is None:
-            _BASE.clear()  # a forked child must not share its parent's database
-            base = _BASE[pid] = duckdb.connect(":memory:")
+            if any(k[0] != key[0] for k in _BASES) or len(_BASES) >= _MAX_BASES:
+                _BASES.clear()  # a forked child must not share its parent's databases
+            base = _BASES[key] = sql_guard.sandbox(directories=[key[1]])
         con = base.cursor()
     try:
         yield con
@@ -91,7 +94,7 @@ def _one_line(e: Exception) -> str:
 
 def _source(store: Store, trace: Trace) -> str | None:
     """The SQL table expression of a trace's updates, or None when it has no layers."""
-    paths = store.layer_paths(trace)
+    paths = store.read_paths(trace)  # checked against the log: size, footer, hash
     if not paths:
         return None
     files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
@@ -124,7 +127,7 @@ def _check_where(con, trace: Trace, where: str | None) -> str | None:
     except duckdb.Error as e:
         cols = ", ".join(trace.data_columns)
         raise StoreError(f"bad --where expression {where!r} for trace {trace.name!r} "
-                         f"(columns: {cols}): {_one_line(e)}") from None
+                         f"(columns: {cols}): {_refusal(e) or _one_line(e)}") from None
     finally:
         try:
             con.unregister("__ddcli_probe")
@@ -138,14 +141,34 @@ class _Vanished(Exception):
     compaction committed a newer version): read again from the newest version."""
 
 
-def _run(con, query: str, what: str, paths: list[str]) -> pa.Table:
+def _run(con, query: str, what: str, store: Store, traces: list[Trace]) -> pa.Table:
     import duckdb
     try:
         return con.sql(query).to_arrow_table()
     except duckdb.Error as e:
-        if any(not os.path.exists(p) for p in paths):
-            raise _Vanished() from None
-        raise StoreError(f"{what}: {_one_line(e)}") from None
+        _explain_failure(store, traces, e)
+        raise StoreError(f"{what}: {_refusal(e) or _one_line(e)}") from None
+
+
+def _explain_failure(store: Store, traces: list[Trace], error: Exception) -> None:
+    """A read failed: because compaction removed its files meanwhile (read again), because
+    a layer it names is damaged (CorruptionError, from the full check of that trace), or
+    for a reason of its own (return: the caller reports it)."""
+    paths = [p for t in traces for p in store.layer_paths(t)]
+    if any(not os.path.exists(p) for p in paths):
+        raise _Vanished() from None
+    text = str(error)
+    for t in traces:
+        if any(p in text for p in store.layer_paths(t)):
+            store.check_layers(t, full=True)
+
+
+def _refusal(e: Exception) -> str | None:
+    """The one line for SQL that tried to read a file it may not read (None otherwise)."""
+    path = sql_guard.refused_file(e)
+    if path is None:
+        return None
+    return f"reading {path!r} is refused: SQL in ddcli reads only the store's traces"
 
 
 def _retrying(read, what: str):
@@ -153,7 +176,7 @@ def _retrying(read, what: str):
     for _ in range(_ATTEMPTS):
         try:
             return read()
-        except _Vanished:
+        except (_Vanished, LayerVanished):
             continue
     raise Conflict(f"{what}: compaction kept removing the layer files being read; retry")
 
@@ -243,12 +266,12 @@ def _as_of(store: Store, tr: Trace, t, where: str | None) -> pa.Table:
         tt = _as_time(tr, t)
         _check_since(tr, tt)
     out_schema = pa.schema(list(tr.schema) + [pa.field(count_column(tr), pa.int64())])
-    with connect() as con:
+    with connect(store) as con:
         q = as_of_query(store, tr, tt, where, con)
         if q is None:
             _check_where(con, tr, where)
             return out_schema.empty_table()
-        return _cast(_run(con, q, f"query of trace {tr.name!r} failed", store.layer_paths(tr)), out_schema)
+        return _cast(_run(con, q, f"query of trace {tr.name!r} failed", store, [tr]), out_schema)
 
 
 def history(store: Store, trace: str, where: str | None = None) -> pa.Table:
@@ -262,7 +285,7 @@ def history(store: Store, trace: str, where: str | None = None) -> pa.Table:
 
 
 def _history(store: Store, tr: Trace, where: str | None) -> pa.Table:
-    with connect() as con:
+    with connect(store) as con:
         expr = _check_where(con, tr, where)
         src = _source(store, tr)
         if src is None:
@@ -284,15 +307,14 @@ def _history_query(con, store: Store, tr: Trace, src: str, expr: str | None) -> 
     q = (f"SELECT {sel}, CAST(SUM(diff) AS BIGINT) AS diff FROM {src}"
          + (f" WHERE ({expr})" if expr else "")
          + f" GROUP BY {group} HAVING SUM(diff) <> 0 ORDER BY {order}")
-    return _cast(_run(con, q, f"history of trace {tr.name!r} failed", store.layer_paths(tr)),
+    return _cast(_run(con, q, f"history of trace {tr.name!r} failed", store, [tr]),
                  _empty_updates(tr).schema)
 
 
-def register_traces(store: Store, con, *, internal: bool = True) -> list[str]:
-    """Create one temporary view per trace of the store's newest version on ``con``.
-
-    Returns the layer files the views read."""
-    state = store.state()
+def register_traces(store: Store, con, *, internal: bool = True, state=None) -> list[str]:
+    """Create one temporary view per trace of ``state`` (default: the store's newest
+    version) on ``con``. Returns the layer files the views read."""
+    state = state or store.state()
     names, paths = [], []
     for name, tr in sorted(state.traces.items()):
         if "." in name and not internal:
@@ -317,16 +339,19 @@ def sql(store: Store, query: str) -> pa.Table:
     if not query or not query.strip():
         raise StoreError("give a SQL query, e.g. \"SELECT * FROM words\"")
 
+    sql_guard.check_read_only(query)
+
     def read() -> pa.Table:
-        with connect() as con:
-            paths = register_traces(store, con)
+        state = store.state()
+        paths = [p for t in state.traces.values() for p in store.layer_paths(t)]
+        with contextlib.closing(sql_guard.sandbox(paths=paths)) as con:
+            register_traces(store, con, state=state)
             try:
                 rel = con.sql(query)
                 return pa.table({}) if rel is None else _narrow(rel.to_arrow_table())
             except duckdb.Error as e:
-                if any(not os.path.exists(p) for p in paths):
-                    raise _Vanished() from None
-                raise StoreError(f"sql: {_one_line(e)}") from None
+                _explain_failure(store, list(state.traces.values()), e)
+                raise StoreError(f"sql: {_refusal(e) or _one_line(e)}") from None
     return _retrying(read, "sql")
 
 

@@ -20,14 +20,20 @@ from typing import Callable, Iterable
 import numpy as np
 import pyarrow as pa
 
-from storage import faults
+from storage import faults, integrity
 from storage.lattice import (Frontier, beyond_mask, format_frontier, format_time, time_columns)
 from storage.layer import (Layer, LayerFile, consolidate, empty_updates, read_layer_files,
                            updates_table, write_layer_file)
+from storage.limits import DiffOverflow
 from storage.log import Conflict, Log
-from storage.trace import Hold, StoreError, Trace, check_name
+from storage.trace import Hold, StoreError, Trace, check_name, check_new_name
 
 DEFAULT_GRACE_SECONDS = 3600.0
+
+
+class LayerVanished(Conflict):
+    """A layer file a reader's version named was collected after a newer version replaced
+    it: nothing is wrong, read again from the newest version."""
 
 
 @dataclass
@@ -59,14 +65,25 @@ class IngestResult:
 
 
 class Store:
-    def __init__(self, path: str):
+    def __init__(self, path: str, on_warning: Callable[[str], None] | None = None):
         self.path = os.path.abspath(path)
         self.log = Log(self.path)
+        self.warnings: list[str] = []  # what went wrong but did not stop the command
+        self._on_warning = on_warning
+
+    def warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+            if self._on_warning is not None:
+                self._on_warning(message)
 
     # ------------------------------------------------------------ reading
 
     def state(self) -> State:
         v, s = self.log.latest()
+        note = self.log.damage_note()
+        if note:
+            self.warn(note)
         return State.from_json(v, s)
 
     def trace(self, name: str, state: State | None = None) -> Trace:
@@ -84,9 +101,40 @@ class Store:
         d = self.trace_dir(trace.name)
         return [os.path.join(d, f.name) for l in layers for f in l.files]
 
+    def read_paths(self, trace: Trace, layers: Iterable[Layer] | None = None) -> list[str]:
+        """:meth:`layer_paths` for a reader: each file checked against the log (size,
+        footer and hash, see storage/integrity.py). A file that a compaction removed meanwhile is
+        :class:`LayerVanished` (read again from the newest version); one that the newest
+        version still names is missing: a :class:`CorruptionError`."""
+        layers = trace.all_layers() if layers is None else list(layers)
+        tdir = self.trace_dir(trace.name)
+        paths = []
+        for l in layers:
+            for f in l.files:
+                p = os.path.join(tdir, f.name)
+                if not os.path.exists(p) and not self._names_file(trace.name, f.name):
+                    raise LayerVanished(f"layer file {p} of trace {trace.name!r} was removed by a compaction "
+                                        f"while it was being read; retry")
+                integrity.check_read(trace.name, p, f)
+                paths.append(p)
+        return paths
+
+    def _names_file(self, trace: str, file_name: str) -> bool:
+        t = self.state().traces.get(trace)
+        return t is not None and any(f.name == file_name for l in t.all_layers() for f in l.files)
+
+    def check_layers(self, trace: Trace, *, full: bool = True) -> None:
+        """Raise :class:`CorruptionError` for the first layer file of ``trace`` that is not
+        what the log recorded (``full``: whole-file hash and page checksums too)."""
+        tdir = self.trace_dir(trace.name)
+        check = integrity.check_full if full else integrity.check_cheap
+        for l in trace.all_layers():
+            for f in l.files:
+                check(trace.name, os.path.join(tdir, f.name), f)
+
     def read_updates(self, trace: Trace, layers: Iterable[Layer] | None = None) -> pa.Table:
         """All updates of the given layers (default: all, pending included) as one table."""
-        paths = self.layer_paths(trace, layers)
+        paths = self.read_paths(trace, layers)
         schema = empty_updates(trace.schema, trace.d).schema
         if not paths:
             return empty_updates(trace.schema, trace.d)
@@ -134,6 +182,8 @@ class Store:
         check_name(name)
         state = self.state()
         existing = state.traces.get(name)
+        if existing is None:
+            check_new_name(name, state.traces)
         if existing is not None and existing.owner:
             raise StoreError(f"trace {name!r} is written by pipeline {existing.owner!r}; it cannot be ingested into")
         if not paths:
@@ -214,8 +264,16 @@ class Store:
         proto = existing or Trace(name, schema, key, d, Frontier.minimum(d), cur_upper)
         sealed = upper is not None or d == 1
         seal_to = new_upper if sealed else cur_upper
-        written = self._seal(proto, table if sealed else None, seal_to)
-        pend = [] if sealed else [self.write_layer(proto, table, lower=cur_upper, upper=cur_upper, seq_lo=-1, seq_hi=-1)]
+        try:
+            written = self._seal(proto, table if sealed else None, seal_to)
+        except DiffOverflow as e:
+            raise DiffOverflow(f"trace {name!r}: {e}; nothing was ingested") from None
+        try:
+            pend = [] if sealed else [self.write_layer(proto, table, lower=cur_upper, upper=cur_upper,
+                                                       seq_lo=-1, seq_hi=-1)]
+        except BaseException:
+            self.discard(name, _written_layers(written))
+            raise
         sigs = [b.sha256 + tag for b in fresh]
         new_layers = _written_layers(written) + pend
 
@@ -244,8 +302,8 @@ class Store:
         try:
             faults.point("ingest.before_commit")
             self.commit(change)
-        except Conflict:
-            self.discard(name, new_layers)
+        except BaseException:
+            self._discard_unless_committed(name, new_layers)
             raise
         faults.point("ingest.after_commit")
         self._maintain_quietly(name)
@@ -255,16 +313,23 @@ class Store:
         """Write the layer that seals ``[trace.upper, new_upper)``: new updates plus any
         pending ones not beyond the new upper. Returns what :func:`_apply_seal` commits."""
         out = {"layers": [], "pending": None, "seal": new_upper != trace.upper}
+        try:
+            return self._seal_files(trace, table, new_upper, out)
+        except BaseException:
+            self.discard(trace.name, _written_layers(out))  # e.g. a full disk: no stray files
+            raise
+
+    def _seal_files(self, trace: Trace, table: pa.Table | None, new_upper: Frontier, out: dict) -> dict:
         parts = [] if table is None else [table]
-        keep = []
+        keep: list[Layer] = []
         if trace.pending and out["seal"]:
             pend = self.read_updates(trace, trace.pending)
             late = beyond_mask([pend.column(c).to_numpy() for c in time_columns(trace.d)], new_upper)
             parts.append(pend.filter(pa.array(~late)))
             rest = pend.filter(pa.array(late))
-            if rest.num_rows:
-                keep = [self.write_layer(trace, rest, lower=new_upper, upper=new_upper, seq_lo=-1, seq_hi=-1)]
             out["pending"] = ([l.id for l in trace.pending], keep)
+            if rest.num_rows:
+                keep.append(self.write_layer(trace, rest, lower=new_upper, upper=new_upper, seq_lo=-1, seq_hi=-1))
         if parts or out["seal"]:
             tab = pa.concat_tables(parts) if parts else None
             if tab is not None and tab.num_rows:
@@ -317,9 +382,9 @@ class Store:
         try:
             faults.point("advance.before_commit")
             self.commit(change)
-        except Conflict:
+        except BaseException:
             if written:
-                self.discard(name, _written_layers(written))
+                self._discard_unless_committed(name, _written_layers(written))
             raise
         faults.point("advance.after_commit")
         self._maintain_quietly(name)
@@ -387,6 +452,9 @@ class Store:
                 new_layers.append(self.write_layer(t, table, lower=g[0].lower, upper=g[-1].upper,
                                                    seq_lo=g[0].seq_lo, seq_hi=g[-1].seq_hi))
                 replaced.append([l.id for l in g])
+        except DiffOverflow as e:
+            self.discard(name, new_layers)
+            raise DiffOverflow(f"merging layers of trace {name!r}: {e}; the layers stay as they are") from None
         except BaseException:
             self.discard(name, new_layers)
             raise
@@ -411,18 +479,39 @@ class Store:
 
         try:
             self.commit(change)
-        except Conflict:
-            self.discard(name, new_layers)
+        except BaseException:
+            self._discard_unless_committed(name, new_layers)
             raise
         faults.point("compact.after_commit")
         return len(new_layers)
 
     def _maintain_quietly(self, name: str) -> None:
-        """Geometric merging after a write; losing a race here only postpones it."""
+        """Geometric merging after a write that is already committed.
+
+        Losing a race only postpones it; any other failure (a full disk) is a warning in
+        :attr:`warnings`, not an error: the write itself is committed, and the next write
+        or ``ddcli compact`` merges again.
+        """
         try:
             self.merge_layers(name)
         except Conflict:
             pass
+        except integrity.CorruptionError as e:
+            raise integrity.CorruptionError(f"the write was committed, but merging afterwards found damage: {e}") from None
+        except Exception as e:  # noqa: BLE001 - the committed write stands whatever merging does
+            self.warn(f"trace {name!r}: merging layers after the commit failed "
+                                 f"({type(e).__name__}: {e}); the updates are committed, "
+                                 f"the merge is retried by the next write or 'ddcli compact'")
+
+    def _discard_unless_committed(self, name: str, layers: list[Layer]) -> None:
+        """After a failed commit: remove the new files, unless the version naming them was
+        committed after all (an error after the link, e.g. fsync of the log folder)."""
+        try:
+            t = self.state().traces.get(name)
+        except Exception:  # noqa: BLE001 - unreadable state: keep the files, compact collects them
+            return
+        referenced = {l.id for l in t.all_layers()} if t is not None else set()
+        self.discard(name, [l for l in layers if l.id not in referenced])
 
     def collect_garbage(self, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> int:
         """Remove files that no version a reader may still be using references, once
@@ -434,6 +523,9 @@ class Store:
         writer has that long to commit what it wrote.
         """
         cutoff = _time.time() - grace_seconds
+        self.state()
+        if self.log.damaged:  # the damaged version may name files no intact one does: keep them
+            raise integrity.CorruptionError(f"no garbage collected: {self.log.damage_note()}")
         referenced: set[str] = set()
         live_traces = set()
         states = [self.state()] + [State.from_json(s.get("version", 0), s) for s in self.log.recent_states(cutoff)]

@@ -16,7 +16,9 @@ import pyarrow as pa
 from storage.lattice import Frontier
 from storage.layer import Layer
 
-NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# \A…\Z, not ^…$: "$" also matches before a trailing newline ("w\n" is not a name)
+NAME_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+MAX_NAME_LENGTH = 64  # a name is a folder name and a SQL identifier: short and plain
 RESERVED_COLUMNS = {"diff", "count", "time"}
 
 
@@ -25,8 +27,22 @@ class StoreError(Exception):
 
 
 def check_name(name: str, what: str = "trace") -> str:
+    if isinstance(name, str) and len(name) > MAX_NAME_LENGTH:
+        raise StoreError(f"bad {what} name {name[:20]!r}...: {len(name)} characters, "
+                         f"at most {MAX_NAME_LENGTH} are allowed")
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise StoreError(f"bad {what} name {name!r}: use letters, digits and _, not starting with a digit")
+    return name
+
+
+def check_new_name(name: str, existing, what: str = "trace") -> str:
+    """A name for a new trace: valid, and not another trace's name in other letter case
+    (``W`` and ``w`` are one name to SQL, whose identifiers ignore case)."""
+    check_name(name, what)
+    for other in existing:
+        if other != name and other.lower() == name.lower():
+            raise StoreError(f"{what} name {name!r} clashes with the existing trace {other!r}: "
+                             f"trace names must differ in more than letter case")
     return name
 
 

@@ -219,7 +219,7 @@ def test_where_is_pushed_into_the_parquet_scan(tmp_path):
     ups = [((f"w{i:05d}", i), (i % 7,), 1) for i in range(100_000)]
     store.ingest("big", [write(tmp_path / "big.parquet", ups, 1)])
     tr = store.trace("big")
-    with Q.connect() as con:
+    with Q.connect(store) as con:
         q = Q.as_of_query(store, tr, (3,), "word = 'w00042'", con)
         plan = "\n".join(r[1] for r in con.execute("EXPLAIN " + q).fetchall())
     scan = plan[plan.index("READ_PARQUET"):]
