@@ -277,3 +277,19 @@ def test_a_priority_that_is_not_an_integer_is_refused_before_spark_does_any_work
     with pytest.raises(PipelineError, match=r"loop picky: enter \(text.py:\d+\): the iteration 'n / 2' is double; it must be an integer"):
         run_pipeline(bench.store, path)
     assert spark_jobs() == jobs
+
+
+def test_enter_at_takes_a_loop_variable_or_a_loop_and_a_collection_from_outside_it():
+    from ops.pipeline import Pipeline
+
+    p = Pipeline("declared")
+    seeds = p.input("seeds")
+    loop = p.loop(name="outer")
+    x = loop.variable(seeds)
+    by_variable, by_scope = seeds.enter_at(x, "n"), seeds.enter_at(loop, "n + 1")
+    for c, expected in ((by_variable, "n"), (by_scope, "n + 1")):
+        assert c.scope is loop and c.node.op == "enter" and c.node.args["priority"] == expected
+    with pytest.raises(PipelineError, match=r"enter_at \(test_priority.py:\d+\): expects a loop variable or a loop"):
+        seeds.enter_at("outer", "n")
+    with pytest.raises(PipelineError, match=r"not from an enclosing scope of loop outer"):
+        by_scope.enter_at(loop, "n")
