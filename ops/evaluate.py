@@ -120,8 +120,9 @@ class Runtime:
     """
 
     def __init__(self, p: Pipeline, stored: Callable[[Node], Arrangement | None], *, planning: bool = False,
-                 progress: Callable[[str], None] | None = None):
+                 progress: Callable[[str], None] | None = None, loop_stats: list | None = None):
         self.p = p
+        self.loop_stats = loop_stats  # when a list: one {loop, rounds, updates} per loop evaluated
         self.planning = planning
         self.progress = progress
         self.arranged = arranged_nodes(p)
@@ -137,8 +138,8 @@ class Runtime:
             return None
         if node.id not in self.live:
             if node.op == "enter":
-                from ops.iterate import enter_frame
-                self.live[node.id] = LiveArrangement(base=self.arrangement(node.inputs[0]), enter=enter_frame)
+                from ops.iterate import entering
+                self.live[node.id] = LiveArrangement(base=self.arrangement(node.inputs[0]), enter=entering(node))
             else:
                 stored = self.stored(node)
                 if stored is not None:

@@ -183,21 +183,35 @@ class Collection:
 
     # ---- iteration
     def iterate(self, body: Callable[["Collection"], "Collection"], *, max_rounds: int = 10_000,
-                name: str | None = None) -> "Collection":
+                name: str | None = None, priority=None) -> "Collection":
         """The fixed point of ``body`` starting from this collection.
 
         ``body`` receives the loop variable (this collection inside the loop, where times
         gain an iteration coordinate) and returns its next value. Collections from outside
         used in ``body`` are entered into the loop automatically; the result leaves it.
+
+        ``priority`` (a SQL expression giving a non-negative integer per row): the
+        variable's records enter at that iteration instead of 0, and a record the body
+        returns enters at the next iteration or at its priority, whichever is later
+        (``ops/priority.py``), so records settle in priority order.
         """
         loop = self._p.loop(max_rounds=max_rounds, name=name, parent=self.scope)
-        x = loop.variable(self)
+        x = loop.variable(self, priority=priority)
         x.set(body(x))
         return loop.leave(x)
 
     def enter(self, loop: "Scope") -> "Collection":
         """This collection brought into ``loop`` (every time gains iteration coordinate 0)."""
         return loop.enter(self)
+
+    def enter_at(self, loop, iteration) -> "Collection":
+        """This collection brought into ``loop`` (a loop variable or a :class:`Scope`), each
+        record at the iteration ``iteration`` gives it (a SQL expression: a non-negative
+        integer) instead of 0: differential dataflow's ``enter_at``, for prioritized loops."""
+        scope = loop.scope if isinstance(loop, Collection) else loop
+        if not isinstance(scope, Scope):
+            raise PipelineError(f"enter_at ({_caller()}): expects a loop variable or a loop, got {loop!r}")
+        return scope.enter_at(self, iteration)
 
     def leave(self) -> "Collection":
         """This collection brought out of its loop (iteration coordinates are summed away)."""
@@ -304,9 +318,27 @@ class Scope:
             self.node.inputs.append(outer.node)
         return Collection(self._p, node)
 
-    def variable(self, initial: Collection) -> Collection:
-        inner = self.enter(initial) if initial.scope is not self else initial
-        v = self._p._add("variable", [inner.node], {"result": None}, self)
+    def enter_at(self, c: Collection, iteration) -> Collection:
+        """``c`` entered with each record at the iteration ``iteration`` gives it (see
+        ``ops/priority.py``); a new node for every call, never shared."""
+        if iteration is None:
+            return self.enter(c)
+        if c.scope is self or not _is_ancestor(c.scope, self):
+            raise PipelineError(f"enter_at ({_caller()}): the collection is not from an enclosing scope "
+                                f"of loop {self.name}")
+        outer = self.parent.enter(c) if c.scope is not self.parent else c
+        node = self._p._add("enter", [outer.node], {"priority": iteration}, self).node
+        self.node.inputs.append(outer.node)
+        return Collection(self._p, node)
+
+    def variable(self, initial: Collection, priority=None) -> Collection:
+        """A loop variable starting from ``initial``; with ``priority``, prioritized (see
+        :meth:`Collection.iterate`)."""
+        if priority is not None and initial.scope is self:
+            raise PipelineError(f"variable ({_caller()}): a priority needs an initial collection from outside "
+                                f"loop {self.name}")
+        inner = self.enter_at(initial, priority) if initial.scope is not self else initial
+        v = self._p._add("variable", [inner.node], {"result": None, "priority": priority}, self)
         self.variables.append(v.node)
         return v
 

@@ -182,7 +182,9 @@ def _between(df, col: str, lo: int | None, hi: int | None):
 
 
 def run_pipeline(store: Store, path: str, *, name: str | None = None, master: str | None = None,
-                 progress: Callable[[str], None] | None = None, batch_times: int | None = None) -> RunResult:
+                 progress: Callable[[str], None] | None = None, batch_times: int | None = None,
+                 loop_stats: list | None = None) -> RunResult:
+    """Run ``path`` once; ``loop_stats`` (a list) receives each loop's rounds and updates."""
     p = load_pipeline(path, name)
     state = store.state()
     views = input_views(store, state, p)
@@ -222,7 +224,7 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
         files = store.read_paths(st) if st else []
         return Arrangement(files, update_schema(schemas[node.id], node_dim(d, node)), st.rows() if st else 0)
 
-    runtime = Runtime(p, stored, progress=progress)
+    runtime = Runtime(p, stored, progress=progress, loop_stats=loop_stats)
     ctx = EvalContext(spark, d, delta_rows=delta_rows)
     sources = {}
     for n, v in views.items():
