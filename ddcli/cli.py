@@ -303,6 +303,9 @@ def advance(
         "--upper", "-u", metavar="F", help="Seal every time not beyond F (no more updates there).")] = None,
     since: Annotated[Optional[str], typer.Option(
         "--since", "-s", metavar="F", help="Allow compaction: times not beyond F may be merged.")] = None,
+    seal: Annotated[bool, typer.Option(
+        "--seal", help="Seal every time (upper = the empty frontier): a dimension table that never "
+                       "holds a pipeline back and takes no more updates.")] = False,
     strict_noop: StrictNoopOpt = False,
     store: StoreOpt = DEFAULT_STORE,
     fmt: FormatOpt = None,
@@ -319,11 +322,18 @@ def advance(
         ddcli advance words --since 3
 
         ddcli advance strings --upper "(2,0)" --since "(1,0)"
+
+        ddcli advance airlines --seal
     """
     out = render.choose_format(fmt, json_, output)
     from storage.lattice import format_frontier
     st = _store(store)
     before = st.trace(trace)
+    if seal:
+        from storage.seal import sealed_frontier
+        if upper is not None:
+            raise typer.BadParameter("give --seal or --upper, not both", param_hint="--seal")
+        upper = sealed_frontier(before)
     after = st.advance(trace, upper=upper, since=since)
     noop = (after.upper, after.since) == (before.upper, before.since)
     record = {"command": "advance", "trace": trace, "noop": noop,
@@ -336,7 +346,8 @@ def advance(
     else:
         moves = []
         if after.upper != before.upper:
-            moves.append(f"upper {format_frontier(before.upper)} -> {format_frontier(after.upper)}")
+            to = "{} (sealed for all times)" if after.upper.is_empty() else format_frontier(after.upper)
+            moves.append(f"upper {format_frontier(before.upper)} -> {to}")
         if after.since != before.since:
             moves.append(f"since {format_frontier(before.since)} -> {format_frontier(after.since)}")
         msg = (f"trace {trace!r}: {', '.join(moves)}; "
@@ -525,7 +536,8 @@ def status(
 
 LAG_COLUMNS = [("pipeline", "string"), ("input", "string"), ("behind", "bool"), ("consumed", "string"),
                ("upper", "string"), ("layers", "int64"), ("updates", "int64"), ("pending", "int64"),
-               ("consumed_seq", "int64"), ("input_seq", "int64"), ("frontier", "string")]
+               ("consumed_seq", "int64"), ("input_seq", "int64"), ("frontier", "string"),
+               ("holds_back", "bool"), ("behind_by", "int64")]
 
 
 def lag_rows(state, trace: str | None = None) -> list[dict]:
@@ -537,15 +549,21 @@ def lag_rows(state, trace: str | None = None) -> list[dict]:
     position the pipeline holds it at), ``pending`` the updates ingested beyond the upper
     (a run cannot read them until ``advance --upper`` seals them); ``consumed_seq`` and
     ``input_seq`` are the positions in the input's sequence of seals. ``frontier`` is
-    the pipeline's own frontier: its outputs are complete up to it.
+    the pipeline's own frontier: its outputs are complete up to it. ``holds_back`` is true
+    for an input whose upper is behind another input's (the pipeline waits for it; a
+    dimension table that is complete for good is sealed with ``advance --seal``), and
+    ``behind_by`` says by how much (one-dimensional times).
     """
     from storage.lattice import Frontier, format_frontier
+    from storage.seal import hold_back
     rows = []
     for name, rec in sorted(state.pipelines.items()):
         if not isinstance(rec, dict):
             continue
         d = rec.get("d", 1)
         frontier = format_frontier(Frontier.from_json(rec["frontier"], d)) if "frontier" in rec else None
+        waits = hold_back({inp: state.traces[inp].upper for inp in (rec.get("inputs") or {})
+                           if inp in state.traces})
         for inp, pos in sorted((rec.get("inputs") or {}).items()):
             if trace is not None and trace not in (inp, name):
                 continue
@@ -564,6 +582,7 @@ def lag_rows(state, trace: str | None = None) -> list[dict]:
                 "layers": len(new), "updates": sum(l.rows for l in new),
                 "pending": sum(l.rows for l in t.pending),
                 "consumed_seq": seq, "input_seq": t.next_seq, "frontier": frontier,
+                "holds_back": waits[inp][0], "behind_by": waits[inp][1],
             })
     return rows
 

@@ -25,6 +25,7 @@ from storage.lattice import (Frontier, beyond_mask, format_frontier, format_time
 from storage.layer import (Layer, LayerFile, consolidate, empty_updates, read_layer_files,
                            updates_table, write_layer_file)
 from storage.log import Conflict, Log
+from storage.seal import check_open
 from storage.trace import Hold, StoreError, Trace, check_name
 
 DEFAULT_GRACE_SECONDS = 3600.0
@@ -136,6 +137,8 @@ class Store:
         existing = state.traces.get(name)
         if existing is not None and existing.owner:
             raise StoreError(f"trace {name!r} is written by pipeline {existing.owner!r}; it cannot be ingested into")
+        if existing is not None:
+            check_open(existing)
         if not paths:
             raise StoreError("give at least one update file")
         if time is not None:
