@@ -241,6 +241,13 @@ def ingest(
     file_format: Annotated[Optional[InputFormat], typer.Option(
         "--file-format", "--input-format", case_sensitive=False,
         help="Format of the update files (default: from the extension).")] = None,
+    null: Annotated[Optional[str], typer.Option(
+        "--null", metavar="STR",
+        help="CSV: the text that means null in every column [default: \\N, and an empty field "
+             "in columns that are not text].")] = None,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="Refuse the ingest (exit 2, nothing written) when a retraction matches "
+                         "no live row, instead of warning.")] = False,
     strict_noop: StrictNoopOpt = False,
     store: StoreOpt = DEFAULT_STORE,
     fmt: FormatOpt = None,
@@ -266,16 +273,24 @@ def ingest(
     st = _store(store)
     t = parse_time(time) if time is not None else None
     keys = [k.strip() for k in key.split(",") if k.strip()] if key is not None else None
+    from storage.retractions import checker
+    negative: list = []
     with render.progress(len(files), f"ingest {trace}") as step:
         res = st.ingest(trace, list(files), key=keys, time=t, upper=upper,
-                        fmt=file_format.value if file_format else None, progress=step)
+                        fmt=file_format.value if file_format else None, progress=step, null=null,
+                        prepare=checker(st, strict=strict, found=negative))
     tr = st.trace(trace)
+    unmatched = negative[0] if negative and negative[0].rows else None
+    if unmatched is not None:
+        render.warning(f"trace {trace!r}: {unmatched.describe()}; restate retracted rows exactly "
+                       f"(CSV nulls are written {null if null is not None else chr(92) + 'N'})")
     noop = not res.files
     pending = sum(l.rows for l in tr.pending)
     record = {"command": "ingest", "trace": trace, "noop": noop, "created": res.created,
               "updates": res.rows, "files": res.files, "skipped": res.skipped,
               "upper": format_frontier(tr.upper), "since": format_frontier(tr.since),
-              "layers": len(tr.layers), "pending": pending}
+              "layers": len(tr.layers), "pending": pending,
+              "unmatched_retractions": unmatched.rows if unmatched else 0}
     if noop:
         msg = (f"nothing to do: trace {trace!r} already holds "
                f"{'this file' if len(res.skipped) == 1 else 'these files'} "

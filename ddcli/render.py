@@ -251,6 +251,13 @@ def error(message: str) -> None:
     sys.stderr.flush()
 
 
+def warning(message: str) -> None:
+    """One line on stderr: ``warning: ...`` (the command still succeeds)."""
+    text = " ".join(str(message).split())
+    sys.stderr.write(f"warning: {text}\n")
+    sys.stderr.flush()
+
+
 # ---------------------------------------------------------------- progress
 
 

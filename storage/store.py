@@ -127,8 +127,15 @@ class Store:
 
     def ingest(self, name: str, paths: list[str], *, key: list[str] | None = None,
                time: tuple[int, ...] | None = None, upper: str | Frontier | None = None,
-               fmt: str | None = None, progress: Callable[[str], None] | None = None) -> IngestResult:
-        """Validate every file, then write one layer and commit it; or change nothing."""
+               fmt: str | None = None, progress: Callable[[str], None] | None = None,
+               null: str | None = None,
+               prepare: Callable[[Trace | None, pa.Table], pa.Table] | None = None) -> IngestResult:
+        """Validate every file, then write one layer and commit it; or change nothing.
+
+        ``null`` is the CSV null marker (storage/nulls.py). ``prepare(existing, updates)``
+        sees the validated new updates before anything is written and returns the updates
+        to write (an upsert adds its retractions, storage/upsert.py) or raises a user error.
+        """
         from storage.files import read_update_file
         from storage.lattice import parse_frontier
 
@@ -151,7 +158,7 @@ class Store:
         for p in paths:
             if progress:
                 progress(p)
-            b = read_update_file(p, fmt=fmt, schema=schema, d=d, time=time)
+            b = read_update_file(p, fmt=fmt, schema=schema, d=d, time=time, null=null)
             if schema is None:
                 schema, d = b.data.schema, b.d
             elif b.data.schema != schema:
@@ -214,6 +221,8 @@ class Store:
             return IngestResult(name, 0, [], skipped, cur_upper, False)
 
         table = pa.concat_tables([updates_table(b.data, b.times, b.diff, d) for b in fresh])
+        if prepare is not None:
+            table = prepare(existing, table)
         proto = existing or Trace(name, schema, key, d, Frontier.minimum(d), cur_upper)
         sealed = upper is not None or d == 1
         seal_to = new_upper if sealed else cur_upper
