@@ -245,6 +245,13 @@ def ingest(
         "--null", metavar="STR",
         help="CSV: the text that means null in every column [default: \\N, and an empty field "
              "in columns that are not text].")] = None,
+    upsert: Annotated[Optional[str], typer.Option(
+        "--upsert", metavar="KEYCOLS",
+        help="Each row replaces the live rows with the same key (comma-separated columns) at the "
+             "row's time; ddcli retracts the old rows.")] = None,
+    delete: Annotated[Optional[str], typer.Option(
+        "--delete", metavar="KEYCOLS",
+        help="Each row (these key columns and a time) removes the live rows with that key at its time.")] = None,
     strict: Annotated[bool, typer.Option(
         "--strict", help="Refuse the ingest (exit 2, nothing written) when a retraction matches "
                          "no live row, instead of warning.")] = False,
@@ -267,6 +274,8 @@ def ingest(
         ddcli ingest strings sample_data/strings_1.csv --upper "(1,0)"
 
         ddcli ingest clicks events.jsonl --time 42 --key user
+
+        ddcli ingest airports airports_fix.csv --time 9 --upsert faa
     """
     out = render.choose_format(fmt, json_, output)
     from storage.lattice import format_frontier, parse_time
@@ -275,10 +284,14 @@ def ingest(
     keys = [k.strip() for k in key.split(",") if k.strip()] if key is not None else None
     from storage.retractions import checker
     negative: list = []
+    prepare = checker(st, strict=strict, found=negative)
+    by_key = _by_key_step(st, upsert, delete)
+    if by_key is not None:
+        prepare = _then(by_key[0], prepare)
     with render.progress(len(files), f"ingest {trace}") as step:
         res = st.ingest(trace, list(files), key=keys, time=t, upper=upper,
                         fmt=file_format.value if file_format else None, progress=step, null=null,
-                        prepare=checker(st, strict=strict, found=negative))
+                        columns=by_key[2] if by_key else None, prepare=prepare)
     tr = st.trace(trace)
     unmatched = negative[0] if negative and negative[0].rows else None
     if unmatched is not None:
@@ -291,6 +304,8 @@ def ingest(
               "upper": format_frontier(tr.upper), "since": format_frontier(tr.since),
               "layers": len(tr.layers), "pending": pending,
               "unmatched_retractions": unmatched.rows if unmatched else 0}
+    if by_key is not None:
+        record.update({"upserted" if upsert else "deleted": by_key[1].rows, "retracted": by_key[1].retracted})
     if noop:
         msg = (f"nothing to do: trace {trace!r} already holds "
                f"{'this file' if len(res.skipped) == 1 else 'these files'} "
@@ -299,6 +314,9 @@ def ingest(
         msg = (f"{'created trace' if res.created else 'trace'} {trace!r}: ingested "
                f"{_plural(res.rows, 'update')} from {_plural(len(res.files), 'file')}; "
                f"upper is {format_frontier(tr.upper)}")
+        if by_key is not None:
+            msg += (f" ({_plural(by_key[1].rows, 'row')} {'upserted' if upsert else 'deleted'} by key, "
+                    f"{_plural(by_key[1].retracted, 'live row')} retracted)")
         if res.skipped:
             msg += f" (skipped, already ingested: {', '.join(res.skipped)})"
         if pending:
@@ -306,6 +324,25 @@ def ingest(
                     f"(ddcli advance {trace} --upper F)")
     render.report(record, msg, out, output)
     _done(noop, strict_noop)
+
+
+def _by_key_step(st, upsert: str | None, delete: str | None):
+    """``(prepare step, stats, file columns)`` for --upsert/--delete KEYCOLS, or None."""
+    if upsert is None and delete is None:
+        return None
+    if upsert is not None and delete is not None:
+        raise typer.BadParameter("give --upsert or --delete, not both", param_hint="--delete")
+    from storage.upsert import UpsertStats, upsert_step
+    key = [k.strip() for k in (upsert or delete).split(",") if k.strip()]
+    if not key:
+        raise typer.BadParameter("give the key columns, comma-separated", param_hint="--upsert/--delete")
+    stats = UpsertStats()
+    return upsert_step(st, key, delete=delete is not None, stats=stats), stats, key if delete else None
+
+
+def _then(first, second):
+    """Two ``prepare`` steps of an ingest, one after the other."""
+    return lambda existing, table: second(existing, first(existing, table))
 
 
 # ---------------------------------------------------------------- advance

@@ -128,11 +128,12 @@ class Store:
     def ingest(self, name: str, paths: list[str], *, key: list[str] | None = None,
                time: tuple[int, ...] | None = None, upper: str | Frontier | None = None,
                fmt: str | None = None, progress: Callable[[str], None] | None = None,
-               null: str | None = None,
+               null: str | None = None, columns: list[str] | None = None,
                prepare: Callable[[Trace | None, pa.Table], pa.Table] | None = None) -> IngestResult:
         """Validate every file, then write one layer and commit it; or change nothing.
 
-        ``null`` is the CSV null marker (storage/nulls.py). ``prepare(existing, updates)``
+        ``null`` is the CSV null marker (storage/nulls.py); ``columns`` the data columns the
+        files hold when not all of the trace's (a delete by key). ``prepare(existing, updates)``
         sees the validated new updates before anything is written and returns the updates
         to write (an upsert adds its retractions, storage/upsert.py) or raises a user error.
         """
@@ -155,6 +156,12 @@ class Store:
         batches = []
         schema = existing.schema if existing else None
         d = existing.d if existing else None
+        if columns is not None and existing is not None:
+            missing = [c for c in columns if c not in existing.schema.names]
+            if missing:
+                raise StoreError(f"{missing[0]!r} is not a column of trace {name!r} "
+                                 f"(columns: {', '.join(existing.schema.names)})")
+            schema = pa.schema([existing.schema.field(c) for c in columns])
         for p in paths:
             if progress:
                 progress(p)
@@ -203,7 +210,10 @@ class Store:
                 i = int(np.argmin(mask))
                 t = tuple(int(c[i]) for c in b.times)
                 raise StoreError(f"{b.path}: row {i + 1}: time {format_time(t)} is not beyond the upper "
-                                 f"{format_frontier(cur_upper)} of trace {name!r} (those times are sealed)")
+                                 f"{format_frontier(cur_upper)} of trace {name!r} (those times are sealed); "
+                                 f"to correct the past, ingest the correction at a time beyond the upper "
+                                 f"(e.g. at time {format_frontier(cur_upper).split()[0]}), with --upsert KEYCOLS "
+                                 f"to have the old rows retracted for you")
             if upper is not None:
                 late = beyond_mask(b.times, new_upper)
                 if late.any():
