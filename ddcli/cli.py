@@ -459,6 +459,9 @@ def query(
         "--as-of", "-a", metavar="T",
         help="The time (default: the latest complete time; for d >= 2 every update present).")] = None,
     where: WhereOpt = None,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="Refuse (exit 2) a time that is not complete yet (beyond the upper) "
+                         "instead of warning.")] = False,
     store: StoreOpt = DEFAULT_STORE,
     fmt: FormatOpt = None,
     json_: JsonOpt = False,
@@ -467,7 +470,8 @@ def query(
     """The collection at a time: the data columns plus `count` (the multiplicity).
 
     A time not beyond the trace's since was compacted away and is refused, naming the
-    earliest time that works.
+    earliest time that works. A time beyond the upper is not complete yet: the answer
+    comes with a warning on stderr (an error with --strict).
 
     Examples:
 
@@ -476,12 +480,21 @@ def query(
         ddcli query words --as-of 3 --where "word LIKE 'a%'" --format csv
     """
     out = render.choose_format(fmt, json_, output)
-    from storage.lattice import format_time
+    from storage.lattice import format_time, parse_time
     from storage.query import as_of as as_of_
     from storage.query import default_time
     st = _store(store)
+    if as_of is not None:
+        from storage.complete import incomplete
+        from storage.trace import StoreError
+        tr = st.trace(trace)
+        why = incomplete(tr, parse_time(as_of, tr.d))
+        if why and strict:
+            raise StoreError(f"{why} (--strict)")
     tbl = as_of_(st, trace, as_of, where)
     if as_of is not None:
+        if why:
+            render.warning(why)
         title = f"{trace} as of {as_of}"
     else:
         t = default_time(st.trace(trace))

@@ -304,6 +304,8 @@ def register_traces(store: Store, con, *, internal: bool = True) -> list[str]:
         con.execute(f"CREATE TEMP VIEW {quote(name)} AS SELECT * FROM {src}")
         names.append(name)
         paths += store.layer_paths(tr)
+    from storage.sql_at import register_trace_at
+    register_trace_at(con, {n: state.traces[n] for n in names})
     return paths
 
 
