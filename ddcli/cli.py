@@ -179,6 +179,9 @@ bench_app = typer.Typer(help="Benchmarks: figures as a table, as JSON (--out) an
                         no_args_is_help=True,
                         epilog=EXIT_CODES_HELP, rich_markup_mode="markdown")
 app.add_typer(bench_app, name="bench")
+help_app = typer.Typer(help="Reference pages: `ddcli help operators` lists every pipeline operator.",
+                       no_args_is_help=True, rich_markup_mode="markdown")
+app.add_typer(help_app, name="help")
 
 
 # ---------------------------------------------------------------- shared options
@@ -588,6 +591,10 @@ def status(
     st = _store(store)
     state = st.state()
     traces, pipes = status_(st, trace, internal=all_)
+    if out == "table":  # a wide schema on one line; --json keeps every column
+        from storage.status_rows import short_columns
+        i = traces.schema.get_field_index("columns")
+        traces = traces.set_column(i, "columns", [[short_columns(c) for c in traces.column(i).to_pylist()]])
     lags = lag_table(state, trace)
     parts = [("trace", traces, f"traces in {st.path}")]
     if pipes.num_rows or pipelines:
@@ -657,6 +664,16 @@ def lag_table(state, trace: str | None = None):
     import pyarrow as pa
     schema = pa.schema([(n, pa.type_for_alias(t)) for n, t in LAG_COLUMNS])
     return pa.Table.from_pylist(lag_rows(state, trace), schema=schema)
+
+
+# ---------------------------------------------------------------- help
+
+
+@help_app.command("operators")
+def help_operators() -> None:
+    """Every pipeline operator with its arguments, from the docstrings of ops/pipeline.py."""
+    from ddcli.help_operators import render_text
+    sys.stdout.write(render_text() + "\n")
 
 
 # ---------------------------------------------------------------- bench
