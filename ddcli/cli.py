@@ -179,8 +179,9 @@ bench_app = typer.Typer(help="Benchmarks: figures as a table, as JSON (--out) an
                         no_args_is_help=True,
                         epilog=EXIT_CODES_HELP, rich_markup_mode="markdown")
 app.add_typer(bench_app, name="bench")
-help_app = typer.Typer(help="Reference pages: `ddcli help operators` lists every pipeline operator.",
-                       no_args_is_help=True, rich_markup_mode="markdown")
+help_app = typer.Typer(help="Reference pages: `ddcli help operators` lists every pipeline operator.\n\n"
+                            "Example:\n\n    ddcli help operators",
+                       no_args_is_help=True, epilog=EXIT_CODES_HELP, rich_markup_mode="markdown")
 app.add_typer(help_app, name="help")
 
 
@@ -669,9 +670,14 @@ def lag_table(state, trace: str | None = None):
 # ---------------------------------------------------------------- help
 
 
-@help_app.command("operators")
+@help_app.command("operators", epilog=EXIT_CODES_HELP)
 def help_operators() -> None:
-    """Every pipeline operator with its arguments, from the docstrings of ops/pipeline.py."""
+    """Every pipeline operator with its arguments, from the docstrings of ops/pipeline.py.
+
+    Example:
+
+        ddcli help operators | less
+    """
     from ddcli.help_operators import render_text
     sys.stdout.write(render_text() + "\n")
 
