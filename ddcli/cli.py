@@ -196,6 +196,10 @@ bench_app = typer.Typer(help="Benchmarks: figures as a table, as JSON (--out) an
                         no_args_is_help=True,
                         epilog=EXIT_CODES_HELP, rich_markup_mode="markdown")
 app.add_typer(bench_app, name="bench")
+help_app = typer.Typer(help="Reference pages: `ddcli help operators` lists every pipeline operator.\n\n"
+                            "Example:\n\n    ddcli help operators",
+                       no_args_is_help=True, epilog=EXIT_CODES_HELP, rich_markup_mode="markdown")
+app.add_typer(help_app, name="help")
 
 
 # ---------------------------------------------------------------- shared options
@@ -261,6 +265,20 @@ def ingest(
     file_format: Annotated[Optional[InputFormat], typer.Option(
         "--file-format", "--input-format", case_sensitive=False,
         help="Format of the update files (default: from the extension).")] = None,
+    null: Annotated[Optional[str], typer.Option(
+        "--null", metavar="STR",
+        help="CSV: the text that means null in every column [default: \\N, and an empty field "
+             "in columns that are not text].")] = None,
+    upsert: Annotated[Optional[str], typer.Option(
+        "--upsert", metavar="KEYCOLS",
+        help="Each row replaces the live rows with the same key (comma-separated columns) at the "
+             "row's time; ddcli retracts the old rows.")] = None,
+    delete: Annotated[Optional[str], typer.Option(
+        "--delete", metavar="KEYCOLS",
+        help="Each row (these key columns and a time) removes the live rows with that key at its time.")] = None,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="Refuse the ingest (exit 2, nothing written) when a retraction matches "
+                         "no live row, instead of warning.")] = False,
     strict_noop: StrictNoopOpt = False,
     store: StoreOpt = DEFAULT_STORE,
     fmt: FormatOpt = None,
@@ -280,22 +298,38 @@ def ingest(
         ddcli ingest strings sample_data/strings_1.csv --upper "(1,0)"
 
         ddcli ingest clicks events.jsonl --time 42 --key user
+
+        ddcli ingest airports airports_fix.csv --time 9 --upsert faa
     """
     out = render.choose_format(fmt, json_, output)
     from storage.lattice import format_frontier, parse_time
     st = _store(store)
     t = parse_time(time) if time is not None else None
     keys = [k.strip() for k in key.split(",") if k.strip()] if key is not None else None
+    from storage.retractions import checker
+    negative: list = []
+    prepare = checker(st, strict=strict, found=negative)
+    by_key = _by_key_step(st, upsert, delete)
+    if by_key is not None:
+        prepare = _then(by_key[0], prepare)
     with render.progress(len(files), f"ingest {trace}") as step:
         res = st.ingest(trace, list(files), key=keys, time=t, upper=upper,
-                        fmt=file_format.value if file_format else None, progress=step)
+                        fmt=file_format.value if file_format else None, progress=step, null=null,
+                        columns=by_key[2] if by_key else None, prepare=prepare)
     tr = st.trace(trace)
+    unmatched = negative[0] if negative and negative[0].rows else None
+    if unmatched is not None:
+        render.warning(f"trace {trace!r}: {unmatched.describe()}; restate retracted rows exactly "
+                       f"(CSV nulls are written {null if null is not None else chr(92) + 'N'})")
     noop = not res.files
     pending = sum(l.rows for l in tr.pending)
     record = {"command": "ingest", "trace": trace, "noop": noop, "created": res.created,
               "updates": res.rows, "files": res.files, "skipped": res.skipped,
               "upper": format_frontier(tr.upper), "since": format_frontier(tr.since),
-              "layers": len(tr.layers), "pending": pending, "warnings": st.warnings}
+              "layers": len(tr.layers), "pending": pending, "warnings": st.warnings,
+              "unmatched_retractions": unmatched.rows if unmatched else 0}
+    if by_key is not None:
+        record.update({"upserted" if upsert else "deleted": by_key[1].rows, "retracted": by_key[1].retracted})
     if noop:
         msg = (f"nothing to do: trace {trace!r} already holds "
                f"{'this file' if len(res.skipped) == 1 else 'these files'} "
@@ -304,6 +338,9 @@ def ingest(
         msg = (f"{'created trace' if res.created else 'trace'} {trace!r}: ingested "
                f"{_plural(res.rows, 'update')} from {_plural(len(res.files), 'file')}; "
                f"upper is {format_frontier(tr.upper)}")
+        if by_key is not None:
+            msg += (f" ({_plural(by_key[1].rows, 'row')} {'upserted' if upsert else 'deleted'} by key, "
+                    f"{_plural(by_key[1].retracted, 'live row')} retracted)")
         if res.skipped:
             msg += f" (skipped, already ingested: {', '.join(res.skipped)})"
         if pending:
@@ -311,6 +348,25 @@ def ingest(
                     f"(ddcli advance {trace} --upper F)")
     render.report(record, msg, out, output)
     _done(noop, strict_noop)
+
+
+def _by_key_step(st, upsert: str | None, delete: str | None):
+    """``(prepare step, stats, file columns)`` for --upsert/--delete KEYCOLS, or None."""
+    if upsert is None and delete is None:
+        return None
+    if upsert is not None and delete is not None:
+        raise typer.BadParameter("give --upsert or --delete, not both", param_hint="--delete")
+    from storage.upsert import UpsertStats, upsert_step
+    key = [k.strip() for k in (upsert or delete).split(",") if k.strip()]
+    if not key:
+        raise typer.BadParameter("give the key columns, comma-separated", param_hint="--upsert/--delete")
+    stats = UpsertStats()
+    return upsert_step(st, key, delete=delete is not None, stats=stats), stats, key if delete else None
+
+
+def _then(first, second):
+    """Two ``prepare`` steps of an ingest, one after the other."""
+    return lambda existing, table: second(existing, first(existing, table))
 
 
 # ---------------------------------------------------------------- advance
@@ -323,6 +379,9 @@ def advance(
         "--upper", "-u", metavar="F", help="Seal every time not beyond F (no more updates there).")] = None,
     since: Annotated[Optional[str], typer.Option(
         "--since", "-s", metavar="F", help="Allow compaction: times not beyond F may be merged.")] = None,
+    seal: Annotated[bool, typer.Option(
+        "--seal", help="Seal every time (upper = the empty frontier): a dimension table that never "
+                       "holds a pipeline back and takes no more updates.")] = False,
     strict_noop: StrictNoopOpt = False,
     store: StoreOpt = DEFAULT_STORE,
     fmt: FormatOpt = None,
@@ -339,11 +398,18 @@ def advance(
         ddcli advance words --since 3
 
         ddcli advance strings --upper "(2,0)" --since "(1,0)"
+
+        ddcli advance airlines --seal
     """
     out = render.choose_format(fmt, json_, output)
     from storage.lattice import format_frontier
     st = _store(store)
     before = st.trace(trace)
+    if seal:
+        from storage.seal import sealed_frontier
+        if upper is not None:
+            raise typer.BadParameter("give --seal or --upper, not both", param_hint="--seal")
+        upper = sealed_frontier(before)
     after = st.advance(trace, upper=upper, since=since)
     noop = (after.upper, after.since) == (before.upper, before.since)
     record = {"command": "advance", "trace": trace, "noop": noop,
@@ -356,7 +422,8 @@ def advance(
     else:
         moves = []
         if after.upper != before.upper:
-            moves.append(f"upper {format_frontier(before.upper)} -> {format_frontier(after.upper)}")
+            to = "{} (sealed for all times)" if after.upper.is_empty() else format_frontier(after.upper)
+            moves.append(f"upper {format_frontier(before.upper)} -> {to}")
         if after.since != before.since:
             moves.append(f"since {format_frontier(before.since)} -> {format_frontier(after.since)}")
         msg = (f"trace {trace!r}: {', '.join(moves)}; "
@@ -416,6 +483,9 @@ def query(
         "--as-of", "-a", metavar="T",
         help="The time (default: the latest complete time; for d >= 2 every update present).")] = None,
     where: WhereOpt = None,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="Refuse (exit 2) a time that is not complete yet (beyond the upper) "
+                         "instead of warning.")] = False,
     store: StoreOpt = DEFAULT_STORE,
     fmt: FormatOpt = None,
     json_: JsonOpt = False,
@@ -424,7 +494,8 @@ def query(
     """The collection at a time: the data columns plus `count` (the multiplicity).
 
     A time not beyond the trace's since was compacted away and is refused, naming the
-    earliest time that works.
+    earliest time that works. A time beyond the upper is not complete yet: the answer
+    comes with a warning on stderr (an error with --strict).
 
     Examples:
 
@@ -433,12 +504,21 @@ def query(
         ddcli query words --as-of 3 --where "word LIKE 'a%'" --format csv
     """
     out = render.choose_format(fmt, json_, output)
-    from storage.lattice import format_time
+    from storage.lattice import format_time, parse_time
     from storage.query import as_of as as_of_
     from storage.query import default_time
     st = _store(store)
+    if as_of is not None:
+        from storage.complete import incomplete
+        from storage.trace import StoreError
+        tr = st.trace(trace)
+        why = incomplete(tr, parse_time(as_of, tr.d))
+        if why and strict:
+            raise StoreError(f"{why} (--strict)")
     tbl = as_of_(st, trace, as_of, where)
     if as_of is not None:
+        if why:
+            render.warning(why)
         title = f"{trace} as of {as_of}"
     else:
         t = default_time(st.trace(trace))
@@ -532,6 +612,10 @@ def status(
     st = _store(store)
     state = st.state()
     traces, pipes = status_(st, trace, internal=all_)
+    if out == "table":  # a wide schema on one line; --json keeps every column
+        from storage.status_rows import short_columns
+        i = traces.schema.get_field_index("columns")
+        traces = traces.set_column(i, "columns", [[short_columns(c) for c in traces.column(i).to_pylist()]])
     lags = lag_table(state, trace)
     parts = [("trace", traces, f"traces in {st.path}")]
     if pipes.num_rows or pipelines:
@@ -545,7 +629,8 @@ def status(
 
 LAG_COLUMNS = [("pipeline", "string"), ("input", "string"), ("behind", "bool"), ("consumed", "string"),
                ("upper", "string"), ("layers", "int64"), ("updates", "int64"), ("pending", "int64"),
-               ("consumed_seq", "int64"), ("input_seq", "int64"), ("frontier", "string")]
+               ("consumed_seq", "int64"), ("input_seq", "int64"), ("frontier", "string"),
+               ("holds_back", "bool"), ("behind_by", "int64")]
 
 
 def lag_rows(state, trace: str | None = None) -> list[dict]:
@@ -557,15 +642,21 @@ def lag_rows(state, trace: str | None = None) -> list[dict]:
     position the pipeline holds it at), ``pending`` the updates ingested beyond the upper
     (a run cannot read them until ``advance --upper`` seals them); ``consumed_seq`` and
     ``input_seq`` are the positions in the input's sequence of seals. ``frontier`` is
-    the pipeline's own frontier: its outputs are complete up to it.
+    the pipeline's own frontier: its outputs are complete up to it. ``holds_back`` is true
+    for an input whose upper is behind another input's (the pipeline waits for it; a
+    dimension table that is complete for good is sealed with ``advance --seal``), and
+    ``behind_by`` says by how much (one-dimensional times).
     """
     from storage.lattice import Frontier, format_frontier
+    from storage.seal import hold_back
     rows = []
     for name, rec in sorted(state.pipelines.items()):
         if not isinstance(rec, dict):
             continue
         d = rec.get("d", 1)
         frontier = format_frontier(Frontier.from_json(rec["frontier"], d)) if "frontier" in rec else None
+        waits = hold_back({inp: state.traces[inp].upper for inp in (rec.get("inputs") or {})
+                           if inp in state.traces})
         for inp, pos in sorted((rec.get("inputs") or {}).items()):
             if trace is not None and trace not in (inp, name):
                 continue
@@ -584,6 +675,7 @@ def lag_rows(state, trace: str | None = None) -> list[dict]:
                 "layers": len(new), "updates": sum(l.rows for l in new),
                 "pending": sum(l.rows for l in t.pending),
                 "consumed_seq": seq, "input_seq": t.next_seq, "frontier": frontier,
+                "holds_back": waits[inp][0], "behind_by": waits[inp][1],
             })
     return rows
 
@@ -593,6 +685,21 @@ def lag_table(state, trace: str | None = None):
     import pyarrow as pa
     schema = pa.schema([(n, pa.type_for_alias(t)) for n, t in LAG_COLUMNS])
     return pa.Table.from_pylist(lag_rows(state, trace), schema=schema)
+
+
+# ---------------------------------------------------------------- help
+
+
+@help_app.command("operators", epilog=EXIT_CODES_HELP)
+def help_operators() -> None:
+    """Every pipeline operator with its arguments, from the docstrings of ops/pipeline.py.
+
+    Example:
+
+        ddcli help operators | less
+    """
+    from ddcli.help_operators import render_text
+    sys.stdout.write(render_text() + "\n")
 
 
 # ---------------------------------------------------------------- bench

@@ -6,6 +6,7 @@ import anything of Spark.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from typing import Annotated, Optional
@@ -35,6 +36,9 @@ def _quiet_pyspark_logging() -> None:
 
 
 def _progress_printer(enabled: bool):
+    """Progress lines on stderr: on a terminal, or anywhere with DDCLI_PROGRESS=1."""
+    import os
+    enabled = enabled or os.environ.get("DDCLI_PROGRESS", "") not in ("", "0")
     if not enabled:
         return None
     from rich.console import Console
@@ -42,9 +46,72 @@ def _progress_printer(enabled: bool):
     return lambda msg: con.print(f"[dim]· {msg}[/dim]")
 
 
+@contextlib.contextmanager
+def stopping_spark_on_interrupt(committed: list[str]):
+    """Ctrl-C during a run: stop Spark and exit 130 with one line, whatever error the
+    cancelled Spark job surfaced as. A run commits nothing after Ctrl-C (see ops/run.py);
+    ``committed`` names the pipelines of this command that committed before it."""
+    from ops import session
+    try:
+        yield
+    except BaseException as e:
+        if not (session.interrupted() or isinstance(e, KeyboardInterrupt)):
+            raise
+        try:
+            session.stop_spark()
+        except BaseException:  # noqa: BLE001 - stopping is best effort; the JVM dies with us
+            pass
+        before = f" (committed before it: {', '.join(committed)})" if committed else ""
+        render.error(f"interrupted; nothing was written{before}")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+
+
+def _leased(store_path: str, name: str):
+    """The run lease of pipeline ``name`` (storage/lease.py); none for a name that
+    loading the pipeline will refuse anyway."""
+    from ops.load import NAME_RE
+    from storage.lease import lease
+    return lease(store_path, name) if NAME_RE.match(name) else contextlib.nullcontext()
+
+
+def _run_record(res, seconds: float) -> tuple[dict, str]:
+    from storage.lattice import format_frontier
+    record = {"command": "run", "pipeline": res.pipeline, "noop": res.nothing_to_do,
+              "frontier": format_frontier(res.frontier) if res.frontier else None,
+              "outputs": res.outputs, "inputs": res.inputs, "seconds": round(seconds, 3),
+              "rows_in": res.rows_in, "rows_out": sum(res.outputs.values())}
+    if res.nothing_to_do:
+        msg = f"nothing to do: pipeline {res.pipeline!r} has processed every input update"
+    else:
+        outs = ", ".join(f"{o} (+{n:,} updates)" for o, n in res.outputs.items())
+        msg = (f"pipeline {res.pipeline!r} ran in {seconds:.1f} s: {res.rows_in:,} new input updates -> {outs}; "
+               f"complete up to {format_frontier(res.frontier)}")
+    return record, msg
+
+
+def _report_all(records: list[dict], messages: list[str], out: str, output: str | None) -> None:
+    if len(records) == 1 or out == "table":
+        if out == "table":
+            render.report({}, "\n".join(messages), out, output)
+        else:
+            render.report(records[0], messages[0], out, output)
+        return
+    import pyarrow as pa
+    if out == "jsonl" and output is None:
+        for r in records:
+            render.report(r, "", out, None)
+        return
+    flat = [{k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in r.items()} for r in records]
+    render.table(pa.Table.from_pylist(flat), out, output)
+
+
 @app.command(epilog=EXIT_CODES_HELP)
 def run(
-    pipeline: Annotated[str, typer.Argument(metavar="PIPELINE.py", help="A pipeline file defining pipeline(p).")],
+    pipelines: Annotated[list[str], typer.Argument(
+        metavar="PIPELINE.py...", help="Pipeline files defining pipeline(p), run in this order.")],
     name: NameOpt = None,
     master: MasterOpt = None,
     strict_noop: StrictNoopOpt = False,
@@ -58,7 +125,7 @@ def run(
     json_: JsonOpt = False,
     output: OutputOpt = None,
 ) -> None:
-    """Run a pipeline over every input update not yet processed, on Spark.
+    """Run pipelines over every input update not yet processed, on Spark.
 
     Each input's updates since the pipeline's last run — however many distinct times —
     go through the pipeline in one run; output traces get every change at its exact time.
@@ -66,29 +133,56 @@ def run(
     anywhere leaves the store as it was, and the next run does the same work. A run with
     no new input does nothing.
 
+    Several files run one after the other in one Spark session, each its own commit: a
+    pipeline that fails commits nothing and is named; the others still run. A run of a
+    pipeline another process is running exits 3 at its start (a lease in the store).
+
     Examples:
 
         ddcli run sample_data/pipelines/wordcount.py
 
+        ddcli run counts.py joins.py --json
+
         ddcli run my_pipeline.py --name nightly --master spark://host:7077
     """
+    import time
+
     out = render.choose_format(fmt, json_, output)
+    if name is not None and len(pipelines) > 1:
+        raise typer.BadParameter("--name names one pipeline: give one PIPELINE.py with it", param_hint="--name")
     _quiet_pyspark_logging()
+    from ddcli.cli import exit_code_for
+    from ops.load import default_name
     from ops.run import run_pipeline
-    from storage.lattice import format_frontier
     st = _store(store)
-    res = run_pipeline(st, pipeline, name=name, master=master, batch_times=batch_times,
-                       progress=_progress_printer(out == "table" and sys.stderr.isatty()))
-    record = {"command": "run", "pipeline": res.pipeline, "noop": res.nothing_to_do,
-              "frontier": format_frontier(res.frontier) if res.frontier else None,
-              "outputs": res.outputs, "inputs": res.inputs}
-    if res.nothing_to_do:
-        msg = f"nothing to do: pipeline {res.pipeline!r} has processed every input update"
-    else:
-        outs = ", ".join(f"{o} (+{n:,} updates)" for o, n in res.outputs.items())
-        msg = f"pipeline {res.pipeline!r} ran: {outs}; complete up to {format_frontier(res.frontier)}"
-    render.report(record, msg, out, output)
-    _done(res.nothing_to_do, strict_noop)
+    progress = _progress_printer(out == "table" and sys.stderr.isatty())
+    records, messages, failures, committed = [], [], [], []
+    with stopping_spark_on_interrupt(committed):
+        for path in pipelines:
+            started = time.monotonic()
+            try:
+                with _leased(st.path, name or default_name(path)):
+                    res = run_pipeline(st, path, name=name, master=master, batch_times=batch_times,
+                                       progress=progress)
+            except Exception as e:  # noqa: BLE001 - named below, with its own exit code
+                if len(pipelines) == 1:
+                    raise
+                failures.append((path, e))
+                continue
+            if not res.nothing_to_do:
+                committed.append(res.pipeline)
+            record, msg = _run_record(res, time.monotonic() - started)
+            records.append(record)
+            messages.append(msg)
+    if records:
+        _report_all(records, messages, out, output)
+    if failures:
+        path, e = failures[0]
+        others = f"; also failed: {', '.join(p for p, _ in failures[1:])}" if failures[1:] else ""
+        ran = "; the other pipelines ran" if records else ""
+        render.error(f"pipeline {path} failed, nothing of it was committed: {e}{others}{ran}")
+        raise typer.Exit(exit_code_for(e))
+    _done(all(r["noop"] for r in records), strict_noop)
 
 
 @app.command(epilog=EXIT_CODES_HELP)

@@ -97,12 +97,15 @@ class Collection:
         return self._new("flat_map", [self], column=column, expr=expr, keep=keep)
 
     def concat(self, *others: "Collection") -> "Collection":
+        """The sum of this collection and ``others`` (same columns): multiplicities add."""
         return self._new("concat", [self, *others])
 
     def negate(self) -> "Collection":
+        """Every multiplicity negated: ``c.concat(d.negate())`` is ``c - d``."""
         return self._new("negate", [self])
 
     def consolidate(self) -> "Collection":
+        """Updates of equal (row, time) summed and zeros dropped (the same collection, fewer updates)."""
         return self._new("consolidate", [self])
 
     # ---- join family
@@ -124,19 +127,38 @@ class Collection:
         return self._new("reduce", [self], key=_cols(by), reducer=reducer)
 
     def count(self, by) -> "Collection":
+        """Per key (``by``: a column or a list): the number of rows present, column ``count``."""
         return self.reduce(by, rk.Count())
 
     def sum(self, by, column: str, name: str | None = None) -> "Collection":
+        """Per key: the sum of ``column`` (times multiplicity), named ``name`` (default ``sum``)."""
         return self.reduce(by, rk.Sum(column, name=name))
 
     def min(self, by, column: str, name: str | None = None) -> "Collection":
+        """Per key: the smallest value of ``column``, named ``name`` (default ``min``)."""
         return self.reduce(by, rk.Min(column, name=name))
 
     def max(self, by, column: str, name: str | None = None) -> "Collection":
+        """Per key: the largest value of ``column``, named ``name`` (default ``max``)."""
         return self.reduce(by, rk.Max(column, name=name))
 
     def count_distinct(self, by, name: str = "distinct") -> "Collection":
+        """Per key: the number of distinct rows present, named ``name``."""
         return self.reduce(by, rk.CountDistinct(name=name))
+
+    def avg(self, by, column: str, name: str | None = None) -> "Collection":
+        """Per key: the mean of ``column`` over the rows present (nulls left out), a double
+        named ``name`` (default ``avg``). Built as a sum and a count joined by key."""
+        keys = _cols(by)
+        name = name or "avg"
+        values = self.filter(f"`{column}` IS NOT NULL")
+        total = values.sum(keys, column, name="__avg_sum")
+        n = values.reduce(keys, rk.Count(name="__avg_n"))
+        return total.join(n, on=keys).select(*keys, **{name: "CAST(__avg_sum AS DOUBLE) / __avg_n"})
+
+    def mean(self, by, column: str, name: str | None = None) -> "Collection":
+        """The same as :meth:`avg` (default name ``mean``)."""
+        return self.avg(by, column, name=name or "mean")
 
     def distinct(self) -> "Collection":
         """Every row present (positive multiplicity) once."""
@@ -147,10 +169,18 @@ class Collection:
         return self._new("threshold", [self], fn=fn)
 
     def top_k(self, by, k: int, order_by, descending: bool = False) -> "Collection":
+        """Per key: the ``k`` rows first in ``order_by`` (a column or a list; largest first with
+        ``descending=True``), with their multiplicities."""
         return self.reduce(by, rk.TopK(k, _cols(order_by), descending=descending))
 
     def reduce_per_key(self, by, fn: Callable) -> "Collection":
-        """User logic per key: ``fn(pa.Table of the key's rows with _count) -> pa.Table``."""
+        """User logic per key: ``fn(pa.Table of the key's rows with _count) -> pa.Table``.
+
+        ``fn`` gets one key's accumulated rows (the value columns and ``_count``, the
+        multiplicity) and returns the output rows for that key (a ``_count`` column is
+        optional; default 1). It must be a pure function of its input: it is called at
+        every time where the key's input changes.
+        """
         return self.reduce(by, rk.PerKey(fn))
 
     # ---- calculus (issue 5): ops/calculus.py, ops/asof.py, ops/delta_join.py

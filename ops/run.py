@@ -55,6 +55,7 @@ class RunResult:
     frontier: Frontier | None = None
     outputs: dict[str, int] = field(default_factory=dict)  # output trace -> rows written
     inputs: dict[str, int] = field(default_factory=dict)  # input trace -> layers consumed
+    rows_in: int = 0  # new input updates the run read
 
 
 @dataclass
@@ -208,7 +209,12 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     if not has_new and record and new_frontier == old_frontier:
         return RunResult(p.name, True, new_frontier)
 
-    from ops.session import get_spark, partitions, size_partitions
+    from ops.precheck import precheck
+    precheck(p, {n: v.trace.schema for n, v in views.items()})  # column mistakes, before the JVM
+
+    from ops.session import check_interrupt, get_spark, no_interrupts, partitions, size_partitions
+    if progress:
+        progress("starting Spark")
     spark = get_spark(master)
     delta_rows = sum(l.rows for v in views.values() for l in v.new)
     size_partitions(spark, delta_rows, single_ok=not any(n.op == "loop" for n in p.nodes))
@@ -292,7 +298,7 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
 
     result = RunResult(p.name, False, new_frontier,
                        {o: (written[o].rows if written[o] else 0) for o in p.outputs},
-                       {n: len(v.new) for n, v in views.items()})
+                       {n: len(v.new) for n, v in views.items()}, rows_in=delta_rows)
 
     def change(s: State) -> State:
         cur = s.pipelines.get(p.name)
@@ -326,15 +332,18 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
         }
         return s
 
-    try:
-        faults.point("run.before_commit")
-        store.commit(change)
-    except Conflict:
-        for tname, layer in written.items():
-            if layer:
-                store.discard(tname, [layer])
-        raise
-    faults.point("run.after_commit")
-    for tname in targets:
-        store._maintain_quietly(tname)
+    # from here Ctrl-C waits: cut short, the user could not tell whether the run committed
+    with no_interrupts():
+        try:
+            check_interrupt()
+            faults.point("run.before_commit")
+            store.commit(change)
+        except (Conflict, KeyboardInterrupt):  # lost a race, or Ctrl-C before: nothing of this run stays
+            for tname, layer in written.items():
+                if layer:
+                    store.discard(tname, [layer])
+            raise
+        faults.point("run.after_commit")
+        for tname in targets:
+            store._maintain_quietly(tname)
     return result

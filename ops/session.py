@@ -79,6 +79,7 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         .config("spark.sql.session.timeZone", "UTC")
     )
     _session = _quietly(builder.getOrCreate, os.path.join(scratch, "jvm.log"))
+    _watch_interrupts(_session)
     _session.sparkContext.setLogLevel("ERROR")
     _session.sparkContext.setCheckpointDir(os.path.join(scratch, "checkpoints"))
     return _session
@@ -151,3 +152,64 @@ def stop_spark() -> None:
     if _session is not None:
         _session.stop()
         _session = None
+
+
+# ---------------------------------------------------------------- Ctrl-C
+
+_interrupt = {"seen": False, "deferred": 0}
+
+
+def _watch_interrupts(session) -> None:
+    """Ctrl-C: remember it, cancel Spark's jobs, and raise KeyboardInterrupt — unless a
+    commit is under way (:func:`no_interrupts`), which then finishes first.
+
+    PySpark's own handler also cancels and raises, but the interrupted Py4J call often
+    surfaces as some other error (a Py4JJavaError of the cancelled job); :func:`interrupted`
+    lets the command tell the user's Ctrl-C from a failure whatever the error.
+    """
+    import logging
+    import signal
+    import sys
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_sigint(signum, frame):
+        _interrupt["seen"] = True
+        if _interrupt["deferred"]:
+            return
+        # the interrupted Py4J call logs tracebacks and finalizers report theirs: the
+        # command says "interrupted" in one line instead
+        logging.disable(logging.CRITICAL)
+        sys.unraisablehook = lambda unraisable: None
+        try:
+            session.sparkContext.cancelAllJobs()
+        except Exception:  # noqa: BLE001 - the JVM may be gone already; we stop anyway
+            pass
+        raise KeyboardInterrupt()
+
+    signal.signal(signal.SIGINT, on_sigint)
+
+
+def check_interrupt() -> None:
+    """Raise KeyboardInterrupt if Ctrl-C was pressed: a KeyboardInterrupt raised by the
+    handler can be swallowed where it lands (a Py4J finalizer), so a run also checks
+    before it commits."""
+    if _interrupt["seen"]:
+        raise KeyboardInterrupt()
+
+
+def interrupted() -> bool:
+    """True once the user pressed Ctrl-C (SIGINT) after the Spark session started."""
+    return _interrupt["seen"]
+
+
+class no_interrupts:
+    """A section Ctrl-C must not cut short (a commit and what depends on it)."""
+
+    def __enter__(self):
+        _interrupt["deferred"] += 1
+
+    def __exit__(self, *exc):
+        _interrupt["deferred"] -= 1
+        return False

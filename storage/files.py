@@ -89,12 +89,13 @@ def read_update_file(
     schema: pa.Schema | None = None,
     d: int | None = None,
     time: tuple[int, ...] | str | None = None,
+    null: str | None = None,
 ) -> UpdateBatch:
     """Read and validate one update file; raise ``UpdateFileError`` on any problem.
 
     ``schema`` and ``d`` describe an existing trace (the file must fit them); without them
     the types and the time dimension are inferred. ``time`` stamps every row of a file that
-    has no time column.
+    has no time column. ``null`` is the text a CSV file writes for null (see storage/nulls.py).
     """
     path = os.fspath(path)
     fmt = _choose_format(path, fmt)
@@ -115,6 +116,9 @@ def read_update_file(
     else:
         src = _ParquetSource(path, buf)
     table = src.read()
+    if fmt == "csv":
+        from storage.nulls import apply_null_marker
+        table = apply_null_marker(table, null)
     return _validate(src, table, digest, schema=schema, d=d, time=time)
 
 

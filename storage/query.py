@@ -326,6 +326,8 @@ def register_traces(store: Store, con, *, internal: bool = True, state=None) -> 
         con.execute(f"CREATE TEMP VIEW {quote(name)} AS SELECT * FROM {src}")
         names.append(name)
         paths += store.layer_paths(tr)
+    from storage.sql_at import register_trace_at
+    register_trace_at(con, {n: state.traces[n] for n in names})
     return paths
 
 
@@ -392,12 +394,6 @@ def trace_status(tr: Trace) -> dict:
     }
 
 
-def _scalar(v):
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return v
-    return json.dumps(v, sort_keys=True, default=str)
-
-
 def status(store: Store, trace: str | None = None, *, internal: bool = False) -> tuple[pa.Table, pa.Table]:
     """Two tables: one row per trace and one row per pipeline.
 
@@ -411,13 +407,8 @@ def status(store: Store, trace: str | None = None, *, internal: bool = False) ->
     else:
         rows = [trace_status(t) for n, t in sorted(state.traces.items()) if internal or "." not in n]
         pipes = []
-        for name, p in sorted(state.pipelines.items()):
-            row = {"pipeline": name}
-            if isinstance(p, dict):
-                row.update({k: _scalar(v) for k, v in p.items()})
-            else:
-                row["state"] = _scalar(p)
-            pipes.append(row)
+        from storage.status_rows import pipeline_row
+        pipes = [pipeline_row(name, p) for name, p in sorted(state.pipelines.items())]
     trace_schema = pa.schema([("trace", pa.string()), ("columns", pa.string()), ("key", pa.string()),
                               ("d", pa.int64()), ("since", pa.string()), ("upper", pa.string()),
                               ("layers", pa.int64()), ("pending", pa.int64()), ("rows", pa.int64()),

@@ -26,6 +26,7 @@ from storage.layer import (Layer, LayerFile, consolidate, empty_updates, read_la
                            updates_table, write_layer_file)
 from storage.limits import DiffOverflow
 from storage.log import Conflict, Log
+from storage.seal import check_open
 from storage.trace import Hold, StoreError, Trace, check_name, check_new_name
 
 DEFAULT_GRACE_SECONDS = 3600.0
@@ -174,8 +175,16 @@ class Store:
 
     def ingest(self, name: str, paths: list[str], *, key: list[str] | None = None,
                time: tuple[int, ...] | None = None, upper: str | Frontier | None = None,
-               fmt: str | None = None, progress: Callable[[str], None] | None = None) -> IngestResult:
-        """Validate every file, then write one layer and commit it; or change nothing."""
+               fmt: str | None = None, progress: Callable[[str], None] | None = None,
+               null: str | None = None, columns: list[str] | None = None,
+               prepare: Callable[[Trace | None, pa.Table], pa.Table] | None = None) -> IngestResult:
+        """Validate every file, then write one layer and commit it; or change nothing.
+
+        ``null`` is the CSV null marker (storage/nulls.py); ``columns`` the data columns the
+        files hold when not all of the trace's (a delete by key). ``prepare(existing, updates)``
+        sees the validated new updates before anything is written and returns the updates
+        to write (an upsert adds its retractions, storage/upsert.py) or raises a user error.
+        """
         from storage.files import read_update_file
         from storage.lattice import parse_frontier
 
@@ -186,6 +195,8 @@ class Store:
             check_new_name(name, state.traces)
         if existing is not None and existing.owner:
             raise StoreError(f"trace {name!r} is written by pipeline {existing.owner!r}; it cannot be ingested into")
+        if existing is not None:
+            check_open(existing)
         if not paths:
             raise StoreError("give at least one update file")
         if time is not None:
@@ -195,10 +206,16 @@ class Store:
         batches = []
         schema = existing.schema if existing else None
         d = existing.d if existing else None
+        if columns is not None and existing is not None:
+            missing = [c for c in columns if c not in existing.schema.names]
+            if missing:
+                raise StoreError(f"{missing[0]!r} is not a column of trace {name!r} "
+                                 f"(columns: {', '.join(existing.schema.names)})")
+            schema = pa.schema([existing.schema.field(c) for c in columns])
         for p in paths:
             if progress:
                 progress(p)
-            b = read_update_file(p, fmt=fmt, schema=schema, d=d, time=time)
+            b = read_update_file(p, fmt=fmt, schema=schema, d=d, time=time, null=null)
             if schema is None:
                 schema, d = b.data.schema, b.d
             elif b.data.schema != schema:
@@ -243,7 +260,10 @@ class Store:
                 i = int(np.argmin(mask))
                 t = tuple(int(c[i]) for c in b.times)
                 raise StoreError(f"{b.path}: row {i + 1}: time {format_time(t)} is not beyond the upper "
-                                 f"{format_frontier(cur_upper)} of trace {name!r} (those times are sealed)")
+                                 f"{format_frontier(cur_upper)} of trace {name!r} (those times are sealed); "
+                                 f"to correct the past, ingest the correction at a time beyond the upper "
+                                 f"(e.g. at time {format_frontier(cur_upper).split()[0]}), with --upsert KEYCOLS "
+                                 f"to have the old rows retracted for you")
             if upper is not None:
                 late = beyond_mask(b.times, new_upper)
                 if late.any():
@@ -261,6 +281,8 @@ class Store:
             return IngestResult(name, 0, [], skipped, cur_upper, False)
 
         table = pa.concat_tables([updates_table(b.data, b.times, b.diff, d) for b in fresh])
+        if prepare is not None:
+            table = prepare(existing, table)
         proto = existing or Trace(name, schema, key, d, Frontier.minimum(d), cur_upper)
         sealed = upper is not None or d == 1
         seal_to = new_upper if sealed else cur_upper

@@ -308,7 +308,8 @@ def test_status_reports_the_lag_of_every_pipeline_input(wc, tmp_path):
     upper = str(store.trace("words").upper.elements[0][0])
     assert lag == [{"kind": "lag", "pipeline": "wordcount", "input": "words", "behind": False,
                     "consumed": upper, "upper": upper, "layers": 0, "updates": 0, "pending": 0,
-                    "consumed_seq": 2, "input_seq": 2, "frontier": upper}]
+                    "consumed_seq": 2, "input_seq": 2, "frontier": upper,
+                    "holds_back": False, "behind_by": None}]
     added = 0
     for _ in range(2):
         added += store.ingest("words", [stream.next_file()]).rows

@@ -1,0 +1,125 @@
+"""Upserts and deletes by key: ddcli computes the retractions from the trace.
+
+A trace only takes updates, so a correction has to restate the old row exactly. With
+``ingest --upsert KEYCOLS`` each row of the file *replaces* the live rows with the same
+key at the row's time (like Delta's MERGE, or Materialize's UPSERT envelope); with
+``--delete KEYCOLS`` each row (key columns and a time) removes them. "Live" means present
+at the trace's upper: the sum of every update of the trace, per row.
+
+Both are one DuckDB query over the new rows and the layers' row groups that can hold
+their keys (layers are sorted by key, so a look-up reads few row groups): the new rows
+with diff +1, the live rows retracted at the first time the file gives their key, and,
+when the file gives a key at several times (one-dimensional times), each row retracted
+again at the next of them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage.lattice import time_columns
+from storage.store import Store
+from storage.trace import StoreError, Trace
+
+_TIME = re.compile(r"time(_\d+)?\Z")
+
+
+@dataclass
+class UpsertStats:
+    rows: int = 0  # rows of the files (upserted or deleted keys)
+    retracted: int = 0  # live rows retracted (with their multiplicity)
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _check_key(key: list[str], columns: list[str], option: str) -> None:
+    for k in key:
+        if k not in columns:
+            raise StoreError(f"{option}: {k!r} is not a column of the trace (columns: {', '.join(columns)})")
+
+
+def _live_sql(store: Store, trace: Trace | None, key: list[str], data: list[str]) -> str:
+    """The live rows (data, __count) whose key is among ``__keys``."""
+    cols = ", ".join(_q(c) for c in data)
+    paths = store.layer_paths(trace) if trace is not None else []
+    if not paths:
+        return f"SELECT {cols}, CAST(0 AS BIGINT) AS __count FROM __ddcli_new WHERE false"
+    files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
+    match = " AND ".join(f"o.{_q(k)} IS NOT DISTINCT FROM k.{_q(k)}" for k in key)
+    return (f"SELECT {', '.join('o.' + _q(c) for c in data)}, CAST(SUM(o.diff) AS BIGINT) AS __count "
+            f"FROM read_parquet([{files}]) o SEMI JOIN __keys k ON {match} "
+            f"GROUP BY ALL HAVING SUM(o.diff) <> 0")
+
+
+def _duplicate_keys(con, key: list[str], tcols: list[str], d: int) -> None:
+    """Two rows of one key at one time (or, for tuple times, at any times) contradict each other."""
+    by = key + (tcols if d == 1 else [])
+    cols = ", ".join(_q(c) for c in by)
+    dup = con.sql(f"SELECT {cols}, COUNT(*) AS n FROM __ddcli_new GROUP BY ALL HAVING COUNT(*) > 1 "
+                  f"ORDER BY ALL LIMIT 1").to_arrow_table()
+    if dup.num_rows:
+        row = dup.to_pylist()[0]
+        shown = ", ".join(f"{k}={'NULL' if row[k] is None else repr(row[k])}" for k in key)
+        when = f" at time {row[tcols[0]]}" if d == 1 else ""
+        raise StoreError(f"{row['n']} rows of the file give key {shown}{when}; an upsert or delete gives "
+                         f"each key one row per time")
+
+
+def upsert_step(store: Store, key: list[str], *, delete: bool, stats: UpsertStats):
+    """A ``prepare`` step for :meth:`Store.ingest` turning upsert (or delete) rows into updates."""
+    option = "--delete" if delete else "--upsert"
+
+    def prepare(existing: Trace | None, updates: pa.Table) -> pa.Table:
+        from storage.query import connect
+        if existing is None and delete:
+            raise StoreError(f"{option}: the trace does not exist yet; there is nothing to delete")
+        d = existing.d if existing is not None else sum(1 for c in updates.column_names if _TIME.match(c))
+        tcols = time_columns(d)
+        file_cols = [c for c in updates.column_names if c not in tcols and c != "diff"]
+        data = existing.data_columns if existing is not None else file_cols
+        _check_key(key, data, option)
+        if not pc.all(pc.equal(updates.column("diff"), 1)).as_py():
+            raise StoreError(f"{option}: rows are whole rows, not changes: leave out the diff column "
+                             f"(or write 1)")
+        stats.rows = updates.num_rows
+        kcols = ", ".join(_q(k) for k in key)
+        cols = ", ".join(_q(c) for c in data)
+        times = ", ".join(_q(t) for t in tcols)
+        with connect() as con:
+            con.register("__ddcli_new", updates)
+            try:
+                _duplicate_keys(con, key, tcols, d)
+                con.execute(f"CREATE TEMP TABLE __keys AS SELECT DISTINCT {kcols} FROM __ddcli_new")
+                # the first time the file gives each key: where the live rows are retracted
+                first = ", ".join(f"MIN({_q(t)}) AS {_q(t)}" for t in tcols)
+                con.execute(f"CREATE TEMP TABLE __first AS SELECT {kcols}, {first} FROM __ddcli_new GROUP BY ALL")
+                match = " AND ".join(f"l.{_q(k)} IS NOT DISTINCT FROM f.{_q(k)}" for k in key)
+                retract = (f"SELECT {', '.join('l.' + _q(c) for c in data)}, "
+                           f"{', '.join('f.' + _q(t) for t in tcols)}, -l.__count AS diff "
+                           f"FROM ({_live_sql(store, existing, key, data)}) l JOIN __first f ON {match}")
+                retracted = con.sql(retract).to_arrow_table()
+                stats.retracted = -int(pc.sum(retracted.column("diff")).as_py() or 0)
+                parts = []
+                if not delete:
+                    parts.append(f"SELECT {cols}, {times}, diff FROM __ddcli_new")
+                    if d == 1:  # a key given at several times: each row replaced by the next
+                        parts.append(
+                            f"SELECT {cols}, __next AS time, -1 AS diff FROM (SELECT *, LEAD(time) OVER "
+                            f"(PARTITION BY {kcols} ORDER BY time) AS __next FROM __ddcli_new) "
+                            f"WHERE __next IS NOT NULL")
+                added = [con.sql(p).to_arrow_table() for p in parts]
+            finally:
+                for t in ("__keys", "__first"):
+                    con.execute(f"DROP TABLE IF EXISTS {t}")
+                con.unregister("__ddcli_new")
+        schema = pa.schema(list(existing.schema if existing is not None else updates.select(data).schema)
+                           + [pa.field(t, pa.int64()) for t in tcols] + [pa.field("diff", pa.int64())])
+        return pa.concat_tables([t.select(schema.names).cast(schema) for t in [retracted] + added])
+
+    return prepare
