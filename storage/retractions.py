@@ -49,7 +49,7 @@ def negative_rows(store: Store, existing: Trace | None, updates: pa.Table, data_
         return Negative()
     from storage.query import connect
     cols = ", ".join(_q(c) for c in data_columns)
-    paths = store.layer_paths(existing) if existing is not None else []
+    paths = store.read_paths(existing) if existing is not None else []
     old = ""
     if paths:
         files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
@@ -60,7 +60,7 @@ def negative_rows(store: Store, existing: Trace | None, updates: pa.Table, data_
              f"every AS (SELECT {cols}, diff FROM __ddcli_new{old}) "
              f"SELECT {cols}, CAST(SUM(diff) AS BIGINT) AS __count FROM every GROUP BY ALL "
              f"HAVING SUM(diff) < 0 ORDER BY ALL")
-    with connect() as con:
+    with connect(store) as con:
         con.register("__ddcli_new", updates)
         try:
             found = con.sql(query).to_arrow_table()

@@ -47,7 +47,7 @@ def _check_key(key: list[str], columns: list[str], option: str) -> None:
 def _live_sql(store: Store, trace: Trace | None, key: list[str], data: list[str]) -> str:
     """The live rows (data, __count) whose key is among ``__keys``."""
     cols = ", ".join(_q(c) for c in data)
-    paths = store.layer_paths(trace) if trace is not None else []
+    paths = store.read_paths(trace) if trace is not None else []
     if not paths:
         return f"SELECT {cols}, CAST(0 AS BIGINT) AS __count FROM __ddcli_new WHERE false"
     files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
@@ -91,7 +91,7 @@ def upsert_step(store: Store, key: list[str], *, delete: bool, stats: UpsertStat
         kcols = ", ".join(_q(k) for k in key)
         cols = ", ".join(_q(c) for c in data)
         times = ", ".join(_q(t) for t in tcols)
-        with connect() as con:
+        with connect(store) as con:
             con.register("__ddcli_new", updates)
             try:
                 _duplicate_keys(con, key, tcols, d)
