@@ -121,8 +121,16 @@ def test_a_damaged_layer_stops_a_merge_and_the_merge_changes_nothing(tmp_path):
     data = bytearray(open(path, "rb").read())
     data[len(data) // 3] ^= 0x01
     open(path, "wb").write(data)
-    # the ingest writes only its new layer and commits; the merge after it reads the damaged one
+    # an ingest with retractions reads the trace's rows first (are they live?): refused, nothing written
+    before = tree_digest(store)
     err = _corrupt(ddcli(store, "ingest", "words", str(WORDS[1])))
+    assert "committed" not in err and path in err
+    assert tree_digest(store) == before
+    # insertions only: the ingest writes only its new layer and commits; the merge after it
+    # reads the damaged one
+    inserts = tmp_path / "inserts.csv"
+    inserts.write_text("word,time\n" + "".join(f"kiwi{i},7\n" for i in range(8)))  # as big: a merge
+    err = _corrupt(ddcli(store, "ingest", "words", str(inserts)))
     assert "the write was committed, but merging afterwards found damage" in err and path in err
     before = tree_digest(store)
     _corrupt(ddcli(store, "compact"))
