@@ -751,6 +751,9 @@ def bench_storage(
         render.report(res, "", out, output)
 
 
+from ddcli import lifecycle  # noqa: E402,F401  (registers pipelines and drop)
+
+
 def main() -> None:
     """The ``ddcli`` console script (and ``python -m ddcli``)."""
     import ddcli.check  # noqa: F401  (registers check)

@@ -120,6 +120,9 @@ def run(
         help="Pipelines with loops (one-dimensional times): take the new updates in batches of at "
              "most N distinct times [default: 50000], compacting state in between, so that the cost "
              "of a big run grows linearly.")] = None,
+    rebuild: Annotated[bool, typer.Option(
+        "--rebuild", help="Recompute the pipeline from its inputs' since (after editing its file): "
+                          "its state and outputs are replaced in the run's one commit.")] = False,
     store: StoreOpt = DEFAULT_STORE,
     fmt: FormatOpt = None,
     json_: JsonOpt = False,
@@ -144,6 +147,8 @@ def run(
         ddcli run counts.py joins.py --json
 
         ddcli run my_pipeline.py --name nightly --master spark://host:7077
+
+        ddcli run sample_data/pipelines/wordcount.py --rebuild
     """
     import time
 
@@ -163,7 +168,7 @@ def run(
             try:
                 with _leased(st.path, name or default_name(path)):
                     res = run_pipeline(st, path, name=name, master=master, batch_times=batch_times,
-                                       progress=progress)
+                                       rebuild=rebuild, progress=progress)
             except Exception as e:  # noqa: BLE001 - named below, with its own exit code
                 if len(pipelines) == 1:
                     raise
@@ -189,8 +194,9 @@ def run(
 def verify(
     pipeline: Annotated[str, typer.Argument(metavar="PIPELINE.py", help="A pipeline file that has run.")],
     at: Annotated[Optional[list[str]], typer.Option(
-        "--at", metavar="T", help="A time to check (repeatable; default: every time the inputs distinguish, up to --max-times).")] = None,
-    max_times: Annotated[int, typer.Option(min=1, help="At most this many times when --at is not given.")] = 200,
+        "--at", metavar="T", help="A time to check (repeatable; default: every time the inputs and outputs distinguish).")] = None,
+    max_times: Annotated[Optional[int], typer.Option(
+        min=1, help="At most this many times (an even sample) when --at is not given [default: every time].")] = None,
     name: NameOpt = None,
     master: MasterOpt = None,
     store: StoreOpt = DEFAULT_STORE,
@@ -200,10 +206,12 @@ def verify(
 ) -> None:
     """Recompute a pipeline from scratch at each time and compare with its outputs.
 
-    For every checked time t the inputs are accumulated at t and the pipeline is evaluated
-    on them with no state (plain DataFrame work); every output trace accumulated at t must
-    hold the same rows with the same counts. Reports the first differences; exit code 1 if
-    there is one.
+    For every checked time t the inputs are accumulated at t and the pipeline's graph is
+    evaluated on them by an independent oracle (plain Spark joins, group-bys and a driver
+    loop for fixed points, no operator code shared with `run`); every output trace
+    accumulated at t must hold the same rows with the same counts. Every time the inputs
+    and outputs tell apart is checked, and the count is reported. Reports the first
+    differences; exit code 1 if there is one.
 
     Examples:
 

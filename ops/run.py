@@ -39,7 +39,7 @@ from ops.evaluate import Runtime, evaluate, node_key
 from ops.linear import union_coalesced
 from ops.load import load_pipeline
 from ops.pipeline import Node, Pipeline, PipelineError
-from ops.writer import write_layer
+from ops.writer import write_layer, write_sealed_and_pending
 from storage import faults
 from storage.lattice import Frontier, time_columns
 from storage.layer import Layer
@@ -77,14 +77,15 @@ def fingerprint(path: str) -> str:
         return hashlib.sha256(fh.read()).hexdigest()[:16]
 
 
-def input_views(store: Store, state: State, p: Pipeline) -> dict[str, InputView]:
+def input_views(store: Store, state: State, p: Pipeline, *, fresh: bool = False) -> dict[str, InputView]:
+    """Each input as this run sees it (``fresh``: everything is new, as for a first run)."""
     views = {}
     for name in p.inputs:
         if name not in state.traces:
             known = ", ".join(sorted(n for n in state.traces if "." not in n)) or "none"
             raise PipelineError(f"input trace {name!r} does not exist in store {store.path} (traces: {known})")
         t = state.traces[name]
-        hold = t.holds.get(p.name)
+        hold = None if fresh else t.holds.get(p.name)
         seq0 = hold.seq if hold else 0
         views[name] = InputView(t, [l for l in t.layers if l.seq_hi <= seq0],
                                 [l for l in t.layers if l.seq_lo >= seq0], t.next_seq)
@@ -184,17 +185,24 @@ def _between(df, col: str, lo: int | None, hi: int | None):
 
 def run_pipeline(store: Store, path: str, *, name: str | None = None, master: str | None = None,
                  progress: Callable[[str], None] | None = None, batch_times: int | None = None,
-                 loop_stats: list | None = None) -> RunResult:
-    """Run ``path`` once; ``loop_stats`` (a list) receives each loop's rounds and updates."""
+                 loop_stats: list | None = None, rebuild: bool = False) -> RunResult:
+    """One run (see the module's docstring). ``loop_stats`` (a list) receives each loop's
+    rounds and updates. ``rebuild``: recompute the pipeline from its inputs' since, as if it
+    had never run, and replace its state and outputs in the run's one commit (for an edited
+    pipeline file; the old outputs stay readable until then)."""
     p = load_pipeline(path, name)
     state = store.state()
-    views = input_views(store, state, p)
+    views = input_views(store, state, p, fresh=rebuild)
     d = next(iter(views.values())).trace.d
     record = state.pipelines.get(p.name)
     fp = fingerprint(path)
-    if record and record.get("fingerprint") != fp:
-        raise PipelineError(f"pipeline {p.name!r} was run from a different file version before "
-                            f"({record.get('file')}); run the changed pipeline under a new --name")
+    if record and record.get("fingerprint") != fp and not rebuild:
+        raise PipelineError(f"pipeline {p.name!r} was run from another version of its file ({record.get('file')}, "
+                            f"hash {record.get('fingerprint')}); run it with --rebuild to recompute its outputs "
+                            f"from its inputs' since, or under a new --name (and `ddcli drop {p.name}` to release "
+                            f"the old one)")
+    if rebuild:
+        _check_rebuild(state, p)
     for out in p.outputs:
         t = state.traces.get(out)
         if t is None:
@@ -204,9 +212,9 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
             raise PipelineError(f"output {out!r} of pipeline {p.name!r} clashes with trace {out!r} written by {who}")
 
     new_frontier = pipeline_frontier(views)
-    old_frontier = Frontier.from_json(record["frontier"], d) if record else Frontier.minimum(d)
+    old_frontier = Frontier.from_json(record["frontier"], d) if record and not rebuild else Frontier.minimum(d)
     has_new = any(v.new for v in views.values())
-    if not has_new and record and new_frontier == old_frontier:
+    if not has_new and record and new_frontier == old_frontier and not rebuild:
         return RunResult(p.name, True, new_frontier)
 
     from ops.precheck import precheck
@@ -226,7 +234,7 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
             v = views[node.args["trace"]]
             return Arrangement(store.read_paths(v.trace, v.old), update_schema(v.trace.schema, d),
                                sum(l.rows for l in v.old))
-        st = state.traces.get(state_trace_name(p.name, node))
+        st = None if rebuild else state.traces.get(state_trace_name(p.name, node))
         files = store.read_paths(st) if st else []
         return Arrangement(files, update_schema(schemas[node.id], node_dim(d, node)), st.rows() if st else 0)
 
@@ -265,12 +273,13 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
         if node.op not in ("input", "enter"):
             targets[state_trace_name(p.name, node)] = (node, True)
     written: dict[str, Layer | None] = {}
+    held: dict[str, Layer | None] = {}  # output -> its changes beyond the frontier, pending
     protos: dict[str, Trace] = {}
     for tname, (node, is_state) in targets.items():
         schema = schemas[node.id]
         nd = node_dim(d, node)
         depth = nd - d
-        existing = state.traces.get(tname)
+        existing = None if rebuild else state.traces.get(tname)
         key = existing.key if existing else node_key(node, schema.names)
         since = loop_frontier(new_frontier, depth) if is_state else (existing.since if existing else Frontier.minimum(d))
         proto = existing or Trace(tname, schema, key, nd, since, loop_frontier(old_frontier, depth), owner=p.name)
@@ -281,6 +290,9 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
             one_frame = live is not None and len(live.processed) == 1
         else:
             present = [f[node.id] for f in batch_frames if f.get(node.id) is not None]
+            if proto.pending:  # what waited beyond the old frontier: sealed now, or waits on
+                present.append(spark.read.schema(_empty_frame(spark, update_schema(schema, nd)).schema)
+                               .parquet(*store.layer_paths(proto, proto.pending)))
             df = union_coalesced(present) if present else None
             one_frame = len(present) == 1
         if df is None:
@@ -288,31 +300,42 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
             continue
         if progress:
             progress(f"writing {tname}")
-        written[tname] = write_layer(df, directory=store.trace_dir(tname), schema=update_schema(schema, nd),
-                                     key=key, d=nd, lower=loop_frontier(old_frontier, depth),
-                                     upper=loop_frontier(new_frontier, depth),
-                                     since=since if is_state else proto.effective_since(),
-                                     seq=proto.next_seq, partitions=partitions(spark),
-                                     partitioned=one_frame and runtime.key_partitioned.get(node.id) == key,
-                                     precombine=is_state and not one_frame)
+        layout = dict(directory=store.trace_dir(tname), schema=update_schema(schema, nd), key=key, d=nd,
+                      lower=loop_frontier(old_frontier, depth), upper=loop_frontier(new_frontier, depth),
+                      seq=proto.next_seq, partitions=partitions(spark),
+                      partitioned=one_frame and runtime.key_partitioned.get(node.id) == key)
+        if is_state:
+            written[tname] = write_layer(df, since=since, precombine=not one_frame, **layout)
+        else:
+            written[tname], held[tname] = write_sealed_and_pending(df, since=proto.effective_since(), **layout)
 
     result = RunResult(p.name, False, new_frontier,
                        {o: (written[o].rows if written[o] else 0) for o in p.outputs},
                        {n: len(v.new) for n, v in views.items()}, rows_in=delta_rows)
 
+    # inputs this pipeline held before the run: their history stayed exact for it; the
+    # others (a first run) may have been compacted up to their effective since (the
+    # since met with other readers' holds), and the outputs cannot know more
+    unheld = [n for n, v in views.items() if rebuild or p.name not in v.trace.holds]
+
     def change(s: State) -> State:
         cur = s.pipelines.get(p.name)
         if (cur["runs"] if cur else 0) != runs:
             raise Conflict(f"another run of pipeline {p.name!r} committed first; nothing was written by this one")
+        _check_files_exist(store, views, written, held)
+        compacted_to = {}  # how far each input's history may be compacted now (before our hold)
         for n, v in views.items():
             t = s.traces.get(n)
             if t is None:
                 raise Conflict(f"input trace {n!r} was removed during the run")
+            compacted_to[n] = t.effective_since()
             if any(l.seq_lo < v.seq < l.seq_hi for l in t.layers):
                 raise Conflict(f"input trace {n!r} was compacted across this run's position; run again")
             s.traces[n] = Store.with_hold(t, p.name, new_frontier, v.seq)
         for tname, (node, is_state) in targets.items():
             t = s.traces.get(tname)
+            if t is not None and rebuild and t.owner == p.name:
+                t = None  # replaced by its recomputation
             if t is None:
                 t = protos[tname]
             elif t.owner != p.name or t.next_seq != protos[tname].next_seq:
@@ -323,7 +346,17 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
                         next_seq=t.next_seq + 1)
             if is_state:
                 t = t.with_(since=loop_frontier(new_frontier, depth))
+            else:
+                if [l.id for l in t.pending] != [l.id for l in protos[tname].pending]:
+                    raise Conflict(f"trace {tname!r} changed during the run; run again")
+                if tname in held:
+                    t = t.with_(pending=[held[tname]] if held[tname] else [])
+                for n in unheld:  # an output never answers a time its inputs cannot tell apart
+                    t = t.with_(since=t.since.join(compacted_to[n]))
             s.traces[tname] = t
+        if rebuild:  # state of the old version that the new one does not have
+            for old in [n for n, t in s.traces.items() if t.owner == p.name and "." in n and n not in targets]:
+                del s.traces[old]
         s.pipelines[p.name] = {
             "file": os.path.abspath(path), "fingerprint": fp, "runs": runs + 1,
             "frontier": new_frontier.to_json(), "d": d,
@@ -339,7 +372,7 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
             faults.point("run.before_commit")
             store.commit(change)
         except (Conflict, KeyboardInterrupt):  # lost a race, or Ctrl-C before: nothing of this run stays
-            for tname, layer in written.items():
+            for tname, layer in list(written.items()) + list(held.items()):
                 if layer:
                     store.discard(tname, [layer])
             raise
@@ -347,3 +380,33 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
         for tname in targets:
             store._maintain_quietly(tname)
     return result
+
+
+def _check_files_exist(store: Store, views: dict[str, InputView], written: dict, held: dict) -> None:
+    """A commit re-checks what it references: the layers it wrote (garbage collection with
+    a short grace may have taken them as orphans) and the input layers it read."""
+    for n, v in views.items():
+        for path in store.layer_paths(v.trace, v.old + v.new):
+            if not os.path.exists(path):
+                raise Conflict(f"input trace {n!r}: layer file {path} was removed during the run (garbage "
+                               f"collection with a short grace period?); nothing was written, run again")
+    for tname, layer in list(written.items()) + list(held.items()):
+        if layer is None:
+            continue
+        for f in layer.files:
+            path = os.path.join(store.trace_dir(tname), f.name)
+            if not os.path.exists(path):
+                raise Conflict(f"layer file {path} was removed before it was committed (garbage collection "
+                               f"with a short grace period?); nothing was written, run again")
+
+
+def _check_rebuild(state: State, p: Pipeline) -> None:
+    """A rebuild rewrites its outputs' history: refuse while another pipeline reads one of
+    them (that pipeline has consumed the old history)."""
+    for out in p.outputs:
+        t = state.traces.get(out)
+        readers = sorted(h for h in (t.holds if t is not None else {}) if h != p.name)
+        if readers:
+            raise PipelineError(f"output {out!r} of pipeline {p.name!r} is an input of pipeline {readers[0]!r}, "
+                                f"which has consumed its old history; drop {readers[0]!r} before rebuilding "
+                                f"{p.name!r}, then run it again")

@@ -1,11 +1,14 @@
 """``ddcli verify``: recompute a pipeline from scratch and compare with its output traces.
 
 For each checked time ``t`` the inputs are accumulated at ``t`` (as the pipeline last
-consumed them) and the graph is evaluated on those collections with no state and no
-notion of change: every checked time is one more value of an extra key column ``_at``,
-so all times are evaluated in one Spark plan. The output traces accumulated at ``t`` must
-hold exactly the same rows with the same counts. This is the user's audit and the test
-suite's oracle.
+consumed them) and the graph is evaluated on those collections by an independent oracle
+(ops/oracle.py: plain Spark joins, group-bys and a driver loop, sharing no operator code
+with ``ddcli run``); every checked time is one more value of the column ``_at``, so all
+times are evaluated in one Spark plan. The output traces accumulated at ``t`` must hold
+exactly the same rows with the same counts. Every time an output can tell apart is
+checked (the grid of the time coordinates its inputs and outputs hold, within the
+pipeline's frontier and beyond every since), unless ``max_times`` caps them. This is the
+user's audit and the test suite's oracle.
 """
 
 from __future__ import annotations
@@ -16,15 +19,14 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from pyspark.sql import functions as F
 
-from ops.context import AT, EvalContext
-from ops.evaluate import Runtime, evaluate
 from ops.load import load_pipeline
+from ops.oracle import AT, M, Oracle, check_supported, consolidated
 from ops.pipeline import PipelineError
 from ops.run import update_schema
 from storage.lattice import Frontier, Time, format_frontier, format_time, time_columns
 from storage.store import Store
 
-DEFAULT_MAX_TIMES = 200
+DEFAULT_MAX_TIMES = None  # every time
 
 
 @dataclass
@@ -57,14 +59,14 @@ def _beyond_all(t: Time, frontiers: list[Frontier]) -> bool:
 
 
 def verify_pipeline(store: Store, path: str, *, name: str | None = None, at: list[Time] | None = None,
-                    master: str | None = None, max_times: int = DEFAULT_MAX_TIMES) -> VerifyResult:
+                    master: str | None = None, max_times: int | None = DEFAULT_MAX_TIMES) -> VerifyResult:
     p = load_pipeline(path, name)
+    check_supported(p)
     state = store.state()
     record = state.pipelines.get(p.name)
     if not record:
         raise PipelineError(f"pipeline {p.name!r} has not run yet in store {store.path}; nothing to verify")
     d = record["d"]
-    tcols = time_columns(d)
     frontier = Frontier.from_json(record["frontier"], d)
     inputs = {}
     for n in p.inputs:
@@ -79,8 +81,11 @@ def verify_pipeline(store: Store, path: str, *, name: str | None = None, at: lis
     from ops.session import get_spark, size_partitions
     spark = get_spark(master)
     size_partitions(spark, sum(l.rows for _, layers in inputs.values() for l in layers))
-    frames = {n: spark.read.schema(_schema(update_schema(t.schema, d))).parquet(*store.read_paths(t, layers))
-              for n, (t, layers) in inputs.items() if layers}
+
+    def read(t, layers):
+        return spark.read.schema(_schema(update_schema(t.schema, d))).parquet(*store.read_paths(t, layers))
+    frames = {n: read(t, layers) for n, (t, layers) in inputs.items() if layers}
+    actual_frames = {o: read(t, t.layers) for o, t in outputs.items() if t.layers}
 
     if at:
         for t in at:
@@ -93,40 +98,37 @@ def verify_pipeline(store: Store, path: str, *, name: str | None = None, at: lis
                                     f"their history before it is compacted")
         times = sorted(set(at))
     else:
-        times = _default_times(frames, d, frontier, sinces, max_times)
+        times = _default_times(list(frames.values()) + list(actual_frames.values()), d, frontier, sinces, max_times)
     result = VerifyResult(p.name, times)
     if not times:
         return result
 
-    tdf = spark.createDataFrame(pa.table({AT: list(range(len(times))),
-                                          **{f"_at_{c}": [t[i] for t in times] for i, c in enumerate(tcols)}}))
-    tdf = F.broadcast(tdf)
+    tcols = time_columns(d)
+    tdf = F.broadcast(spark.createDataFrame(pa.table({AT: list(range(len(times))),
+                                                      **{f"_at_{c}": [t[i] for t in times] for i, c in enumerate(tcols)}})))
 
     def accumulate(df, data_cols):
+        """The collection at every checked time: (_at, data columns, _m)."""
         cond = None
         for c in tcols:
             x = F.col(c) <= F.col(f"_at_{c}")
             cond = x if cond is None else cond & x
-        acc = df.join(tdf, cond).groupBy(AT, *data_cols).agg(F.sum("diff").alias("diff")).filter("diff != 0")
-        return acc.select(*data_cols, AT, *[F.lit(0).cast("long").alias(c) for c in tcols], "diff")
+        return consolidated(df.join(tdf, cond).select(AT, *data_cols, F.col("diff").alias(M)))
 
-    sources = {n: accumulate(frames[n], inputs[n][0].data_columns) for n in frames}
-    ctx = EvalContext(spark, d, extra=[AT])
-    computed = evaluate(p, ctx, sources, Runtime(p, lambda node: None))
+    empty = {n: spark.createDataFrame([], _schema(pa.schema([pa.field(AT, pa.int64())] + list(t.schema)
+                                                              + [pa.field(M, pa.int64())])))
+             for n, (t, _) in inputs.items()}
+    sources = {n: accumulate(frames[n], inputs[n][0].data_columns) if n in frames else empty[n] for n in inputs}
+    oracle = Oracle(spark, p, sources)
 
     for out, node in p.outputs.items():
-        expected = computed[node.id]
+        expected = oracle.output(node)
         trace = outputs.get(out)
-        data_cols = trace.data_columns if trace else (ctx.data_columns(expected) if expected is not None else [])
-        parts = []
-        if expected is not None:
-            parts.append(expected.select(AT, *data_cols, F.col("diff").alias("_expected"), F.lit(0).cast("long").alias("_found")))
-        if trace is not None and trace.layers:
-            actual = spark.read.schema(_schema(update_schema(trace.schema, d))).parquet(*store.read_paths(trace, trace.layers))
-            actual = accumulate(actual, data_cols)
-            parts.append(actual.select(AT, *data_cols, F.lit(0).cast("long").alias("_expected"), F.col("diff").alias("_found")))
-        if not parts:
-            continue
+        data_cols = trace.data_columns if trace else [c for c in expected.columns if c not in (AT, M)]
+        parts = [expected.select(AT, *data_cols, F.col(M).alias("_expected"), F.lit(0).cast("long").alias("_found"))]
+        if out in actual_frames:
+            actual = accumulate(actual_frames[out], data_cols)
+            parts.append(actual.select(AT, *data_cols, F.lit(0).cast("long").alias("_expected"), F.col(M).alias("_found")))
         both = parts[0]
         for x in parts[1:]:
             both = both.unionByName(x)
@@ -138,12 +140,15 @@ def verify_pipeline(store: Store, path: str, *, name: str | None = None, at: lis
     return result
 
 
-def _default_times(frames: dict, d: int, frontier: Frontier, sinces: list[Frontier], max_times: int) -> list[Time]:
-    """Every time an output can tell apart: the grid of the inputs' time coordinates."""
+def _default_times(frames: list, d: int, frontier: Frontier, sinces: list[Frontier],
+                   max_times: int | None) -> list[Time]:
+    """Every time an output can tell apart: the grid of the time coordinates of the inputs
+    and the outputs (for ``d = 1``: every distinct time), within the frontier and beyond
+    every since. ``max_times`` keeps an even sample of them, the last one included."""
     tcols = time_columns(d)
     values: list[set[int]] = [set() for _ in range(d)]
-    for df in frames.values():
-        rows = df.select(*tcols).distinct().limit(100_000).toArrow()
+    for df in frames:
+        rows = df.select(*tcols).distinct().toArrow()
         for i, c in enumerate(tcols):
             values[i].update(rows.column(c).to_pylist())
     for f in sinces:  # times advanced to a since are represented by the since itself
@@ -152,7 +157,7 @@ def _default_times(frames: dict, d: int, frontier: Frontier, sinces: list[Fronti
                 values[i].add(t[i])
     grid = [t for t in itertools.product(*[sorted(v) for v in values])
             if not frontier.beyond(t) and _beyond_all(t, sinces)]
-    if len(grid) > max_times:
+    if max_times is not None and len(grid) > max_times:
         step = len(grid) / max_times
         grid = sorted({grid[int(i * step)] for i in range(max_times)} | {grid[-1]})
     return grid

@@ -15,11 +15,11 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from ops.linear import advance_and_sum
-from storage.lattice import Frontier, time_columns
+from storage.lattice import Frontier, beyond_mask, time_columns
 from storage.layer import Layer, LayerFile, consolidate, write_layer_file
 
 _META_SCHEMA = ("name string, rows long, bytes long, key_min string, key_max string, "
-                "sha256 string, footer_sha256 string")
+                "sha256 string, footer_sha256 string, pending boolean")
 
 
 def write_layer(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[str], d: int,
@@ -35,6 +35,35 @@ def write_layer(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[s
     data_columns = [f.name for f in schema if f.name not in set(time_columns(d)) | {"diff"}]
     if precombine and not partitioned:
         df = _precombined(df, data_columns, d, since)
+    rows = _write_files(df, directory=directory, schema=schema, key=key, d=d, lower=lower, upper=upper,
+                        since=since, partitions=partitions, partitioned=partitioned, split=False)
+    return _layer(rows, lower, upper, since, seq, seq + 1)
+
+
+def write_sealed_and_pending(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[str], d: int,
+                             lower: Frontier, upper: Frontier, since: Frontier, seq: int, partitions: int,
+                             partitioned: bool = False) -> tuple[Layer | None, Layer | None]:
+    """Write an output's changes as a sealed layer (times not beyond ``upper``) and a
+    pending layer (times beyond it), in one job.
+
+    An output must not hold updates at or beyond its upper: a run's changes can lie beyond
+    the pipeline's frontier (inputs of uneven uppers; joins of times for ``d >= 2``), and
+    they wait, pending, until the frontier passes them.
+    """
+    rows = _write_files(df, directory=directory, schema=schema, key=key, d=d, lower=lower, upper=upper,
+                        since=since, partitions=partitions, partitioned=partitioned, split=True)
+    sealed = _layer([r for r in rows if not r["pending"]], lower, upper, since, seq, seq + 1)
+    pending = _layer([r for r in rows if r["pending"]], upper, upper, since, -1, -1)
+    return sealed, pending
+
+
+def _write_files(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[str], d: int,
+                 lower: Frontier, upper: Frontier, since: Frontier, partitions: int,
+                 partitioned: bool, split: bool) -> list:
+    """Each task writes its partition's files; the files' metadata comes back (``split``:
+    the updates beyond ``upper`` go to a file of their own, marked ``pending``)."""
+    data_columns = [f.name for f in schema if f.name not in set(time_columns(d)) | {"diff"}]
+    tcols = time_columns(d)
 
     def write_partition(batches):
         batches = list(batches)
@@ -44,25 +73,35 @@ def write_layer(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[s
         if table.num_rows == 0:
             return
         table = consolidate(table.select(schema.names).cast(schema), data_columns, key, d, since)
-        if table.num_rows == 0:
-            return
-        f = write_layer_file(table, directory, key=key, lower=lower, upper=upper, since=since)
-        yield pa.RecordBatch.from_pylist([{"name": f.name, "rows": f.rows, "bytes": f.bytes,
-                                           "key_min": json.dumps(f.key_min), "key_max": json.dumps(f.key_max),
-                                           "sha256": f.sha256, "footer_sha256": f.footer_sha256}])
+        parts = [(False, table)]
+        if split:
+            late = beyond_mask([table.column(c).to_numpy() for c in tcols], upper)
+            parts = [(False, table.filter(pa.array(~late))), (True, table.filter(pa.array(late)))]
+        for is_pending, part in parts:
+            if part.num_rows == 0:
+                continue
+            f = write_layer_file(part, directory, key=key, lower=upper if is_pending else lower,
+                                 upper=upper, since=since)
+            yield pa.RecordBatch.from_pylist([{"name": f.name, "rows": f.rows, "bytes": f.bytes,
+                                               "key_min": json.dumps(f.key_min), "key_max": json.dumps(f.key_max),
+                                               "sha256": f.sha256, "footer_sha256": f.footer_sha256,
+                                               "pending": is_pending}])
 
     part_key = key or data_columns[:1]
     if partitions == 1:
         df = df.coalesce(1)  # one file: no shuffle needed to keep a key's rows together
     elif not partitioned:
         df = df.repartition(partitions, *part_key)
-    rows = df.mapInArrow(write_partition, _META_SCHEMA).collect()
+    return df.mapInArrow(write_partition, _META_SCHEMA).collect()
+
+
+def _layer(rows: list, lower: Frontier, upper: Frontier, since: Frontier, seq_lo: int, seq_hi: int) -> Layer | None:
     if not rows:
         return None
     files = sorted((LayerFile(r["name"], r["rows"], r["bytes"], json.loads(r["key_min"]), json.loads(r["key_max"]),
                               r["sha256"], r["footer_sha256"])
                     for r in rows), key=lambda f: (f.key_min is None, str(f.key_min)))
-    return Layer(uuid.uuid4().hex[:16], files, lower, upper, since, seq, seq + 1,
+    return Layer(uuid.uuid4().hex[:16], files, lower, upper, since, seq_lo, seq_hi,
                  sum(f.rows for f in files), sum(f.bytes for f in files))
 
 

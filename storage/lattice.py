@@ -130,6 +130,10 @@ class Frontier:
         """The lower envelope: a time is beyond it iff beyond either frontier."""
         return Frontier(list(self.elements) + list(other.elements), self.d)
 
+    def join(self, other: "Frontier") -> "Frontier":
+        """The upper envelope: a time is beyond it iff beyond both frontiers."""
+        return Frontier([join(f, g) for f in self.elements for g in other.elements], self.d)
+
     def meet_time(self) -> Time | None:
         """The greatest time below every element (None for the empty frontier)."""
         if not self.elements:

@@ -10,6 +10,12 @@ Every change of durable state is a pure function ``old state -> new state`` appl
 :func:`Log.commit`; nothing else writes metadata. When another writer got in first the
 function is applied again to the newer state; it raises :class:`Conflict` when what it
 read no longer holds.
+
+Every version carries the random ``commit_id`` of the commit that wrote it. A link that
+ends ambiguously (``EEXIST`` after a network filesystem retried a link that had in fact
+succeeded) is resolved by reading the version back: if it holds our commit id, the
+commit won. Without that, the writer would treat its own version as a rival's, and
+clean up files its own committed version references.
 """
 
 from __future__ import annotations
@@ -112,6 +118,7 @@ class Log:
                 raise CorruptionError(f"nothing was written: {self.damage_note()}")
             new_state = change(state)
             new_state["version"] = version + 1
+            new_state["commit_id"] = uuid.uuid4().hex
             if self._put_if_absent(version + 1, new_state):
                 return version + 1, new_state
             time.sleep(0.005 * (attempt + 1))
@@ -134,12 +141,23 @@ class Log:
             faults.point("log.before_link")
             os.link(tmp, self.path(version))
         except FileExistsError:
-            return False
+            if not self._holds_commit(version, state.get("commit_id")):
+                return False
         finally:
             os.unlink(tmp)
         _fsync_dir(self.dir)
         faults.point("log.after_link")
         return True
+
+    def _holds_commit(self, version: int, commit_id: str | None) -> bool:
+        """True when version ``version`` on disk was written by the commit ``commit_id``."""
+        if commit_id is None:
+            return False
+        try:
+            with open(self.path(version), encoding="utf-8") as fh:
+                return json.load(fh).get("commit_id") == commit_id
+        except (FileNotFoundError, json.JSONDecodeError):
+            return False
 
     def live_versions(self, since: float) -> list[int]:
         """Versions that were the newest at some moment at or after ``since`` (epoch seconds).

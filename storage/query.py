@@ -92,9 +92,10 @@ def _one_line(e: Exception) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def _source(store: Store, trace: Trace) -> str | None:
-    """The SQL table expression of a trace's updates, or None when it has no layers."""
-    paths = store.read_paths(trace)  # checked against the log: size, footer, hash
+def _source(store: Store, trace: Trace, layers=None) -> str | None:
+    """The SQL table expression of a trace's updates (default: every layer, pending ones
+    included), or None when there are none."""
+    paths = store.read_paths(trace, layers)  # checked against the log: size, footer, hash
     if not paths:
         return None
     files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
@@ -222,9 +223,16 @@ def _check_since(trace: Trace, t: Time) -> None:
 # ---------------------------------------------------------------- the three readers
 
 
+def default_layers(trace: Trace):
+    """The layers a query at the default time reads: all of them, except that the pending
+    updates of a pipeline's output are not final (they lie beyond its upper, waiting for
+    the pipeline's frontier to pass them) and are left out."""
+    return trace.layers if trace.owner else None
+
+
 def as_of_query(store: Store, trace: Trace, t: Time | None, where: str | None, con) -> str | None:
     """The SQL :func:`as_of` runs (None for a trace without layers). Exposed for tests."""
-    src = _source(store, trace)
+    src = _source(store, trace, default_layers(trace) if t is None else None)
     if src is None:
         return None
     expr = _check_where(con, trace, where)
@@ -258,9 +266,10 @@ def as_of(store: Store, trace: str, t=None, where: str | None = None) -> pa.Tabl
 
 def _as_of(store: Store, tr: Trace, t, where: str | None) -> pa.Table:
     if t is None:
-        # Every update has a time below upper (d = 1 has no pending updates), and
-        # compaction preserves sums: the collection at upper - 1 is the sum of them all,
-        # whatever the since. No time condition, so nothing to refuse.
+        # Every update of a sealed layer has a time below upper (d = 1 has no pending
+        # updates but an output's, left out), and compaction preserves sums: the
+        # collection at upper - 1 is the sum of them all, whatever the since. No time
+        # condition, so nothing to refuse.
         tt = None
     else:
         tt = _as_time(tr, t)

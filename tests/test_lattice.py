@@ -144,6 +144,17 @@ def test_frontier_meet_and_dominates_follow_the_sets_of_times_beyond(data):
     assert f.dominates(g) == all(g.beyond(t) for t in box(d) if f.beyond(t))
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_frontier_join_is_beyond_exactly_the_times_beyond_both(data):
+    d = data.draw(dims)
+    f, g = data.draw(frontiers(d)), data.draw(frontiers(d))
+    j = f.join(g)
+    for t in box(d):
+        assert j.beyond(t) == (f.beyond(t) and g.beyond(t))
+    assert j.dominates(f) and j.dominates(g)
+
+
 def test_empty_frontier_has_nothing_beyond_and_dominates_everything():
     e = Frontier.empty(2)
     assert not any(e.beyond(t) for t in box(2))

@@ -99,8 +99,10 @@ def assert_sound(store: Store, stream: WordStream, pipeline: str = WORDCOUNT) ->
         if words.since.beyond((t,)):
             assert trace_at(store, "words", (t,)) == fold(stream.updates, (t,)), f"words at {t}"
     frontier = store.state().pipelines["wordcount"]["frontier"][0][0]
+    counts = store.trace("counts")
     for t in range(frontier):
-        assert trace_at(store, "counts", (t,)) == wordcount_reference(stream.updates, (t,)), f"counts at {t}"
+        if counts.since.beyond((t,)):  # an output's since follows its input's on a first run (issue 16)
+            assert trace_at(store, "counts", (t,)) == wordcount_reference(stream.updates, (t,)), f"counts at {t}"
     v = verify_pipeline(store, pipeline)
     assert v.ok, v.differences[0].describe()
     assert files_under_traces(store) <= referenced_by_any_version(store), "a losing writer left files behind"
@@ -230,6 +232,8 @@ def test_advance_since_during_a_run_never_compacts_what_the_pipeline_still_needs
     hit = run_at(monkeypatch, "run.before_commit", lambda: Store(store.path).advance("words", since=str(since)))
     ok(cli(store.path, "run", WORDCOUNT))
     assert hit["done"] and store.trace("words").since.elements[0][0] == since
+    # the output never promises more than its input: on a first run its since follows
+    assert store.trace("counts").since.elements[0][0] == (since if first_run else 0)
     monkeypatch.undo()
     store.compact(full=True)
     store.ingest("words", [stream.next_file()])
