@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import numpy as np
 import pyarrow as pa
 
-from ops.reduce_util import COUNT, GROUP, empty_table, exclusive_cumsum, group_sum, np_int, row_ids, seg_cumsum_
+from ops.reduce_util import COUNT, GROUP, exclusive_cumsum, group_sum, np_int, row_ids, seg_cumsum_
 from storage.lattice import time_columns
 
 

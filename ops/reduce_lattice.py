@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from ops.reduce_grid import grid_delta
 from ops.reduce_util import COUNT, GROUP, groups_of, np_int, row_ids
-from ops.reducers import Count, CountDistinct, Max, Min, Reducer, Sum, Threshold, TopK
+from ops.reducers import Count, CountDistinct, Max, Reducer, Sum, Threshold, TopK
 from storage.lattice import time_columns
 
 CHANNEL = "_channel"  # 0: the weight's updates, 1: presence changes

@@ -16,12 +16,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ops.reduce_kernel import (Count, CountDistinct, KeyTooLarge, Max, Min, PerKey, Sum, TopK,
-                               reduce_delta)
+from ops.reduce_kernel import Count, KeyTooLarge, Min, PerKey, Sum, TopK, reduce_delta
 from tests import reference as R
 from tests.pipeline_bench import Bench
 from tests.test_reduce_kernel import (KEYS, KTYPES, REDUCERS, VALUES, VTYPES, check_accumulation, check_shape,
-                                      make_table, perkey_fn)
+                                      make_table)
 
 
 def hot_rows(rng: random.Random, d: int, n: int, tmax: int, keys: int = 2, rows_per_key: int = 40):
