@@ -15,6 +15,11 @@ plain driver loop for fixed points. It follows DESIGN.md's definitions, not the 
 * ``reduce``: for every key whose accumulated input is non-empty, the key's output rows
   are ``f(input rows of the key)``, each once unless ``f`` says otherwise;
 * ``iterate``: ``x0 = input``, ``x(i+1) = body(x(i))`` until a round changes nothing.
+  Priorities (``enter_at``, ``iterate(priority=…)``) only order the arrival of records;
+  once every priority is past, a prioritized loop that stops is at a fixed point of the
+  same body, so it is checked against the plain fixed point. (A body whose fixed point
+  depends on the order of arrival would be reported as differing: priorities are meant
+  for monotone bodies, see ops/priority.py.)
 
 Operators whose value at a time depends on *when* their input changed, not only on what
 it holds then (``differentiate``, ``as_of_join``, ...), cannot be checked this way and
@@ -52,7 +57,7 @@ def check_supported(p: Pipeline) -> None:
             raise PipelineError(f"{n.describe()}: verify does not support the reducer "
                                 f"{type(n.args['reducer']).__name__} yet")
         if n.op == "loop" or n.op == "variable":
-            extra = set(n.args) - {"max_rounds", "scope", "result"}
+            extra = set(n.args) - {"max_rounds", "scope", "result", "priority"}
             if extra:
                 raise PipelineError(f"{n.describe()}: verify does not support {n.op} with "
                                     f"{', '.join(sorted(extra))} yet")

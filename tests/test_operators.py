@@ -443,12 +443,20 @@ def test_verify_reports_an_output_that_differs_from_the_from_scratch_evaluation(
     bench.ingest("xs", XS, [((1, "p", 0), (0,), 1), ((1, "q", 0), (2,), 1), ((2, "p", 0), (3,), 1)])
     bench.run(path)
     assert verify_pipeline(bench.store, path).ok
-    # damage the output on disk: one more (k=1, count=1) from time 0 on
+    # a wrong output, committed as a valid layer (checksums and all, so only the
+    # from-scratch evaluation can tell): one more (k=1, count=1) from time 0 on
     tr = bench.store.trace("by_k")
-    layer_file = bench.store.layer_paths(tr)[0]
-    table = pq.read_table(layer_file)
+    old = tr.layers[0]
+    table = pq.read_table(bench.store.layer_paths(tr, [old])[0])
     extra = pa.table({"k": [1], "count": [1], "time": [0], "diff": [1]}, schema=table.schema)
-    pq.write_table(pa.concat_tables([table, extra]), layer_file)
+    wrong = bench.store.write_layer(tr, pa.concat_tables([table, extra]), lower=old.lower, upper=old.upper,
+                                    seq_lo=old.seq_lo, seq_hi=old.seq_hi)
+
+    def swap(s):
+        t = s.traces["by_k"]
+        s.traces["by_k"] = t.with_(layers=[wrong if l.id == old.id else l for l in t.layers])
+        return s
+    bench.store.commit(swap)
     v = verify_pipeline(bench.store, path)
     assert not v.ok
     first = v.differences[0]
