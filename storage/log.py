@@ -1,10 +1,26 @@
 """The commit protocol: a versioned metadata log with put-if-absent commits.
 
-Version ``N`` of the store's metadata is the file ``log/v{N}.json`` holding the whole
-state (every trace and pipeline). A commit writes the next version to a temporary file,
-fsyncs it and *hard-links* it to its final name: ``link`` fails if the name exists, so of
-two writers racing for version ``N+1`` exactly one wins, and a crash at any point leaves
-version ``N`` as the newest complete one. Readers take the newest version and never lock.
+Version ``N`` of the store's metadata is the file ``log/v{N}.json``. A commit writes the
+next version to a temporary file, fsyncs it and *hard-links* it to its final name:
+``link`` fails if the name exists, so of two writers racing for version ``N+1`` exactly
+one wins, and a crash at any point leaves version ``N`` as the newest complete one.
+Readers take the newest version and never lock.
+
+Versions stay small (storage/log_delta.py): most hold only the change from their parent
+(a *delta*); every :data:`CHECKPOINT_EVERY` versions one holds the whole state (a
+*checkpoint*; versions written before deltas existed are checkpoints too). Each version
+names its parent's ``commit_id``. ``log/_last_checkpoint.json`` says where the newest
+checkpoint is; it is only a hint: a reader checks that the version it names is a
+checkpoint, then applies the few later deltas until the next name is free. Without a
+usable hint a reader lists the folder once and starts from the newest checkpoint there.
+
+Old versions are deleted behind a retention window (:meth:`Log.prune`), always in
+ascending order and never the newest checkpoint nor a later version. So when a reader
+finds version ``N+1`` absent and the checkpoint it started from is still the same file,
+``N`` was the newest: had ``N+1`` existed and been pruned, its (older) base would have
+been deleted first. A writer checks the same after its link, so a writer paused long
+enough for its base to be pruned cannot commit into the deleted range unseen: such a
+version is taken back and the change is applied again to the newest state.
 
 Every change of durable state is a pure function ``old state -> new state`` applied by
 :func:`Log.commit`; nothing else writes metadata. When another writer got in first the
@@ -25,27 +41,55 @@ import os
 import re
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Callable
 
-from storage import faults
+from storage import faults, log_delta
 from storage.integrity import CorruptionError
 
 _VERSION_RE = re.compile(r"^v(\d{12})\.json$")
+CHECKPOINT_EVERY = 16  # a reader applies at most this many deltas after the checkpoint
+HINT_NAME = "_last_checkpoint.json"
+DEFAULT_RETENTION_SECONDS = 3600.0  # = the default grace period of garbage collection
 
 
 class Conflict(Exception):
     """Another writer changed what this change depends on; nothing was written. Safe to retry."""
 
 
+@dataclass
+class _Chain:
+    """What a reader found: the state of the newest version and how it got there."""
+    version: int
+    state: dict | None
+    base: int = 0                      # the checkpoint the chain started from
+    base_id: tuple | None = None       # that file's identity (inode, mtime, size)
+    last_full: int = 0                 # the newest checkpoint in the chain
+    from_hint: bool = False
+    damaged: list[int] = field(default_factory=list)
+
+
+_MISSING, _BAD = "missing", "bad"
+
+
+def _identity(st: os.stat_result) -> tuple:
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
 class Log:
-    def __init__(self, root: str):
+    def __init__(self, root: str, retention_seconds: float | None = None):
         self.dir = os.path.join(root, "log")
         self.damaged: list[int] = []  # unreadable versions newer than the last one read
+        if retention_seconds is None:
+            retention_seconds = float(os.environ.get("DDCLI_LOG_RETENTION", DEFAULT_RETENTION_SECONDS))
+        self.retention = retention_seconds
+        self._chain: _Chain | None = None
 
     def exists(self) -> bool:
         return os.path.isdir(self.dir)
 
     def _versions(self) -> list[int]:
+        """Every version name in the folder (a listing: only for rare slow paths)."""
         try:
             names = os.listdir(self.dir)
         except FileNotFoundError:
@@ -55,54 +99,127 @@ class Log:
     def path(self, version: int) -> str:
         return os.path.join(self.dir, f"v{version:012d}.json")
 
-    def _read(self, version: int) -> dict | None:
-        """The state of ``version``, or None when the file is unreadable (emptied by
-        :meth:`prune`, or damaged)."""
+    def _hint_path(self) -> str:
+        return os.path.join(self.dir, HINT_NAME)
+
+    # ------------------------------------------------------------ reading
+
+    def _load(self, version: int):
+        """``(doc, identity)``, ``(_MISSING, None)`` or ``(_BAD, None)`` (emptied or damaged)."""
         try:
-            with open(self.path(version), encoding="utf-8") as fh:
-                state = json.load(fh)
-            return state if isinstance(state, dict) else None
-        except (FileNotFoundError, ValueError):  # JSONDecodeError and UnicodeDecodeError
+            with open(self.path(version), "rb") as fh:
+                ident = _identity(os.fstat(fh.fileno()))
+                doc = json.loads(fh.read())
+        except FileNotFoundError:
+            return _MISSING, None
+        except (ValueError, OSError):  # JSONDecodeError, UnicodeDecodeError, EISDIR
+            return _BAD, None
+        return (doc, ident) if isinstance(doc, dict) else (_BAD, None)
+
+    def _ident(self, version: int) -> tuple | None:
+        try:
+            return _identity(os.stat(self.path(version)))
+        except FileNotFoundError:
             return None
+
+    def _read_hint(self) -> dict:
+        try:
+            with open(self._hint_path(), encoding="utf-8") as fh:
+                hint = json.load(fh)
+            return hint if isinstance(hint, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def _chain_from(self, base: int, *, from_hint: bool) -> _Chain | None:
+        """The newest state, reached from checkpoint ``base`` by applying the later deltas;
+        None when ``base`` is no checkpoint or was pruned meanwhile (start again)."""
+        doc, ident = self._load(base)
+        if not isinstance(doc, dict) or "delta" in doc or doc.get("version", base) != base:
+            return None
+        state = log_delta.body(doc)
+        state["version"], state["commit_id"] = base, doc.get("commit_id")
+        chain = _Chain(base, state, base, ident, base, from_hint)
+        v = base + 1
+        while True:
+            doc, _ = self._load(v)
+            if doc is _MISSING:
+                break
+            if doc is _BAD or doc.get("parent", state["commit_id"]) != state["commit_id"]:
+                chain.damaged = self._existing_from(v)
+                break
+            if "delta" in doc:
+                try:
+                    log_delta.apply(state, doc["delta"])
+                except (KeyError, TypeError, ValueError):
+                    chain.damaged = self._existing_from(v)
+                    break
+            else:
+                state = log_delta.body(doc)
+                chain.last_full = v
+            state["version"], state["commit_id"] = v, doc.get("commit_id")
+            v += 1
+        if self._ident(base) != ident:  # pruned under us: N+1 may have been deleted too
+            return None
+        chain.version, chain.state = v - 1, state
+        return chain
+
+    def _existing_from(self, v: int) -> list[int]:
+        out = []
+        while self._ident(v) is not None:
+            out.append(v)
+            v += 1
+        return out
+
+    def _chain_slow(self) -> _Chain | None:
+        """Without a usable hint: list the folder once, start from the newest checkpoint."""
+        versions = self._versions()
+        if not versions:
+            return _Chain(0, None)
+        for v in reversed(versions):
+            doc, _ = self._load(v)
+            if isinstance(doc, dict) and "delta" not in doc:
+                return self._chain_from(v, from_hint=False)
+        if any(self._ident(v) is not None for v in versions):
+            raise CorruptionError(f"no metadata version in {self.dir} can be read (the newest, "
+                                  f"{self.path(versions[-1])}, is damaged); the store cannot be opened")
+        return None  # all pruned while listing: look again
+
+    def _read_chain(self) -> _Chain:
+        for attempt in range(100):
+            hint = self._read_hint()
+            chain = None
+            if isinstance(hint.get("checkpoint"), int):
+                chain = self._chain_from(hint["checkpoint"], from_hint=True)
+            if chain is None:
+                chain = self._chain_slow()
+            if chain is not None:
+                self._chain = chain
+                self.damaged = chain.damaged
+                return chain
+            time.sleep(0.001 * (attempt + 1))
+        raise Conflict(f"cannot read the newest metadata version in {self.dir}; retry")
 
     def latest(self) -> tuple[int, dict | None]:
         """The newest committed version and its state (``(0, None)`` for a new store).
 
-        A newest version that stays unreadable is damaged (a commit writes it whole before
+        A newest version that is unreadable is damaged (a commit writes it whole before
         it gets its name): the newest intact version before it is returned instead, and
         :attr:`damaged` names the damaged ones (:meth:`commit` then refuses to write).
         """
-        for _ in range(100):
-            versions = self._versions()
-            if not versions:
-                return 0, None
-            v = versions[-1]
-            state = self._read(v)
-            if state is not None:
-                self.damaged = []
-                return v, state
-            # only a version that a newer one superseded is ever emptied (see prune):
-            # look again and take the newer one
-            time.sleep(0.001)
-            if self._versions()[-1] != v:
-                continue
-            for older in reversed(versions[:-1]):
-                state = self._read(older)
-                if state is not None:
-                    self.damaged = [x for x in versions if x > older]
-                    return older, state
-            raise CorruptionError(f"no metadata version in {self.dir} can be read (the newest, "
-                                  f"{self.path(v)}, is damaged); the store cannot be opened")
-        raise Conflict(f"cannot read the newest metadata version in {self.dir}; retry")
+        chain = self._read_chain()
+        return chain.version, chain.state
 
     def damage_note(self) -> str | None:
         """What to do about damaged newest versions found by the last :meth:`latest`."""
         if not self.damaged:
             return None
         first = self.path(self.damaged[0])
+        more = f" and the {len(self.damaged) - 1} newer one(s)" if len(self.damaged) > 1 else ""
         return (f"metadata version {first} is damaged (unreadable); reading the previous intact version "
                 f"{self.damaged[0] - 1}. To write again, move the damaged file(s) aside after checking them, "
-                f"e.g. mv {first} {first}.damaged")
+                f"e.g. mv {first} {first}.damaged{more}")
+
+    # ------------------------------------------------------------ writing
 
     def commit(self, change: Callable[[dict | None], dict], *, retries: int = 20) -> tuple[int, dict]:
         """Apply ``change`` to the newest state and commit the result as the next version.
@@ -113,16 +230,53 @@ class Log:
         from storage.layer import ensure_dir
         ensure_dir(self.dir)
         for attempt in range(retries):
-            version, state = self.latest()
+            chain = self._read_chain()
+            version, state = chain.version, chain.state
             if self.damaged:
                 raise CorruptionError(f"nothing was written: {self.damage_note()}")
-            new_state = change(state)
-            new_state["version"] = version + 1
-            new_state["commit_id"] = uuid.uuid4().hex
-            if self._put_if_absent(version + 1, new_state):
+            new_state = change(log_delta.copy_state(state) if state is not None else None)
+            commit_id = uuid.uuid4().hex
+            parent = state.get("commit_id") if state is not None else None
+            full = state is None or not chain.from_hint or version + 1 - chain.last_full >= CHECKPOINT_EVERY
+            if full:
+                doc = {"checkpoint": True, **log_delta.body(new_state)}
+            else:
+                doc = {"delta": log_delta.diff(state, new_state)}
+            doc.update(version=version + 1, commit_id=commit_id, parent=parent)
+            if self._put_if_absent(version + 1, doc):
+                if not self._still_current(chain, version + 1, commit_id):
+                    self._take_back(version + 1, commit_id)
+                    continue
+                new_state["version"], new_state["commit_id"] = version + 1, commit_id
+                if full:
+                    faults.point("log.before_hint")
+                    self._write_hint(checkpoint=version + 1)
+                    self._prune_quietly()
+                elif chain.last_full != chain.base:
+                    self._write_hint(checkpoint=chain.last_full)  # the hint was behind: repair it
                 return version + 1, new_state
             time.sleep(0.005 * (attempt + 1))
         raise Conflict("the store kept changing under this command; try again")
+
+    def _still_current(self, chain: _Chain, version: int, commit_id: str) -> bool:
+        """After linking ``version``: True unless the link landed in the range a pruner
+        had already deleted (then it is not in the newest chain and must be taken back)."""
+        if chain.state is None or self._ident(chain.base) == chain.base_id:
+            return True  # the base is intact, so nothing at or above it was pruned
+        nxt, _ = self._load(version + 1)
+        if isinstance(nxt, dict):
+            return nxt.get("parent") == commit_id
+        if nxt is _BAD:
+            return False
+        versions = self._versions()
+        return not versions or versions[-1] == version
+
+    def _take_back(self, version: int, commit_id: str) -> None:
+        if self._holds_commit(version, commit_id):
+            try:
+                os.unlink(self.path(version))
+            except FileNotFoundError:
+                pass
 
     def _put_if_absent(self, version: int, state: dict) -> bool:
         tmp = os.path.join(self.dir, f".tmp-{uuid.uuid4().hex}")
@@ -153,11 +307,87 @@ class Log:
         """True when version ``version`` on disk was written by the commit ``commit_id``."""
         if commit_id is None:
             return False
+        doc, _ = self._load(version)
+        return isinstance(doc, dict) and doc.get("commit_id") == commit_id
+
+    def _write_hint(self, **fields) -> None:
+        """Update the hint (a plain replace: it is verified by every reader)."""
+        hint = self._read_hint()
+        for k, v in fields.items():
+            if not isinstance(hint.get(k), int) or v > hint[k]:
+                hint[k] = v
+        tmp = os.path.join(self.dir, f".tmp-{uuid.uuid4().hex}")
         try:
-            with open(self.path(version), encoding="utf-8") as fh:
-                return json.load(fh).get("commit_id") == commit_id
-        except (FileNotFoundError, json.JSONDecodeError):
-            return False
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(hint, fh)
+            os.replace(tmp, self._hint_path())
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------ retention
+
+    def _prune_quietly(self) -> None:
+        """Prune after a checkpoint commit; a failure only postpones it (the commit stands)."""
+        try:
+            self.prune(time.time() - self.retention)
+        except (OSError, ValueError, Conflict, CorruptionError):
+            pass
+
+    def _superseded_at(self, version: int) -> float | None:
+        """When ``version`` stopped being the newest (the next one's mtime); None if it is."""
+        try:
+            return os.stat(self.path(version + 1)).st_mtime
+        except FileNotFoundError:
+            return None
+
+    def prune(self, keep_after: float, *, listing: bool = False) -> int:
+        """Delete the versions no reader can need: those that stopped being the newest
+        before ``keep_after``, except the checkpoint the first kept version is built on.
+
+        Walks up from the floor of the last prune (``listing``: from the oldest file in
+        the folder, which also removes stray files below the floor). Deletes in ascending
+        order (see the module docstring) and records the new floor in the hint.
+        """
+        newest = self.latest()[0]
+        if newest == 0:
+            return 0
+        hint = self._read_hint()
+        lo = hint.get("floor")
+        names: list[int] | None = None
+        if listing or not isinstance(lo, int):
+            names = self._versions()
+            lo = names[0] if names else newest
+        first_live = max(lo, 1)
+        while first_live < newest:
+            t = self._superseded_at(first_live)
+            if t is not None and t >= keep_after:
+                break
+            first_live += 1
+        floor = first_live
+        while floor > lo:
+            doc, _ = self._load(floor)
+            if isinstance(doc, dict) and "delta" not in doc:
+                break
+            floor -= 1
+        doc, _ = self._load(floor)
+        if not (isinstance(doc, dict) and "delta" not in doc):
+            return 0  # no checkpoint at or below the first kept version: keep everything
+        doomed = [v for v in names if v < floor] if names is not None else range(lo, floor)
+        faults.point("log.before_prune")
+        pruned = 0
+        for v in doomed:
+            try:
+                os.unlink(self.path(v))
+                pruned += 1
+            except FileNotFoundError:
+                continue
+            if pruned == 1:
+                faults.point("log.mid_prune")
+        self._write_hint(floor=floor)
+        return pruned
 
     def live_versions(self, since: float) -> list[int]:
         """Versions that were the newest at some moment at or after ``since`` (epoch seconds).
@@ -173,44 +403,56 @@ class Log:
             if i == len(versions) - 1:
                 live.append(v)
                 continue
-            try:
-                if os.stat(self.path(versions[i + 1])).st_mtime >= since:
-                    live.append(v)
-            except FileNotFoundError:
+            t = self._superseded_at(v)
+            if t is None or t >= since:
                 live.append(v)
         return live
 
-    def prune(self, keep_after: float) -> int:
-        """Empty old versions: those that stopped being the newest before ``keep_after``.
-
-        Old versions are truncated, not removed, so their names stay taken and no stale
-        writer can ever commit under them.
-        """
-        live = set(self.live_versions(keep_after))
-        pruned = 0
+    def covers(self, since: float) -> bool:
+        """True when every version that was the newest at some moment after ``since`` is
+        still in the log (a retention shorter than that window pruned some)."""
         for v in self._versions():
-            if v in live:
-                continue
-            p = self.path(v)
             try:
-                if os.stat(p).st_size:
-                    os.truncate(p, 0)
-                    pruned += 1
+                st = os.stat(self.path(v))
             except FileNotFoundError:
                 continue
-        return pruned
+            if st.st_size == 0:  # emptied by an older ddcli's prune: as good as deleted
+                continue
+            return v == 1 or st.st_mtime < since
+        return True
+
+    def states(self, versions: list[int] | None = None) -> dict[int, dict]:
+        """The states of ``versions`` (default: every version still in the log) that can
+        be rebuilt from a checkpoint in the log; for garbage collection and checks."""
+        names = self._versions()
+        wanted = set(names if versions is None else versions)
+        out: dict[int, dict] = {}
+        state = None
+        for v in names:
+            doc, _ = self._load(v)
+            if not isinstance(doc, dict):
+                state = None
+                continue
+            if "delta" not in doc:
+                state = log_delta.body(doc)
+            elif state is None or doc.get("parent") != state.get("commit_id") or state.get("version") != v - 1:
+                state = None
+                continue
+            else:
+                try:
+                    log_delta.apply(state, doc["delta"])
+                except (KeyError, TypeError, ValueError):
+                    state = None
+                    continue
+            state["version"], state["commit_id"] = v, doc.get("commit_id")
+            if v in wanted:
+                out[v] = log_delta.copy_state(state)
+        return out
 
     def recent_states(self, newer_than: float) -> list[dict]:
         """States of the versions that were the newest at some moment after ``newer_than``
         (for garbage collection: a reader may still be reading any of them)."""
-        out = []
-        for v in self.live_versions(newer_than):
-            try:
-                with open(self.path(v), encoding="utf-8") as fh:
-                    out.append(json.load(fh))
-            except (FileNotFoundError, json.JSONDecodeError):
-                continue
-        return out
+        return list(self.states(self.live_versions(newer_than)).values())
 
     def stray_tmp_files(self) -> list[str]:
         try:

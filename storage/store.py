@@ -3,31 +3,29 @@
 Layout::
 
     STORE/log/v000000000001.json    committed metadata versions (see storage/log.py)
+    STORE/log/_last_checkpoint.json  where the newest full-state version is (a hint)
     STORE/traces/<trace>/<id>.parquet  immutable layer files (see storage/layer.py)
 
 Every method that changes the store writes its new files first, then commits one pure
 change of the metadata. Readers take the newest version and read the files it names.
+Ingest lives in storage/ingest.py, garbage collection and log retention in storage/gc.py.
 """
 
 from __future__ import annotations
 
 import os
-import time as _time
 import uuid
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-import numpy as np
 import pyarrow as pa
 
 from storage import faults, integrity
-from storage.lattice import (Frontier, beyond_mask, format_frontier, format_time, time_columns)
-from storage.layer import (Layer, LayerFile, consolidate, empty_updates, read_layer_files,
-                           updates_table, write_layer_file)
+from storage.lattice import Frontier, beyond_mask, format_frontier, time_columns
+from storage.layer import Layer, consolidate, empty_updates, read_layer_files, write_layer_file
 from storage.limits import DiffOverflow
 from storage.log import Conflict, Log
-from storage.seal import check_open
-from storage.trace import Hold, StoreError, Trace, check_name, check_new_name
+from storage.trace import Hold, StoreError, Trace
 
 DEFAULT_GRACE_SECONDS = 3600.0
 
@@ -66,9 +64,10 @@ class IngestResult:
 
 
 class Store:
-    def __init__(self, path: str, on_warning: Callable[[str], None] | None = None):
+    def __init__(self, path: str, on_warning: Callable[[str], None] | None = None,
+                 log_retention: float | None = None):
         self.path = os.path.abspath(path)
-        self.log = Log(self.path)
+        self.log = Log(self.path, log_retention)
         self.warnings: list[str] = []  # what went wrong but did not stop the command
         self._on_warning = on_warning
 
@@ -173,163 +172,11 @@ class Store:
 
     # ------------------------------------------------------------ ingest
 
-    def ingest(self, name: str, paths: list[str], *, key: list[str] | None = None,
-               time: tuple[int, ...] | None = None, upper: str | Frontier | None = None,
-               fmt: str | None = None, progress: Callable[[str], None] | None = None,
-               null: str | None = None, columns: list[str] | None = None,
-               prepare: Callable[[Trace | None, pa.Table], pa.Table] | None = None) -> IngestResult:
-        """Validate every file, then write one layer and commit it; or change nothing.
-
-        ``null`` is the CSV null marker (storage/nulls.py); ``columns`` the data columns the
-        files hold when not all of the trace's (a delete by key). ``prepare(existing, updates)``
-        sees the validated new updates before anything is written and returns the updates
-        to write (an upsert adds its retractions, storage/upsert.py) or raises a user error.
-        """
-        from storage.files import read_update_file
-        from storage.lattice import parse_frontier
-
-        check_name(name)
-        state = self.state()
-        existing = state.traces.get(name)
-        if existing is None:
-            check_new_name(name, state.traces)
-        if existing is not None and existing.owner:
-            raise StoreError(f"trace {name!r} is written by pipeline {existing.owner!r}; it cannot be ingested into")
-        if existing is not None:
-            check_open(existing)
-        if not paths:
-            raise StoreError("give at least one update file")
-        if time is not None:
-            time = tuple(int(c) for c in time) if isinstance(time, (tuple, list)) else (int(time),)
-        tag = "" if time is None else "@" + format_time(time)
-
-        batches = []
-        schema = existing.schema if existing else None
-        d = existing.d if existing else None
-        if columns is not None and existing is not None:
-            missing = [c for c in columns if c not in existing.schema.names]
-            if missing:
-                raise StoreError(f"{missing[0]!r} is not a column of trace {name!r} "
-                                 f"(columns: {', '.join(existing.schema.names)})")
-            schema = pa.schema([existing.schema.field(c) for c in columns])
-        for p in paths:
-            if progress:
-                progress(p)
-            b = read_update_file(p, fmt=fmt, schema=schema, d=d, time=time, null=null)
-            if schema is None:
-                schema, d = b.data.schema, b.d
-            elif b.data.schema != schema:
-                b.data = b.data.cast(schema)
-            batches.append(b)
-
-        key = list(key) if key else None
-        if existing is None:
-            key = key or [schema.names[0]]
-            for k in key:
-                if k not in schema.names:
-                    raise StoreError(f"key column {k!r} is not a column of {paths[0]} (columns: {', '.join(schema.names)})")
-        elif key and key != existing.key:
-            raise StoreError(f"trace {name!r} is keyed by {','.join(existing.key)}, not {','.join(key)}")
-        else:
-            key = existing.key
-
-        cur_upper = existing.upper if existing else Frontier.minimum(d)
-        seen = set(existing.ingested) if existing else set()
-        fresh, skipped = [], []
-        for b in batches:
-            sig = b.sha256 + tag
-            if sig in seen:
-                skipped.append(b.path)
-            else:
-                seen.add(sig)
-                fresh.append(b)
-
-        new_upper = cur_upper
-        if isinstance(upper, str):
-            upper = parse_frontier(upper, d)
-        if upper is not None:
-            if upper.d != d:
-                raise StoreError(f"--upper {format_frontier(upper)} has {upper.d} coordinate(s); the trace's times have {d}")
-            if not upper.dominates(cur_upper):
-                raise StoreError(f"--upper {format_frontier(upper)} is behind the trace's upper {format_frontier(cur_upper)}; frontiers only move forward")
-            new_upper = upper
-
-        for b in fresh:
-            mask = beyond_mask(b.times, cur_upper)
-            if not mask.all():
-                i = int(np.argmin(mask))
-                t = tuple(int(c[i]) for c in b.times)
-                raise StoreError(f"{b.path}: row {i + 1}: time {format_time(t)} is not beyond the upper "
-                                 f"{format_frontier(cur_upper)} of trace {name!r} (those times are sealed); "
-                                 f"to correct the past, ingest the correction at a time beyond the upper "
-                                 f"(e.g. at time {format_frontier(cur_upper).split()[0]}), with --upsert KEYCOLS "
-                                 f"to have the old rows retracted for you")
-            if upper is not None:
-                late = beyond_mask(b.times, new_upper)
-                if late.any():
-                    i = int(np.argmax(late))
-                    t = tuple(int(c[i]) for c in b.times)
-                    raise StoreError(f"{b.path}: row {i + 1}: time {format_time(t)} is beyond the new upper "
-                                     f"{format_frontier(new_upper)}")
-        if upper is None and d == 1 and any(len(b.diff) for b in fresh):
-            top = max(int(b.times[0].max()) for b in fresh if len(b.diff))
-            if top >= 2**63 - 1:
-                raise StoreError(f"time {top} is the largest int64; the upper cannot move past it")
-            new_upper = Frontier([(max(top + 1, cur_upper.elements[0][0]),)], 1) if not cur_upper.is_empty() else cur_upper
-
-        if not fresh:
-            return IngestResult(name, 0, [], skipped, cur_upper, False)
-
-        table = pa.concat_tables([updates_table(b.data, b.times, b.diff, d) for b in fresh])
-        if prepare is not None:
-            table = prepare(existing, table)
-        proto = existing or Trace(name, schema, key, d, Frontier.minimum(d), cur_upper)
-        sealed = upper is not None or d == 1
-        seal_to = new_upper if sealed else cur_upper
-        try:
-            written = self._seal(proto, table if sealed else None, seal_to)
-        except DiffOverflow as e:
-            raise DiffOverflow(f"trace {name!r}: {e}; nothing was ingested") from None
-        try:
-            pend = [] if sealed else [self.write_layer(proto, table, lower=cur_upper, upper=cur_upper,
-                                                       seq_lo=-1, seq_hi=-1)]
-        except BaseException:
-            self.discard(name, _written_layers(written))
-            raise
-        sigs = [b.sha256 + tag for b in fresh]
-        new_layers = _written_layers(written) + pend
-
-        def change(s: State) -> State:
-            t = s.traces.get(name)
-            if existing is None:
-                if t is not None:
-                    raise Conflict(f"trace {name!r} was created by another command at the same time; "
-                                   f"nothing was ingested, retry")
-                t = proto
-            elif t is None:
-                raise Conflict(f"trace {name!r} was removed while ingesting; nothing was ingested")
-            elif _seal_point(t) != _seal_point(existing):
-                raise Conflict(f"trace {name!r} changed while ingesting (another command wrote to it; "
-                               f"its upper is now {format_frontier(t.upper)}); nothing was ingested, retry")
-            again = [p for p, sig in zip((b.path for b in fresh), sigs) if sig in t.ingested]
-            if again:
-                raise Conflict(f"{again[0]} was ingested into trace {name!r} by another command at the same time; "
-                               f"nothing was ingested by this one")
-            _check_new_layers(self, t, new_layers)
-            t = _apply_seal(t, written, seal_to)
-            t = t.with_(pending=t.pending + pend, ingested=t.ingested + sigs)
-            s.traces[name] = t
-            return s
-
-        try:
-            faults.point("ingest.before_commit")
-            self.commit(change)
-        except BaseException:
-            self._discard_unless_committed(name, new_layers)
-            raise
-        faults.point("ingest.after_commit")
-        self._maintain_quietly(name)
-        return IngestResult(name, table.num_rows, [b.path for b in fresh], skipped, seal_to, existing is None)
+    def ingest(self, name: str, paths: list[str], **options) -> IngestResult:
+        """Validate every file, then write one layer and commit it; or change nothing
+        (storage/ingest.py has the options)."""
+        from storage.ingest import ingest
+        return ingest(self, name, paths, **options)
 
     def _seal(self, trace: Trace, table: pa.Table | None, new_upper: Frontier) -> dict:
         """Write the layer that seals ``[trace.upper, new_upper)``: new updates plus any
@@ -536,54 +383,9 @@ class Store:
         self.discard(name, [l for l in layers if l.id not in referenced])
 
     def collect_garbage(self, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> int:
-        """Remove files that no version a reader may still be using references, once
-        older than the grace period.
-
-        A file stays while the newest version, or any version that was the newest within
-        the grace period, names it (a reader that took such a version may still be reading
-        it); files not yet committed stay until they are older than the grace period, so a
-        writer has that long to commit what it wrote.
-        """
-        cutoff = _time.time() - grace_seconds
-        self.state()
-        if self.log.damaged:  # the damaged version may name files no intact one does: keep them
-            raise integrity.CorruptionError(f"no garbage collected: {self.log.damage_note()}")
-        referenced: set[str] = set()
-        live_traces = set()
-        states = [self.state()] + [State.from_json(s.get("version", 0), s) for s in self.log.recent_states(cutoff)]
-        for st in states:
-            for t in st.traces.values():
-                live_traces.add(t.name)
-                referenced.update(self.layer_paths(t))
-        removed = 0
-        root = os.path.join(self.path, "traces")
-        for tname in (os.listdir(root) if os.path.isdir(root) else []):
-            tdir = os.path.join(root, tname)
-            if not os.path.isdir(tdir):
-                continue
-            for fname in os.listdir(tdir):
-                p = os.path.join(tdir, fname)
-                try:
-                    if p not in referenced and os.stat(p).st_mtime < cutoff:
-                        os.unlink(p)
-                        removed += 1
-                except FileNotFoundError:
-                    continue
-            if tname not in live_traces:
-                try:
-                    if os.stat(tdir).st_mtime < cutoff:  # a new trace's writer may have just made it
-                        os.rmdir(tdir)  # only when empty
-                except OSError:
-                    pass
-        for p in self.log.stray_tmp_files():
-            try:
-                if os.stat(p).st_mtime < cutoff:
-                    os.unlink(p)
-                    removed += 1
-            except FileNotFoundError:
-                continue
-        self.log.prune(cutoff)
-        return removed
+        """Remove files and log versions no reader can still need (storage/gc.py)."""
+        from storage.gc import collect_garbage
+        return collect_garbage(self, grace_seconds)
 
 
 def _written_layers(written: dict) -> list[Layer]:

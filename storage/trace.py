@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
+from storage import ingested
 from storage.lattice import Frontier
 from storage.layer import Layer
 
@@ -94,7 +95,7 @@ class Trace:
     pending: list[Layer] = field(default_factory=list)
     next_seq: int = 0
     holds: dict[str, Hold] = field(default_factory=dict)
-    ingested: list[str] = field(default_factory=list)
+    ingested: dict[str, int] = field(default_factory=dict)  # storage/ingested.py: bounded
     owner: str | None = None  # the pipeline that writes this trace, if any
 
     @property
@@ -129,7 +130,7 @@ class Trace:
             "pending": [l.to_json() for l in self.pending],
             "next_seq": self.next_seq,
             "holds": {h: {"since": v.since.to_json(), "seq": v.seq} for h, v in self.holds.items()},
-            "ingested": self.ingested, "owner": self.owner,
+            "ingested": dict(self.ingested), "owner": self.owner,
         }
 
     @classmethod
@@ -144,5 +145,5 @@ class Trace:
             pending=[Layer.from_json(l, d) for l in v.get("pending", [])],
             next_seq=v["next_seq"],
             holds={h: Hold(Frontier.from_json(x["since"], d), x["seq"]) for h, x in v.get("holds", {}).items()},
-            ingested=list(v.get("ingested", [])), owner=v.get("owner"),
+            ingested=ingested.from_json(v.get("ingested")), owner=v.get("owner"),
         )

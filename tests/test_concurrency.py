@@ -34,13 +34,10 @@ def make_store(tmp_path, rows=OLD):
 def referenced_by_any_version(store) -> set[str]:
     """Every file that some committed version names (nothing is pruned in these tests)."""
     out = set()
-    for n in os.listdir(store.log.dir):
-        if n.startswith("v"):
-            with open(os.path.join(store.log.dir, n)) as fh:
-                state = json.load(fh)
-            for name, t in state["traces"].items():
-                for l in t["layers"] + t["pending"]:
-                    out.update(os.path.join(store.trace_dir(name), f["name"]) for f in l["files"])
+    for state in store.log.states().values():
+        for name, t in state["traces"].items():
+            for l in t["layers"] + t["pending"]:
+                out.update(os.path.join(store.trace_dir(name), f["name"]) for f in l["files"])
     return out
 
 

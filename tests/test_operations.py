@@ -75,15 +75,10 @@ def files_under_traces(store: Store) -> set[str]:
 
 def referenced_by_any_version(store: Store) -> set[str]:
     out = set()
-    for n in os.listdir(store.log.dir):
-        if n.startswith("v"):
-            with open(os.path.join(store.log.dir, n)) as fh:
-                text = fh.read()
-            if not text:
-                continue
-            for name, t in json.loads(text)["traces"].items():
-                for layer in t["layers"] + t["pending"]:
-                    out.update(os.path.join(store.trace_dir(name), f["name"]) for f in layer["files"])
+    for state in store.log.states().values():  # every version still in the log (deltas applied)
+        for name, t in state["traces"].items():
+            for layer in t["layers"] + t["pending"]:
+                out.update(os.path.join(store.trace_dir(name), f["name"]) for f in layer["files"])
     return out
 
 

@@ -8,6 +8,7 @@ the layer files themselves.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -18,6 +19,7 @@ import pytest
 
 from storage import layer as layer_mod
 from storage.lattice import Frontier, format_frontier, join, parse_frontier
+from storage.log import CHECKPOINT_EVERY
 from storage.store import Store, plan_merges
 from storage.trace import StoreError
 from storage_helpers import (Updates, box, check_equivalence, check_layers, collection_at,
@@ -358,10 +360,11 @@ def test_files_of_a_version_superseded_within_the_grace_period_stay(tmp_path):
         age(os.path.join(store.log.dir, n), 7200)
     store.compact(grace_seconds=3600)
     assert files_on_disk(store) == after
-    # old versions are emptied but keep their names; the newest is intact
-    versions = sorted(os.listdir(store.log.dir))
-    assert all(os.path.getsize(os.path.join(store.log.dir, v)) == 0 for v in versions[:-1])
-    assert store.state().version == len(versions)
+    # old versions are deleted, but not the checkpoint the kept ones are built on
+    versions = sorted(n for n in os.listdir(store.log.dir) if n.startswith("v"))
+    assert store.state().version == int(versions[-1][1:13]) and len(versions) <= CHECKPOINT_EVERY
+    with open(os.path.join(store.log.dir, versions[0])) as fh:
+        assert "delta" not in json.load(fh), "the oldest kept version is a checkpoint"
 
 
 # ------------------------------------------------------------------ layer files written by the store

@@ -1,0 +1,71 @@
+"""Garbage collection and log retention: remove what no reader can still need.
+
+Split from storage/store.py. A reader that took a version less than ``grace_seconds``
+ago still finds every layer file it names: files stay while any version that was the
+newest within the grace period names them, and the log keeps those versions (and the
+checkpoint they are built on) for as long (storage/log.py, ``Log.prune``).
+"""
+
+from __future__ import annotations
+
+import os
+import time as _time
+
+from storage import integrity
+from storage.store import State
+
+
+def collect_garbage(store, grace_seconds: float) -> int:
+    """Remove files that no version a reader may still be using references, once
+    older than the grace period.
+
+    Also prunes the log behind the same window.
+
+    A file stays while the newest version, or any version that was the newest within
+    the grace period, names it (a reader that took such a version may still be reading
+    it); files not yet committed stay until they are older than the grace period, so a
+    writer has that long to commit what it wrote.
+    """
+    cutoff = _time.time() - grace_seconds
+    store.state()
+    if store.log.damaged:  # the damaged version may name files no intact one does: keep them
+        raise integrity.CorruptionError(f"no garbage collected: {store.log.damage_note()}")
+    referenced: set[str] = set()
+    live_traces = set()
+    states = [store.state()] + [State.from_json(s.get("version", 0), s) for s in store.log.recent_states(cutoff)]
+    for st in states:
+        for t in st.traces.values():
+            live_traces.add(t.name)
+            referenced.update(store.layer_paths(t))
+    # a log retention shorter than the grace period pruned versions a reader may still
+    # hold: their files are unknown, so only never-committed temporary files may go
+    known = store.log.covers(cutoff)
+    removed = 0
+    root = os.path.join(store.path, "traces")
+    for tname in (os.listdir(root) if os.path.isdir(root) else []):
+        tdir = os.path.join(root, tname)
+        if not os.path.isdir(tdir):
+            continue
+        for fname in os.listdir(tdir):
+            p = os.path.join(tdir, fname)
+            try:
+                if p not in referenced and (known or fname.startswith(".tmp-")) and os.stat(p).st_mtime < cutoff:
+                    os.unlink(p)
+                    removed += 1
+            except FileNotFoundError:
+                continue
+        if tname not in live_traces:
+            try:
+                if os.stat(tdir).st_mtime < cutoff:  # a new trace's writer may have just made it
+                    os.rmdir(tdir)  # only when empty
+            except OSError:
+                pass
+    for p in store.log.stray_tmp_files():
+        try:
+            if os.stat(p).st_mtime < cutoff:
+                os.unlink(p)
+                removed += 1
+        except FileNotFoundError:
+            continue
+    store.log.prune(cutoff, listing=True)
+    return removed
