@@ -11,6 +11,9 @@ Points (in the order a writer reaches them):
 
 * ``layer.before_fsync``, ``layer.before_rename``, ``layer.after_rename`` — writing a layer file;
 * ``log.before_link``, ``log.after_link`` — committing a metadata version;
+* ``log.before_hint`` — a checkpoint version is committed, the hint not yet updated;
+* ``log.before_prune``, ``log.mid_prune`` — pruning old versions after a checkpoint (or
+  in ``compact``): before the first deletion, and after it;
 * ``ingest.before_commit``, ``ingest.after_commit`` — around the commit of an ingest;
 * ``advance.before_commit``, ``advance.after_commit`` — around the commit of an advance;
 * ``compact.before_commit``, ``compact.after_commit`` — around the commit of a merge.
