@@ -356,3 +356,36 @@ def test_compaction_backs_off_when_a_hold_appears_meanwhile(tmp_path, monkeypatc
     assert all(hold.dominates(l.since) for l in trace.layers)
     assert [(l.seq_lo, l.seq_hi) for l in trace.layers] == [(0, 2), (2, 4)]
     check_equivalence(store, "t", raw, 6, frontier=hold)
+
+
+def test_racing_writers_while_checkpoints_are_written_and_the_log_is_pruned(tmp_path):
+    """Writers race for versions while checkpoint commits prune with no retention and
+    another thread prunes all it can: every commit lands exactly once, in order per writer."""
+    import time as _t
+    root = str(tmp_path)
+    Log(root).commit(lambda s: {"traces": {}, "items": []})
+    stop = threading.Event()
+
+    def writer(w):
+        log = Log(root, retention_seconds=0)
+        for i in range(40):
+            log.commit(lambda s, i=i: {**s, "items": s["items"] + [f"{w}-{i}"]})
+
+    def pruner():
+        log = Log(root, retention_seconds=0)
+        while not stop.is_set():
+            log.prune(_t.time() + 10, listing=True)
+
+    p = threading.Thread(target=pruner)
+    p.start()
+    try:
+        results = run_threads(*(lambda w=w: writer(w) for w in range(3)))
+    finally:
+        stop.set()
+        p.join(30)
+    assert all(r[0] == "ok" for r in results), results
+    items = Log(root).latest()[1]["items"]
+    assert sorted(items) == sorted(f"{w}-{i}" for w in range(3) for i in range(40))
+    for w in range(3):
+        mine = [x for x in items if x.startswith(f"{w}-")]
+        assert mine == [f"{w}-{i}" for i in range(40)]

@@ -119,6 +119,55 @@ def test_ingest_killed_at_each_step_leaves_the_old_or_the_new_state(ingest_templ
     check_layers(store, "t")
 
 
+@pytest.fixture(scope="module")
+def checkpoint_template(ingest_template, tmp_path_factory):
+    """The ingest template with the log padded so that the ingest's own commit writes a
+    checkpoint, and with old versions superseded long ago, so that it also prunes."""
+    from storage.log import CHECKPOINT_EVERY
+    root = tmp_path_factory.mktemp("checkpoint")
+    shutil.copytree(ingest_template, root, dirs_exist_ok=True)
+    store = Store(str(root / "store"))
+    while True:
+        chain = store.log._read_chain()
+        if chain.last_full > 1 and chain.version + 1 - chain.last_full == CHECKPOINT_EVERY:
+            break
+        store.commit(lambda s: s)
+    old = os.path.getmtime(store.log.path(1)) - 7200
+    for n in os.listdir(store.log.dir):
+        os.utime(os.path.join(store.log.dir, n), (old, old))
+    return root
+
+
+# the ingest's commit is a checkpoint: it is committed once linked, whatever follows
+CHECKPOINT_FAULTS = ["log.before_hint", "log.before_prune", "log.mid_prune"]
+
+
+@pytest.mark.parametrize("fault", CHECKPOINT_FAULTS)
+def test_ingest_killed_while_writing_a_checkpoint_or_pruning_the_log(checkpoint_template, tmp_path, fault):
+    root = tmp_path / "copy"
+    shutil.copytree(checkpoint_template, root)
+    path, new_file = str(root / "store"), str(root / "new.parquet")
+    store = Store(path)
+    before = store.state().version
+    assert os.path.exists(store.log.path(1))
+    new_raw = [u for rows in OLD for u in rows] + NEW
+
+    crash(f"from storage.store import Store; Store({py(path)}).ingest('t', [{py(new_file)}])", fault)
+
+    state = assert_readable(Store(path))
+    assert state.version == before + 1 and assert_collections(store, "t", new_raw, 5)
+    if fault == "log.mid_prune":
+        assert not os.path.exists(store.log.path(1)), "the first deletion happened"
+    kept = store.log.states()  # every version left in the log still rebuilds
+    assert max(kept) == state.version and sorted(kept) == list(range(min(kept), state.version + 1))
+    res = store.ingest("t", [new_file])
+    assert res.skipped == [new_file] and res.rows == 0
+    store.commit(lambda s: s)  # and the log takes commits again
+    check_equivalence(store, "t", new_raw, 5)
+    assert_clean_after_gc(store)
+    check_equivalence(store, "t", new_raw, 5)
+
+
 def test_a_first_ingest_killed_before_its_commit_leaves_no_trace(tmp_path):
     path = str(tmp_path / "store")
     f = write_updates(str(tmp_path / "a.csv"), NEW, 1)
