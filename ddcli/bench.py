@@ -11,7 +11,9 @@ The benchmark of issue 2, with every size a parameter (a test runs it tiny):
    Parquet file of the same updates (written like a layer);
 4. ``storage.query.as_of`` at the median update time, at the latest time and for one key,
    against DuckDB computing the same answer directly over the consolidated file (median
-   of ``repeat`` timed runs after a warm-up; the ratio is ours / DuckDB's).
+   of ``repeat`` timed runs after a warm-up; the ratio is ours / DuckDB's);
+5. the metadata log (ddcli/bench_metadata.py): ``meta_ingests`` one-row ingests into a
+   fresh store; the log's size and the commit latency after 10^2 of them and after all.
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ def _dir_bytes(path: str) -> int:
 
 def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ingests: int = 1000,
                   small_size: int = 1000, repeat: int = 5, workdir: str | None = None,
-                  seed: int = 1, log: Callable[[str], None] | None = None) -> dict:
+                  seed: int = 1, log: Callable[[str], None] | None = None,
+                  meta_ingests: int = 10_000, log_retention: float = 30.0) -> dict:
     """Run the storage benchmark and return its figures (see the module docstring)."""
     import duckdb
     import numpy as np
@@ -175,6 +178,10 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
                              "duckdb_consolidated_s": base_s, "ratio": ours_s / base_s if base_s else None,
                              "same_answer": bool(same)}
         total_small = small_ingests * small_size
+        metadata = None
+        if meta_ingests:
+            from ddcli.bench_metadata import bench_metadata
+            metadata = bench_metadata(root, ingests=meta_ingests, log_retention=log_retention, say=say)
         return {
             "benchmark": "storage",
             "params": {"updates": updates, "keys": keys, "small_ingests": small_ingests,
@@ -195,6 +202,7 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
                       "ratio": tr.bytes() / cons_bytes if cons_bytes else None},
             "rows": {"trace": tr.rows(), "consolidated": cons_rows},
             "query": queries,
+            "metadata": metadata,
             "environment": {"python": platform.python_version(), "pyarrow": pa.__version__,
                             "duckdb": duckdb.__version__, "cpus": os.cpu_count(),
                             "machine": platform.machine()},
@@ -306,5 +314,14 @@ def print_table(res: dict, output: str | None = None) -> None:
         t.add_row(f"{label} ({q['rows']:,} rows)", _fmt_s(q["store_s"]),
                   f"DuckDB on consolidated {_fmt_s(q['duckdb_consolidated_s'])} ({ratio})"
                   + ("" if q["same_answer"] else " DIFFERENT ANSWER"))
+    m = res.get("metadata")
+    if m:
+        e, l = m["early"], m["late"]
+        t.add_row(f"log after {e['ingests']:,} / {l['ingests']:,} ingests",
+                  f"{_fmt_n(l['log_bytes'])} bytes, {l['log_files']:,} files",
+                  f"{_fmt_n(e['log_bytes'])} bytes, {e['log_files']:,} files")
+        t.add_row(f"commit latency after {l['ingests']:,} ingests (median)",
+                  _fmt_s(l["commit_latency_s"]["median"]),
+                  f"after {e['ingests']:,}: {_fmt_s(e['commit_latency_s']['median'])} ({m['latency_ratio']:.2f}x)")
     with _text_out(output) as fh:
         _console(fh).print(t)

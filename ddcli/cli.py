@@ -712,6 +712,11 @@ def bench_storage(
     small_ingests: Annotated[int, typer.Option(min=0, help="Number of small ingests after the big one.")] = 1000,
     small_size: Annotated[int, typer.Option(min=1, help="Updates per small ingest.")] = 1000,
     repeat: Annotated[int, typer.Option(min=1, help="Timed repetitions of each query (median reported).")] = 5,
+    meta_ingests: Annotated[int, typer.Option(
+        min=0, help="One-row ingests of the metadata-log benchmark (log size and commit latency "
+                    "after 10^2 of them against after all; 0 skips it).")] = 10_000,
+    log_retention: Annotated[float, typer.Option(
+        min=0, help="Seconds the metadata benchmark keeps old log versions.")] = 30.0,
     workdir: Annotated[Optional[str], typer.Option(
         "--dir", metavar="DIR", help="Where to put the generated files and the store (default: a temp dir, removed).")] = None,
     out_json: Annotated[Optional[str], typer.Option("--out", metavar="FILE.json", help="Write the figures as JSON.")] = None,
@@ -726,7 +731,9 @@ def bench_storage(
 
     Ingests UPDATES updates (KEYS keys, d = 1) from Parquet, then SMALL-INGESTS ingests of
     SMALL-SIZE updates; reports updates/s, layers, bytes on disk against one consolidated
-    Parquet file, and query --as-of against DuckDB over that file.
+    Parquet file, and query --as-of against DuckDB over that file. Then META-INGESTS
+    one-row ingests into a fresh store: the metadata log's size and commit latency after
+    10^2 of them against after all.
 
     Example:
 
@@ -740,6 +747,7 @@ def bench_storage(
         bench.require_matplotlib()
     res = bench.bench_storage(updates=updates, keys=keys, small_ingests=small_ingests,
                               small_size=small_size, repeat=repeat, workdir=workdir,
+                              meta_ingests=meta_ingests, log_retention=log_retention,
                               log=None if out != "table" else bench.console_log())
     if out_json:
         bench.write_json(res, out_json)

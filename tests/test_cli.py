@@ -457,8 +457,8 @@ def test_importing_the_cli_and_running_a_store_command_never_imports_pyspark(wor
 def test_bench_storage_smoke(tmp_path):
     out = tmp_path / "bench.json"
     res = ok(runner.invoke(app, ["bench", "storage", "--updates", "3000", "--keys", "300", "--small-ingests", "20",
-                                 "--small-size", "50", "--repeat", "1", "--out", str(out)]))
-    assert "updates/s" in res.stdout
+                                 "--small-size", "50", "--repeat", "1", "--meta-ingests", "25", "--out", str(out)]))
+    assert "updates/s" in res.stdout and "commit latency" in res.stdout
     fig = json.loads(out.read_text())
     assert fig["big_ingest"]["updates"] == 3000 and fig["big_ingest"]["updates_per_s"] > 0
     assert fig["small_ingests"]["ingests"] == 20 and fig["small_ingests"]["updates_per_s"] > 0
@@ -468,7 +468,9 @@ def test_bench_storage_smoke(tmp_path):
     assert fig["rows"]["trace"] >= fig["rows"]["consolidated"]
     for q in fig["query"].values():
         assert q["same_answer"] and q["store_s"] > 0 and q["duckdb_consolidated_s"] > 0
+    meta = fig["metadata"]
+    assert meta["ingests"] == 25 and meta["late"]["log_bytes"] > 0 and meta["latency_ratio"] > 0
     rec = parse_jsonl(ok(runner.invoke(app, ["bench", "storage", "--updates", "500", "--keys", "50",
                                              "--small-ingests", "2", "--small-size", "10", "--repeat", "1",
-                                             "--json"])).stdout)[0]
+                                             "--meta-ingests", "0", "--json"])).stdout)[0]
     assert rec["benchmark"] == "storage"

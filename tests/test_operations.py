@@ -296,7 +296,8 @@ def test_every_reporting_command_speaks_json_lines(wc, tmp_path):
     assert recs["sql"] == [{"n": store.trace("words").rows()}]
     assert {r["kind"] for r in recs["status"]} == {"trace", "pipeline", "lag"}
     bench = jsonl(ok(runner.invoke(app, ["bench", "storage", "--updates", "400", "--keys", "40", "--small-ingests",
-                                         "3", "--small-size", "5", "--repeat", "1", "--json"])).stdout)
+                                         "3", "--small-size", "5", "--repeat", "1", "--meta-ingests", "0",
+                                         "--json"])).stdout)
     assert bench[0]["benchmark"] == "storage"
 
 
@@ -560,7 +561,8 @@ def test_bench_storage_saves_json_and_a_png_plot(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib is in the test extra: pip install -e '.[test]'")
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
     ok(runner.invoke(app, ["bench", "storage", "--updates", "2000", "--keys", "200", "--small-ingests", "12",
-                           "--small-size", "20", "--repeat", "1", "--out", str(out), "--plot", str(png)]))
+                           "--small-size", "20", "--repeat", "1", "--meta-ingests", "0", "--out", str(out),
+                           "--plot", str(png)]))
     fig = json.loads(out.read_text())
     small = fig["small_ingests"]
     assert len(small["latencies_s"]) == 12 and all(x > 0 for x in small["latencies_s"])
