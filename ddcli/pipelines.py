@@ -43,7 +43,7 @@ def _progress_printer(enabled: bool):
         return None
     from rich.console import Console
     con = Console(stderr=True)
-    return lambda msg: con.print(f"[dim]· {msg}[/dim]")
+    return lambda msg: con.print(f"[dim]· {msg}[/dim]", soft_wrap=True, highlight=False)  # one line each
 
 
 @contextlib.contextmanager
@@ -82,7 +82,8 @@ def _run_record(res, seconds: float) -> tuple[dict, str]:
     record = {"command": "run", "pipeline": res.pipeline, "noop": res.nothing_to_do,
               "frontier": format_frontier(res.frontier) if res.frontier else None,
               "outputs": res.outputs, "inputs": res.inputs, "seconds": round(seconds, 3),
-              "rows_in": res.rows_in, "rows_out": sum(res.outputs.values())}
+              "rows_in": res.rows_in, "rows_out": sum(res.outputs.values()),
+              "spark_jobs": res.spark_jobs, "steps": res.steps}
     if res.nothing_to_do:
         msg = f"nothing to do: pipeline {res.pipeline!r} has processed every input update"
     else:

@@ -25,6 +25,7 @@ from ops import reduce_kernel as rk
 from ops.arrangement import Arrangement, LiveArrangement
 from ops.context import RESERVED, EvalContext
 from ops.pipeline import Node, Pipeline, PipelineError, Scope
+from ops.progress import RunProgress
 from ops.reduce import reduce_changes, two_stage
 from ops.calculus import CALCULUS_OPS, evaluate_calculus  # issue 5
 
@@ -120,7 +121,7 @@ class Runtime:
     """
 
     def __init__(self, p: Pipeline, stored: Callable[[Node], Arrangement | None], *, planning: bool = False,
-                 progress: Callable[[str], None] | None = None, loop_stats: list | None = None):
+                 progress: RunProgress | None = None, loop_stats: list | None = None):
         self.p = p
         self.loop_stats = loop_stats  # when a list: one {loop, rounds, updates} per loop evaluated
         self.planning = planning
@@ -132,6 +133,7 @@ class Runtime:
         self.feedback: dict[int, DataFrame | None] = {}  # loop variable -> this round's fed-back updates
         self.planned: dict[int, DataFrame | None] = {}  # planning: every node's (empty) frame
         self.key_partitioned: dict[int, list[str]] = {}  # frames hash-partitioned by these columns
+        self.ran: list[Node] = []  # top-level stateful operators with changes in this run, in order
 
     def arrangement(self, node: Node) -> LiveArrangement | None:
         if node.id not in self.arranged:
@@ -205,8 +207,8 @@ def evaluate_scope(p: Pipeline, scope: Scope | None, ctx: EvalContext, frames: d
             bad += [c for c in ctx.data_columns(df) if c in RESERVED or c.startswith("time_")]
             if bad:
                 raise PipelineError(f"{n.describe()}: column name {bad[0]!r} is reserved; choose another")
-            if runtime.progress and not runtime.planning and n.op in {"join", "semijoin", "reduce", "distinct", "threshold"}:
-                runtime.progress(n.describe())
+            if scope is None and not runtime.planning and n.op in STATEFUL:
+                runtime.ran.append(n)  # reported with the writes that compute it (ops/progress.py)
     if runtime.planning:
         runtime.planned.update({n.id: frames.get(n.id) for n in nodes if n.op != "loop"})
     runtime.record(frames, nodes)

@@ -26,6 +26,7 @@ plans from growing round after round); a join may add the broadcast of its small
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame
@@ -127,6 +128,7 @@ def evaluate_loop(p: Pipeline, loop_node: Node, ctx: EvalContext, frames: dict, 
     collected: dict[int, list[DataFrame]] = {l.id: [] for l in leaves}
     first, rounds, updates = True, 0, 0
     while True:
+        started = time.monotonic()
         updates += count or 0
         preset = {e.id: (plain.get(e.id) if first else None) for e in enters}
         for eid, base in at.items():
@@ -153,12 +155,13 @@ def evaluate_loop(p: Pipeline, loop_node: Node, ctx: EvalContext, frames: dict, 
             f = inner.get(l.inputs[1].id)
             if f is not None:
                 collected[l.id].append(f if l.inputs[1].op == "variable" else f.localCheckpoint(eager=False))
-        if runtime.progress:
-            runtime.progress(f"loop {scope.name}: round {rounds} (iteration {iteration}) done")
         pools = {v.id: pending[v.id] for v in variables}
         pools.update({eid: base.filter(F.col(last) > iteration) for eid, base in at.items()
                       if mins.get(eid) is not None and mins[eid] >= iteration})
-        nxt, mins, count = _next_iteration(pools, by_id, last, scope, stats is not None)
+        # the round's work runs in this job; with progress on it also counts what is pending
+        nxt, mins, count = _next_iteration(pools, by_id, last, scope, stats is not None or runtime.progress is not None)
+        if runtime.progress is not None:
+            runtime.progress.loop_round(scope.name, rounds, iteration, time.monotonic() - started, nxt, count)
         if nxt is None:
             break
         rounds += 1

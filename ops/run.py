@@ -39,6 +39,7 @@ from ops.evaluate import Runtime, evaluate, node_key
 from ops.linear import union_coalesced
 from ops.load import load_pipeline
 from ops.pipeline import Node, Pipeline, PipelineError
+from ops.progress import RunProgress, cone_of, updates
 from ops.writer import write_layer, write_sealed_and_pending
 from storage import faults
 from storage.lattice import Frontier, time_columns
@@ -56,6 +57,8 @@ class RunResult:
     outputs: dict[str, int] = field(default_factory=dict)  # output trace -> rows written
     inputs: dict[str, int] = field(default_factory=dict)  # input trace -> layers consumed
     rows_in: int = 0  # new input updates the run read
+    steps: list[dict] = field(default_factory=list)  # timed work: Spark start, loop rounds, writes, operators
+    spark_jobs: int = 0  # Spark jobs the run started
 
 
 @dataclass
@@ -184,7 +187,7 @@ def _between(df, col: str, lo: int | None, hi: int | None):
 
 
 def run_pipeline(store: Store, path: str, *, name: str | None = None, master: str | None = None,
-                 progress: Callable[[str], None] | None = None, batch_times: int | None = None,
+                 progress: Callable[[str], None] | RunProgress | None = None, batch_times: int | None = None,
                  loop_stats: list | None = None, rebuild: bool = False) -> RunResult:
     """One run (see the module's docstring). ``loop_stats`` (a list) receives each loop's
     rounds and updates. ``rebuild``: recompute the pipeline from its inputs' since, as if it
@@ -221,9 +224,12 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     precheck(p, {n: v.trace.schema for n, v in views.items()})  # column mistakes, before the JVM
 
     from ops.session import check_interrupt, get_spark, no_interrupts, partitions, size_partitions
-    if progress:
-        progress("starting Spark")
-    spark = get_spark(master)
+    progress = progress if isinstance(progress, RunProgress) else RunProgress(progress)
+    progress("starting Spark")
+    with progress.step("spark_start") as started:
+        spark = get_spark(master)
+    progress(f"Spark ready in {started['seconds']:.1f} s" if started["seconds"] >= 0.05 else "Spark already running")
+    progress.attach(spark)
     delta_rows = sum(l.rows for v in views.values() for l in v.new)
     size_partitions(spark, delta_rows, single_ok=not any(n.op == "loop" for n in p.nodes))
     schemas = check_pipeline(spark, p, views, d)
@@ -253,15 +259,15 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     batch_frames: list[dict] = []
     for i, (lo, hi, inside) in enumerate(batches):
         if len(batches) > 1:
-            if progress:
-                progress(f"batch {i + 1} of {len(batches)}: times from {lo}" + (f" below {hi}" if hi is not None else ""))
+            progress(f"batch {i + 1} of {len(batches)}: times from {lo}" + (f" below {hi}" if hi is not None else ""))
             if i:  # the state of earlier batches, advanced to this batch's first time
                 runtime.compact_to(lo)
         batch_sources = {n: _between(df, first, lo, hi) for n, df in sources.items() if n in inside}
-        frames = evaluate(p, ctx, batch_sources, runtime)
-        outs = {node.id: frames.get(node.id) for node in p.outputs.values()}
-        if i < len(batches) - 1:  # materialised now, so the batch's round frames can be released
-            outs = {k: (f.localCheckpoint(eager=True) if f is not None else None) for k, f in outs.items()}
+        with progress.step("batch", batch=i + 1):
+            frames = evaluate(p, ctx, batch_sources, runtime)
+            outs = {node.id: frames.get(node.id) for node in p.outputs.values()}
+            if i < len(batches) - 1:  # materialised now, so the batch's round frames can be released
+                outs = {k: (f.localCheckpoint(eager=True) if f is not None else None) for k, f in outs.items()}
         batch_frames.append(outs)
         del frames
 
@@ -275,6 +281,8 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     written: dict[str, Layer | None] = {}
     held: dict[str, Layer | None] = {}  # output -> its changes beyond the frontier, pending
     protos: dict[str, Trace] = {}
+    writes: dict[str, dict] = {}  # trace -> its write step
+    ran = {n.id for n in runtime.ran}
     for tname, (node, is_state) in targets.items():
         schema = schemas[node.id]
         nd = node_dim(d, node)
@@ -298,20 +306,30 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
         if df is None:
             written[tname] = None
             continue
-        if progress:
-            progress(f"writing {tname}")
         layout = dict(directory=store.trace_dir(tname), schema=update_schema(schema, nd), key=key, d=nd,
                       lower=loop_frontier(old_frontier, depth), upper=loop_frontier(new_frontier, depth),
                       seq=proto.next_seq, partitions=partitions(spark),
                       partitioned=one_frame and runtime.key_partitioned.get(node.id) == key)
-        if is_state:
-            written[tname] = write_layer(df, since=since, precombine=not one_frame, **layout)
-        else:
-            written[tname], held[tname] = write_sealed_and_pending(df, since=proto.effective_since(), **layout)
+        with progress.step("write", trace=tname, state=is_state) as w:
+            if is_state:
+                written[tname] = write_layer(df, since=since, precombine=not one_frame, **layout)
+            else:
+                written[tname], held[tname] = write_sealed_and_pending(df, since=proto.effective_since(), **layout)
+            w["rows"] = written[tname].rows if written[tname] else 0
+            if held.get(tname):  # changes beyond the frontier, written to wait until it passes them
+                w["pending_rows"] = held[tname].rows
+            if not is_state and proto.pending:
+                w["with_earlier_pending"] = True  # not only this run's changes
+            w["operators"] = [n.describe() for n in cone_of(node, ran)]
+        writes[tname] = w
+        _report_write(progress, w)
+    progress.operators(list({n.id: n for n in runtime.ran}.values()), writes,
+                       lambda t: cone_of(targets[t][0], ran), _counted(p, runtime, writes))
 
     result = RunResult(p.name, False, new_frontier,
                        {o: (written[o].rows if written[o] else 0) for o in p.outputs},
-                       {n: len(v.new) for n, v in views.items()}, rows_in=delta_rows)
+                       {n: len(v.new) for n, v in views.items()}, rows_in=delta_rows, steps=progress.steps,
+                       spark_jobs=progress.jobs_so_far())
 
     # inputs this pipeline held before the run: their history stayed exact for it; the
     # others (a first run) may have been compacted up to their effective since (the
@@ -380,6 +398,29 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
         for tname in targets:
             store._maintain_quietly(tname)
     return result
+
+
+def _report_write(progress: RunProgress, w: dict) -> None:
+    what = " (state)" if w["state"] else ""
+    ops = f"; computed {', '.join(w['operators'])}" if w["operators"] else ""
+    jobs = f"{w['jobs']} Spark job{'s' if w['jobs'] != 1 else ''}"
+    pending = f" (+{w['pending_rows']:,} pending beyond the frontier)" if w.get("pending_rows") else ""
+    progress(f"wrote {w['trace']}{what}: {updates(w['rows'])}{pending} in {w['seconds']:.2f} s ({jobs}){ops}")
+
+
+def _counted(p: Pipeline, runtime, writes: dict[str, dict]):
+    """An operator's rows where a written layer holds exactly its changes: its own state
+    trace (an arranged result), or an output declared directly on it."""
+    def counted(n: Node):
+        mine = state_trace_name(p.name, n)
+        if n.id in runtime.arranged and mine in writes:
+            return mine, writes[mine]["rows"]
+        for out, o in p.outputs.items():
+            w = writes.get(out)
+            if o.inputs[0] is n and w is not None and not w.get("with_earlier_pending"):
+                return out, w["rows"] + w.get("pending_rows", 0)
+        return None
+    return counted
 
 
 def _check_files_exist(store: Store, views: dict[str, InputView], written: dict, held: dict) -> None:

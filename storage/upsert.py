@@ -9,8 +9,10 @@ at the trace's upper: the sum of every update of the trace, per row.
 Both are one DuckDB query over the new rows and the layers' row groups that can hold
 their keys (layers are sorted by key, so a look-up reads few row groups): the new rows
 with diff +1, the live rows retracted at the first time the file gives their key, and,
-when the file gives a key at several times (one-dimensional times), each row retracted
-again at the next of them.
+when the file gives a key at several times, each row retracted again at the next of them.
+With tuple times those times must form a chain (each ``<=`` the next, coordinate by
+coordinate): "the next row" is only defined for ordered times, so a key given at
+incomparable times, such as ``(0,1)`` and ``(1,0)``, is refused in one line.
 """
 
 from __future__ import annotations
@@ -57,18 +59,48 @@ def _live_sql(store: Store, trace: Trace | None, key: list[str], data: list[str]
             f"GROUP BY ALL HAVING SUM(o.diff) <> 0")
 
 
-def _duplicate_keys(con, key: list[str], tcols: list[str], d: int) -> None:
-    """Two rows of one key at one time (or, for tuple times, at any times) contradict each other."""
-    by = key + (tcols if d == 1 else [])
-    cols = ", ".join(_q(c) for c in by)
+def _shown_key(row: dict, key: list[str]) -> str:
+    return ", ".join(f"{k}={'NULL' if row[k] is None else repr(row[k])}" for k in key)
+
+
+def _shown_time(row: dict, tcols: list[str]) -> str:
+    ts = [str(row[t]) for t in tcols]
+    return ts[0] if len(ts) == 1 else f"({','.join(ts)})"
+
+
+def _duplicate_keys(con, key: list[str], tcols: list[str]) -> None:
+    """Two rows of one key at one time contradict each other."""
+    cols = ", ".join(_q(c) for c in key + tcols)
     dup = con.sql(f"SELECT {cols}, COUNT(*) AS n FROM __ddcli_new GROUP BY ALL HAVING COUNT(*) > 1 "
                   f"ORDER BY ALL LIMIT 1").to_arrow_table()
     if dup.num_rows:
         row = dup.to_pylist()[0]
-        shown = ", ".join(f"{k}={'NULL' if row[k] is None else repr(row[k])}" for k in key)
-        when = f" at time {row[tcols[0]]}" if d == 1 else ""
-        raise StoreError(f"{row['n']} rows of the file give key {shown}{when}; an upsert or delete gives "
-                         f"each key one row per time")
+        raise StoreError(f"{row['n']} rows of the file give key {_shown_key(row, key)} at time "
+                         f"{_shown_time(row, tcols)}; an upsert or delete gives each key one row per time")
+
+
+def _next_times(key: list[str], tcols: list[str]) -> str:
+    """Each row of ``__ddcli_new`` with the next time its key is given (``__next_*``, null
+    for the last): in lexicographic order, which is the order of a chain."""
+    window = f"PARTITION BY {', '.join(_q(k) for k in key)} ORDER BY {', '.join(_q(t) for t in tcols)}"
+    nexts = ", ".join(f"LEAD({_q(t)}) OVER w AS {_q('__next_' + t)}" for t in tcols)
+    return f"SELECT *, {nexts} FROM __ddcli_new WINDOW w AS ({window})"
+
+
+def _check_chains(con, key: list[str], tcols: list[str]) -> None:
+    """Tuple times: a key's times must be ordered, each ``<=`` the next in every coordinate."""
+    if len(tcols) == 1:
+        return
+    worse = " OR ".join(f"{_q('__next_' + t)} < {_q(t)}" for t in tcols)
+    bad = con.sql(f"SELECT * FROM ({_next_times(key, tcols)}) WHERE {worse} "
+                  f"ORDER BY ALL LIMIT 1").to_arrow_table()
+    if bad.num_rows:
+        row = bad.to_pylist()[0]
+        nxt = {t: row["__next_" + t] for t in tcols}
+        raise StoreError(f"rows of the file give key {_shown_key(row, key)} at incomparable times "
+                         f"{_shown_time(row, tcols)} and {_shown_time(nxt, tcols)}; a key's rows replace each "
+                         f"other in time order, so its times must be ordered (each <= the next in every "
+                         f"coordinate): ingest them in separate files")
 
 
 def upsert_step(store: Store, key: list[str], *, delete: bool, stats: UpsertStats):
@@ -94,9 +126,10 @@ def upsert_step(store: Store, key: list[str], *, delete: bool, stats: UpsertStat
         with connect(store) as con:
             con.register("__ddcli_new", updates)
             try:
-                _duplicate_keys(con, key, tcols, d)
+                _duplicate_keys(con, key, tcols)
+                _check_chains(con, key, tcols)
                 con.execute(f"CREATE TEMP TABLE __keys AS SELECT DISTINCT {kcols} FROM __ddcli_new")
-                # the first time the file gives each key: where the live rows are retracted
+                # the first time the file gives each key (its chain's least): where the live rows are retracted
                 first = ", ".join(f"MIN({_q(t)}) AS {_q(t)}" for t in tcols)
                 con.execute(f"CREATE TEMP TABLE __first AS SELECT {kcols}, {first} FROM __ddcli_new GROUP BY ALL")
                 match = " AND ".join(f"l.{_q(k)} IS NOT DISTINCT FROM f.{_q(k)}" for k in key)
@@ -108,11 +141,10 @@ def upsert_step(store: Store, key: list[str], *, delete: bool, stats: UpsertStat
                 parts = []
                 if not delete:
                     parts.append(f"SELECT {cols}, {times}, diff FROM __ddcli_new")
-                    if d == 1:  # a key given at several times: each row replaced by the next
-                        parts.append(
-                            f"SELECT {cols}, __next AS time, -1 AS diff FROM (SELECT *, LEAD(time) OVER "
-                            f"(PARTITION BY {kcols} ORDER BY time) AS __next FROM __ddcli_new) "
-                            f"WHERE __next IS NOT NULL")
+                    # a key given at several times: each row replaced by the next
+                    nexts = ", ".join(f"{_q('__next_' + t)} AS {_q(t)}" for t in tcols)
+                    parts.append(f"SELECT {cols}, {nexts}, -1 AS diff FROM ({_next_times(key, tcols)}) "
+                                 f"WHERE {_q('__next_' + tcols[0])} IS NOT NULL")
                 added = [con.sql(p).to_arrow_table() for p in parts]
             finally:
                 for t in ("__keys", "__first"):

@@ -322,3 +322,25 @@ def test_a_read_whose_files_were_collected_reads_the_newest_version_again(tmp_pa
     monkeypatch.setattr(Store, "trace", lambda self, name, state=None: stale)
     with pytest.raises(Conflict, match="retry"):
         Q.history(store, "w")
+
+
+def test_a_time_before_since_is_refused_on_a_trace_without_layers(tmp_path, digest):
+    """A trace with no layers (an output nothing reached yet) whose since was advanced:
+    query and trace_at refuse a time before it in one line, as for a trace with layers."""
+    from typer.testing import CliRunner
+
+    from ddcli.cli import app
+    store = Store(str(tmp_path / "store"))
+    _add_trace(store, "nl", d=2)
+    store.commit(lambda s: (s.traces.__setitem__("nl", s.traces["nl"].with_(
+        since=Frontier([(1, 2)], 2), upper=Frontier([(5, 5)], 2))), s)[1])
+    before = digest(store.path)
+    runner = CliRunner()
+    for args, words in [(["query", "nl", "--as-of", "(1,1)"], ["not beyond the since (1,2)", "(1,2)"]),
+                        (["sql", "SELECT * FROM trace_at('nl', '(0,3)')"], ["trace_at", "not beyond the since"])]:
+        res = runner.invoke(app, [*args, "--store", store.path])
+        assert res.exit_code == 2 and res.stderr.startswith("error: ") and res.stderr.count("\n") == 1, res.stderr
+        assert all(w in res.stderr for w in words), res.stderr
+    res = runner.invoke(app, ["query", "nl", "--as-of", "(1,3)", "--json", "--store", store.path])
+    assert res.exit_code == 0 and res.stdout.strip() == ""
+    assert digest(store.path) == before

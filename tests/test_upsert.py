@@ -131,3 +131,34 @@ def test_a_late_row_says_how_to_correct_the_past(airports, tmp_path, digest):
     assert "not beyond the upper 2" in res.stderr
     assert "at a time beyond the upper (e.g. at time 2)" in res.stderr and "--upsert" in res.stderr
     assert digest(s) == before
+
+
+def _at2(store: str, t: str) -> dict:
+    rows = jsonl(ok(cli(store, "query", "dims", "--as-of", t, "--json")).stdout)
+    return {r["k"]: r["v"] for r in rows if r["count"] == 1}
+
+
+def test_upsert_with_tuple_times_replaces_a_keys_rows_in_time_order(tmp_path):
+    """d = 2: one file may give a key at several ordered times; each row replaces the
+    previous one from its own time on, and times that see only the earlier rows keep them."""
+    s = str(tmp_path / "store")
+    ok(cli(s, "ingest", "dims", write(tmp_path / "a.csv", "k,v,time_0,time_1\na,1,0,0\nb,1,0,0\n"),
+           "--upper", "(1,0)"))
+    f = write(tmp_path / "u.csv", "k,v,time_0,time_1\na,4,2,2\na,2,1,0\nb,5,1,1\na,3,1,2\n")
+    ok(cli(s, "ingest", "dims", f, "--upsert", "k", "--upper", "(3,0)"))
+    expected = {"(0,5)": {"a": 1, "b": 1}, "(1,0)": {"a": 2, "b": 1}, "(1,1)": {"a": 2, "b": 5},
+                "(1,2)": {"a": 3, "b": 5}, "(2,0)": {"a": 2, "b": 1}, "(2,1)": {"a": 2, "b": 5},
+                "(2,2)": {"a": 4, "b": 5}}
+    for t, want in expected.items():
+        assert _at2(s, t) == want, t
+
+
+def test_upsert_of_a_key_at_incomparable_tuple_times_is_one_line_error(tmp_path, digest):
+    s = str(tmp_path / "store")
+    ok(cli(s, "ingest", "dims", write(tmp_path / "a.csv", "k,v,time_0,time_1\na,1,0,0\n"), "--upper", "(1,0)"))
+    before = digest(s)
+    f = write(tmp_path / "u.csv", "k,v,time_0,time_1\na,2,2,0\nb,1,1,5\na,3,1,5\n")
+    res = cli(s, "ingest", "dims", f, "--upsert", "k")
+    assert res.exit_code == 2 and res.stderr.startswith("error: ") and res.stderr.count("\n") == 1, res.stderr
+    assert "key k='a' at incomparable times (1,5) and (2,0)" in res.stderr
+    assert digest(s) == before
