@@ -47,7 +47,7 @@ SEED = int(os.environ.get("DDCLI_FAULT_SEED", "20241121"))
 # kills in total (store commands and runs), and of them kills of `ddcli run` (each starts
 # Spark); the environment may ask for more (or, to try something out, fewer)
 TARGET_KILLS = int(os.environ.get("DDCLI_FAULT_KILLS", "200"))
-RUN_KILLS = int(os.environ.get("DDCLI_FAULT_RUN_KILLS", "10"))
+RUN_KILLS = int(os.environ.get("DDCLI_FAULT_RUN_KILLS", "5"))
 
 # fault points each kind of command can reach (with the geometric merge after a write)
 WRITE = ["layer.before_fsync", "layer.before_rename", "layer.after_rename", "log.before_link", "log.after_link"]

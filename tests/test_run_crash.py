@@ -8,6 +8,7 @@ update. The reference is the same two runs without any fault.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -72,10 +73,18 @@ def reference(tmp_path_factory) -> dict:
     return out
 
 
-@pytest.mark.parametrize("point", POINTS)
-def test_run_killed_at_each_commit_step_then_rerun_matches_uninterrupted(tmp_path, reference, point):
-    store = str(tmp_path / "store")
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> str:
+    """A store with the first run done and the second batch ingested, copied by each case."""
+    store = str(tmp_path_factory.mktemp("prepared") / "store")
     prepare(store, second_batch=True)
+    return store
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_run_killed_at_each_commit_step_then_rerun_matches_uninterrupted(tmp_path, prepared, reference, point):
+    store = str(tmp_path / "store")
+    shutil.copytree(prepared, store)
     before = Store(store).state().version
     killed = ddcli(store, "run", PIPELINE, fault=point)
     assert killed.returncode == 137, killed.stderr
