@@ -148,7 +148,7 @@ def test_layer_and_trace_metadata_round_trip_through_json():
     schema = pa.schema([("a", pa.int64()), ("b", pa.string()), ("c", pa.timestamp("us", tz="UTC")),
                         ("e", pa.decimal128(10, 2)), ("f", pa.date32()), ("g", pa.bool_()), ("h", pa.float64())])
     tr = Trace("t", schema, ["a"], 2, Frontier([(0, 0)]), Frontier([(2, 0), (0, 3)]), [layer], [],
-               5, {"p": Hold(Frontier([(1, 1)]), 3)}, ["sig"], None)
+               5, {"p": Hold(Frontier([(1, 1)]), 3)}, {"sig": 0}, None)
     back = Trace.from_json("t", tr.to_json())
     assert back.schema.equals(schema) and back.to_json() == tr.to_json()
     assert back.holds == tr.holds and back.layers == tr.layers
