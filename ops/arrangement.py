@@ -78,23 +78,28 @@ class Arrangement:
         return self.read_all(ctx).join(renamed, on, "left_semi")
 
 
+def keyed_read_sql(files: list[str], keys: pa.Table, key: list[str]) -> str:
+    """DuckDB SQL for the updates of ``files`` whose key is in the registered table
+    ``touched_keys`` (``keys``)."""
+    quoted = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+    cond = " AND ".join(f'u."{k}" IS NOT DISTINCT FROM t."{k}"' for k in key)
+    # an IN-list on a single key lets DuckDB prune row groups by min/max statistics
+    if len(key) == 1:
+        q = (f'SELECT u.* FROM read_parquet([{quoted}]) u WHERE u."{key[0]}" IN '
+             f'(SELECT "{key[0]}" FROM touched_keys)')
+        if keys.column(key[0]).null_count:
+            q += f' OR u."{key[0]}" IS NULL'
+        return q
+    return f"SELECT u.* FROM read_parquet([{quoted}]) u SEMI JOIN touched_keys t ON {cond}"
+
+
 def duckdb_keyed_read(files: list[str], keys: pa.Table, key: list[str]) -> pa.Table:
     import duckdb
 
     con = duckdb.connect()
     try:
         con.register("touched_keys", keys)
-        quoted = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-        cond = " AND ".join(f'u."{k}" IS NOT DISTINCT FROM t."{k}"' for k in key)
-        # an IN-list on a single key lets DuckDB prune row groups by min/max statistics
-        if len(key) == 1:
-            q = (f'SELECT u.* FROM read_parquet([{quoted}]) u WHERE u."{key[0]}" IN '
-                 f'(SELECT "{key[0]}" FROM touched_keys)')
-            if keys.column(key[0]).null_count:
-                q += f' OR u."{key[0]}" IS NULL'
-        else:
-            q = f"SELECT u.* FROM read_parquet([{quoted}]) u SEMI JOIN touched_keys t ON {cond}"
-        return con.sql(q).to_arrow_table()
+        return con.sql(keyed_read_sql(files, keys, key)).to_arrow_table()
     finally:
         con.close()
 

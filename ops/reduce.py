@@ -6,7 +6,9 @@ the output changes at every time they can occur, including joins of input times,
 vectorised numpy over the whole partition. One shuffle and one Arrow stage per reduce,
 however many distinct times the run holds (no job per time, key or row). For a small
 delta against a stored arrangement only the new updates are shuffled and each task reads
-its keys' old updates itself; with a single partition nothing is shuffled at all.
+its keys' old updates itself — or, when its new updates only insert, a summary of them
+(``ops/reduce_summary.py``), so that a few insertions into a hot key do not cost its
+history; with a single partition nothing is shuffled at all.
 
 A big run of a one-dimensional reduce (``two_stage``) splits every key's value rows among
 tasks instead, so a hot key never lands whole in one task: count, sum and count_distinct
@@ -20,6 +22,7 @@ import os
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
@@ -27,15 +30,32 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from ops import reduce_kernel as rk
 from ops.arrangement import Arrangement
 from ops.context import EvalContext
+from ops.reduce_summary import old_summary, summarisable
 from ops.session import partitions
 from storage.lattice import time_columns
 
 
-def _with_old_updates(new: pa.Table, files: list[str], key: list[str]) -> pa.Table:
-    """A task's new updates plus the stored old updates of their keys (``_new`` false)."""
-    from ops.arrangement import duckdb_keyed_read
+def _with_old_updates(new: pa.Table, files: list[str], key: list[str], values: list[str],
+                      summary: rk.Reducer | None = None) -> pa.Table:
+    """A task's new updates plus the stored old updates of their keys (``_new`` false);
+    with ``summary`` (a reducer that has one, ``ops/reduce_summary.py``) and insertions
+    only, a summary of them instead."""
+    import duckdb
+
+    from ops.arrangement import keyed_read_sql
     keys = new.select(key).group_by(key).aggregate([])
-    old = duckdb_keyed_read(files, keys, key)
+    con = duckdb.connect()
+    try:
+        con.register("touched_keys", keys)
+        sql, old = keyed_read_sql(files, keys, key), None
+        time_col = time_columns(1)[0]
+        if summary is not None and pc.min(new.column("diff")).as_py() > 0:
+            old = old_summary(con, sql, key, values, new.schema, summary, time_col,
+                              pc.min(new.column(time_col)).as_py())
+        if old is None:
+            old = con.sql(sql).to_arrow_table()
+    finally:
+        con.close()
     if old.num_rows == 0:
         return new
     names = [c for c in new.column_names if c != "_new"]
@@ -89,6 +109,7 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
         both = both.unionByName(old.select(*df_new.columns).withColumn("_new", F.lit(False)))
     d = ctx.d
     lookup_files = None if lookup is None else list(lookup.files)  # the closure ships to tasks
+    summary = reducer if summarisable(reducer, values_schema, d, bool(ctx.extra)) else None
 
     def kernel(batches):
         batches = list(batches)
@@ -98,7 +119,7 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
         if table.num_rows == 0:
             return
         if lookup_files is not None:
-            table = _with_old_updates(table, lookup_files, full_key)
+            table = _with_old_updates(table, lookup_files, full_key, values, summary)
         out = rk.reduce_delta(table, full_key, values, d, reducer)
         if out.num_rows:
             yield from out.select(out_arrow.names).cast(out_arrow).to_batches()

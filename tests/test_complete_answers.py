@@ -12,24 +12,13 @@ import io
 import json
 from collections import Counter
 
-from typer.testing import CliRunner
 
-from ddcli.cli import app
+from tests.cli_helpers import cli, ok
 
-runner = CliRunner()
 
 WORDS_1 = "word,time,diff\napple,1,1\ncherry,1,1\nbanana,2,1\napple,3,-1\n"
 WORDS_2 = "word,time,diff\ncherry,4,1\ndate,4,1\nbanana,5,-1\n"
 STRINGS = "s,time_0,time_1,diff\na,0,0,1\nb,0,1,1\nc,1,0,1\na,1,1,-1\n"
-
-
-def cli(store: str, *args: str):
-    return runner.invoke(app, [*args, "--store", store])
-
-
-def ok(res):
-    assert res.exit_code == 0, f"exit {res.exit_code}: {res.stderr}{res.stdout}"
-    return res
 
 
 def fold(texts: list[str], t: tuple) -> dict:

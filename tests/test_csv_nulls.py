@@ -8,33 +8,10 @@ stderr, or refuses with ``--strict``.
 
 from __future__ import annotations
 
-import json
-
 import pyarrow as pa
 import pyarrow.parquet as pq
-from typer.testing import CliRunner
 
-from ddcli.cli import app
-
-runner = CliRunner()
-
-
-def cli(store: str, *args: str):
-    return runner.invoke(app, [*args, "--store", store])
-
-
-def ok(res):
-    assert res.exit_code == 0, f"exit {res.exit_code}: {res.stderr}{res.stdout}"
-    return res
-
-
-def jsonl(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def write(path, text: str) -> str:
-    path.write_text(text)
-    return str(path)
+from tests.cli_helpers import cli, jsonl, ok, write
 
 
 def collection(store: str, trace: str) -> dict:

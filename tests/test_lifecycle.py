@@ -6,18 +6,15 @@ References are plain Python folds of the update rows; they import nothing of ddc
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 
 import pytest
-from typer.testing import CliRunner
 
 import ddcli.pipelines  # noqa: F401  (registers run and verify)
-from ddcli.cli import app
 from storage.store import Store
+from tests.cli_helpers import cli, jsonl, ok, write
 
-runner = CliRunner()
 
 WORDCOUNT = """
 def pipeline(p):
@@ -36,25 +33,6 @@ def pipeline(p):
 
 WORDS_1 = [("a", 1, 1), ("bb", 1, 1), ("a", 2, 1), ("cc", 2, 1), ("bb", 3, 1), ("a", 3, -1)]
 WORDS_2 = [("dd", 4, 1), ("a", 5, 1), ("cc", 5, -1), ("bb", 6, 1), ("dd", 6, 1)]
-
-
-def cli(store: str, *args: str):
-    return runner.invoke(app, [*args, "--store", store])
-
-
-def ok(res):
-    assert res.exit_code == 0, f"exit {res.exit_code}: {res.stderr}{res.stdout}"
-    return res
-
-
-def jsonl(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def write(path, text) -> str:
-    with open(path, "w") as fh:
-        fh.write(text)
-    return str(path)
 
 
 def words_file(path, rows) -> str:

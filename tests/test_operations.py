@@ -19,7 +19,6 @@ import sys
 from collections import defaultdict, deque
 
 import pytest
-from typer.testing import CliRunner
 
 import ddcli.pipelines  # noqa: F401  (registers run and verify)
 from ddcli.cli import app
@@ -27,24 +26,11 @@ from storage import faults
 from storage.store import Store
 from tests.operations_helpers import (PIPELINES, REPO, WordStream, ddcli_env, ddcli_process, fold,
                                       trace_at, wordcount_reference)
+from tests.cli_helpers import cli, jsonl, ok, runner
 
-runner = CliRunner()
 WORDCOUNT = os.path.join(PIPELINES, "wordcount.py")
 SAMPLE = os.path.join(REPO, "sample_data")
 DAG_FILE = os.path.join(SAMPLE, "airflow", "ddcli_dag.py")
-
-
-def cli(store: str, *args: str):
-    return runner.invoke(app, [*args, "--store", store])
-
-
-def ok(res):
-    assert res.exit_code == 0, f"exit {res.exit_code}: {res.stderr}{res.stdout}"
-    return res
-
-
-def jsonl(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def one_line_error(res, code: int) -> str:

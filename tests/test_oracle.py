@@ -12,15 +12,13 @@ import json
 import os
 
 import pytest
-from typer.testing import CliRunner
 
 import ddcli.pipelines  # noqa: F401  (registers run and verify)
-from ddcli.cli import app
 from ops.pipeline import Pipeline, PipelineError
 from ops.verify import verify_pipeline
 from storage.store import Store
+from tests.cli_helpers import cli, ok, write
 
-runner = CliRunner()
 
 WORDS = [("a", 1, 1), ("bb", 1, 1), ("a", 2, 1), ("ccc", 4, 1), ("bb", 6, -1), ("dd", 9, 1), ("a", 9, 1)]
 
@@ -62,21 +60,6 @@ def pipeline(p):
     p.output("o_loop", halves)
 '''
 LENGTHS = [(1, "one", 0, 1), (2, "two", 3, 1), (3, "three", 5, 1), (2, "two", 8, -1)]
-
-
-def cli(store: str, *args: str):
-    return runner.invoke(app, [*args, "--store", store])
-
-
-def ok(res):
-    assert res.exit_code == 0, f"exit {res.exit_code}: {res.stderr}{res.stdout}"
-    return res
-
-
-def write(path, text) -> str:
-    with open(path, "w") as fh:
-        fh.write(text)
-    return str(path)
 
 
 @pytest.fixture

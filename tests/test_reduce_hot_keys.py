@@ -197,11 +197,13 @@ def hot_ref(i):
     }
 
 
-@pytest.mark.parametrize("d,split", [(1, False), (1, True), (2, False)], ids=["d1", "d1-keys-split-among-tasks", "d2"])
-def test_hot_keys_through_pipelines_over_runs_with_compaction(spark, tmp_path, monkeypatch, d, split):
+@pytest.mark.parametrize("d,split,inserts_only", [(1, False, False), (1, True, False), (1, False, True), (2, False, False)],
+                         ids=["d1", "d1-keys-split-among-tasks", "d1-inserts-only", "d2"])
+def test_hot_keys_through_pipelines_over_runs_with_compaction(spark, tmp_path, monkeypatch, d, split, inserts_only):
     """Two keys, ~90 distinct rows each, 24 distinct times per run (d = 1; d = 2: 4 x 6),
     retractions; three runs with advance --since and compaction between. ``split``: every
-    run deals each key's rows to three tasks (the plan of big runs)."""
+    run deals each key's rows to three tasks (the plan of big runs). ``inserts_only``: later
+    runs read a summary of the keys' old updates (ops/reduce_summary.py)."""
     planned = []
     if split:
         monkeypatch.setenv("DDCLI_REDUCE_SPLIT_ROWS", "0")
@@ -222,7 +224,7 @@ def test_hot_keys_through_pipelines_over_runs_with_compaction(spark, tmp_path, m
         updates = []
         for _ in range(150):
             t = rng.choice(times)
-            if pool and rng.random() < 0.3:
+            if pool and rng.random() < 0.3 and not inserts_only:
                 updates.append((rng.choice(pool), t, -1))
             else:
                 row = (rng.randrange(2), rng.choice("pqrs"), rng.randrange(-5, 20))

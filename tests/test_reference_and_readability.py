@@ -10,16 +10,14 @@ from __future__ import annotations
 import csv
 import inspect
 import io
-import json
 from collections import defaultdict
 
 import pytest
-from typer.testing import CliRunner
 
 import ddcli.pipelines  # noqa: F401  (registers run)
 from ddcli.cli import app
+from tests.cli_helpers import cli, jsonl, ok, runner
 
-runner = CliRunner()
 
 # what a pipeline author looks up, and an argument each entry must show
 EXPECTED = {
@@ -31,19 +29,6 @@ EXPECTED = {
     "c.reduce_per_key": "fn", "c.iterate": "max_rounds", "c.arrange": "by", "c.concat": "*others",
     "c.negate": "()",
 }
-
-
-def cli(store: str, *args: str):
-    return runner.invoke(app, [*args, "--store", store])
-
-
-def ok(res):
-    assert res.exit_code == 0, f"exit {res.exit_code}: {res.stderr}{res.stdout}"
-    return res
-
-
-def jsonl(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def test_help_operators_lists_every_operator_with_its_arguments_and_description():

@@ -7,14 +7,9 @@ one record per pipeline with its duration and rows.
 
 from __future__ import annotations
 
-import json
-
-from typer.testing import CliRunner
-
 import ddcli.pipelines  # noqa: F401  (registers run)
-from ddcli.cli import app
+from tests.cli_helpers import cli, jsonl, ok
 
-runner = CliRunner()
 
 COUNT = """
 def pipeline(p):
@@ -30,19 +25,6 @@ def pipeline(p):
     p.output("typo", p.input("words").count(by="wrod"))
 """
 WORDS = "word,time\napple,1\navocado,1\nbanana,2\napple,2\n"
-
-
-def cli(store: str, *args: str):
-    return runner.invoke(app, [*args, "--store", store])
-
-
-def ok(res):
-    assert res.exit_code == 0, f"exit {res.exit_code}: {res.stderr}{res.stdout}"
-    return res
-
-
-def jsonl(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def setup(tmp_path) -> tuple[str, dict]:

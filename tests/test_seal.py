@@ -7,14 +7,9 @@ that do hold a pipeline back and by how much.
 
 from __future__ import annotations
 
-import json
-
-from typer.testing import CliRunner
-
 import ddcli.pipelines  # noqa: F401  (registers run)
-from ddcli.cli import app
+from tests.cli_helpers import cli, jsonl, ok, write
 
-runner = CliRunner()
 
 JOIN = """
 def pipeline(p):
@@ -22,24 +17,6 @@ def pipeline(p):
     carriers = p.input("carriers")
     p.output("named", flights.join(carriers, on="carrier").select("flight", "name"))
 """
-
-
-def cli(store: str, *args: str):
-    return runner.invoke(app, [*args, "--store", store])
-
-
-def ok(res):
-    assert res.exit_code == 0, f"exit {res.exit_code}: {res.stderr}{res.stdout}"
-    return res
-
-
-def jsonl(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def write(path, text: str) -> str:
-    path.write_text(text)
-    return str(path)
 
 
 def test_a_sealed_trace_has_the_empty_upper_and_refuses_more_updates(tmp_path, digest):

@@ -1,0 +1,94 @@
+"""A key's old updates, summarised for a reduce whose new updates are insertions only.
+
+An incremental run that inserts a few rows into hot keys would otherwise read every old
+update of those keys and sweep them again: its cost would follow the keys' history, not
+the change. With one-dimensional times every new update is later than every old one, and
+when the new updates only insert, the output at every new time depends on the old input
+only through a summary of it:
+
+* ``count``: the key's total multiplicity — one row carrying it;
+* integer ``sum``: the key's total — one row ``(1, total)``, or ``(0, 1)`` for a zero total
+  (the key stays present);
+* ``min``, ``max``, ``top_k``: the rows that hold the first ``k`` records in the reducer's
+  order (``k = 1`` for min and max; top_k breaks ties by the other value columns, as the
+  kernel does): a row behind them can never move ahead when nothing leaves.
+
+The summary stands in for the old updates (at the task's first new time, so both sides of
+the kernel's ``Z(old + new) - Z(old)`` see it from there on) and the kernel runs as before.
+DuckDB computes it where the layers are read (row groups pruned by key), so a task receives
+a few rows per key instead of the key's history.
+
+It is taken only when it is exact: every accumulated old row of a touched key has a
+positive multiplicity (a negative one could cancel an insertion and empty the key), and
+the columns min, max and top_k order by hold no null (min and max skip them) and no NaN
+(whose place DuckDB and the kernel might not agree on; top_k's ties are broken by the other
+value columns, nulls last on both sides). Otherwise the task reads the old updates whole.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from ops.reducers import Count, Max, Min, Reducer, Sum, TopK
+
+
+def summarisable(reducer: Reducer, values_schema: pa.Schema, d: int, extra: bool) -> bool:
+    """Whether ``reducer`` has a summary at all (one-dimensional times, outside loops)."""
+    if d != 1 or extra:
+        return False
+    if isinstance(reducer, Sum):
+        t = values_schema.field(reducer.col).type
+        return pa.types.is_integer(t) or pa.types.is_boolean(t)
+    return isinstance(reducer, (Count, Min, Max, TopK))
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _order(reducer: Reducer) -> tuple[list[str], str, int]:
+    """The order columns, direction and rank limit of an order reducer."""
+    if isinstance(reducer, TopK):
+        return reducer.order_by, "DESC" if reducer.descending else "ASC", reducer.k
+    return [reducer.col], "DESC" if isinstance(reducer, Max) else "ASC", 1
+
+
+def old_summary(con, old_sql: str, key: list[str], values: list[str], schema: pa.Schema,
+                reducer: Reducer, time_col: str, at: int) -> pa.Table | None:
+    """The summary of the old updates ``old_sql`` selects (key, values, time, diff), as
+    updates at time ``at``; None when it would not be exact (read the updates whole)."""
+    k = ", ".join(_q(c) for c in key)
+    kv = ", ".join(_q(c) for c in key + values)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE old_rows AS SELECT {kv}, SUM(diff)::BIGINT AS m "
+                f"FROM ({old_sql}) GROUP BY ALL HAVING SUM(diff) <> 0")
+    bad = ["m < 0"]
+    if not isinstance(reducer, (Count, Sum)):
+        cols, _, _ = _order(reducer)
+        for c in (values if isinstance(reducer, TopK) else cols):  # a TopK orders by them all
+            if c in cols:  # nulls come last on both sides, but min and max treat them apart
+                bad.append(f"{_q(c)} IS NULL")
+            if pa.types.is_floating(schema.field(c).type):
+                bad.append(f"isnan({_q(c)})")
+    if con.sql(f"SELECT count(*) FROM old_rows WHERE {' OR '.join(bad)}").fetchall()[0][0]:
+        return None
+    if isinstance(reducer, Count):
+        firsts = "".join(f", first({_q(c)}) AS {_q(c)}" for c in values)
+        sql = f"SELECT {k}{firsts}, SUM(m)::BIGINT AS diff FROM old_rows GROUP BY {k}"
+    elif isinstance(reducer, Sum):
+        col, others = _q(reducer.col), [_q(c) for c in values if c != reducer.col]
+        firsts = "".join(f", first({c}) AS {c}" for c in others)
+        totals = f"SELECT {k}, SUM(m * COALESCE({col}::BIGINT, 0))::BIGINT AS s{firsts} FROM old_rows GROUP BY {k}"
+        sql = (f"SELECT {k}, CASE WHEN s = 0 THEN 0 ELSE 1 END AS {col}{''.join(', ' + c for c in others)}, "
+               f"CASE WHEN s = 0 THEN 1 ELSE s END AS diff FROM ({totals})")
+    else:  # the rows holding the first `limit` records, in the kernel's own order
+        cols, direction, limit = _order(reducer)
+        order = [f"{_q(c)} {direction}" for c in cols]
+        if isinstance(reducer, TopK):  # ties broken by the other value columns, ascending
+            order += [f"{_q(c)} ASC NULLS LAST" for c in values if c not in cols]
+        before = f"SUM(m) OVER (PARTITION BY {k} ORDER BY {', '.join(order)} ROWS UNBOUNDED PRECEDING) - m"
+        sql = f"SELECT {kv}, m AS diff FROM (SELECT *, {before} AS before FROM old_rows) WHERE before < {int(limit)}"
+    table = con.sql(sql).to_arrow_table()
+    n = table.num_rows
+    table = table.append_column(time_col, pa.array(np.full(n, at, np.int64)))
+    return table.select(key + values + [time_col, "diff"])
