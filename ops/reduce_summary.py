@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from ops.reducers import Count, Max, Min, Reducer, Sum, TopK
+from storage.query import quote
 
 
 def summarisable(reducer: Reducer, values_schema: pa.Schema, d: int, extra: bool) -> bool:
@@ -41,10 +42,6 @@ def summarisable(reducer: Reducer, values_schema: pa.Schema, d: int, extra: bool
         t = values_schema.field(reducer.col).type
         return pa.types.is_integer(t) or pa.types.is_boolean(t)
     return isinstance(reducer, (Count, Min, Max, TopK))
-
-
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _order(reducer: Reducer) -> tuple[list[str], str, int]:
@@ -58,8 +55,8 @@ def old_summary(con, old_sql: str, key: list[str], values: list[str], schema: pa
                 reducer: Reducer, time_col: str, at: int) -> pa.Table | None:
     """The summary of the old updates ``old_sql`` selects (key, values, time, diff), as
     updates at time ``at``; None when it would not be exact (read the updates whole)."""
-    k = ", ".join(_q(c) for c in key)
-    kv = ", ".join(_q(c) for c in key + values)
+    k = ", ".join(quote(c) for c in key)
+    kv = ", ".join(quote(c) for c in key + values)
     con.execute(f"CREATE OR REPLACE TEMP TABLE old_rows AS SELECT {kv}, SUM(diff)::BIGINT AS m "
                 f"FROM ({old_sql}) GROUP BY ALL HAVING SUM(diff) <> 0")
     bad = ["m < 0"]
@@ -67,25 +64,25 @@ def old_summary(con, old_sql: str, key: list[str], values: list[str], schema: pa
         cols, _, _ = _order(reducer)
         for c in (values if isinstance(reducer, TopK) else cols):  # a TopK orders by them all
             if c in cols:  # nulls come last on both sides, but min and max treat them apart
-                bad.append(f"{_q(c)} IS NULL")
+                bad.append(f"{quote(c)} IS NULL")
             if pa.types.is_floating(schema.field(c).type):
-                bad.append(f"isnan({_q(c)})")
+                bad.append(f"isnan({quote(c)})")
     if con.sql(f"SELECT count(*) FROM old_rows WHERE {' OR '.join(bad)}").fetchall()[0][0]:
         return None
     if isinstance(reducer, Count):
-        firsts = "".join(f", first({_q(c)}) AS {_q(c)}" for c in values)
+        firsts = "".join(f", first({quote(c)}) AS {quote(c)}" for c in values)
         sql = f"SELECT {k}{firsts}, SUM(m)::BIGINT AS diff FROM old_rows GROUP BY {k}"
     elif isinstance(reducer, Sum):
-        col, others = _q(reducer.col), [_q(c) for c in values if c != reducer.col]
+        col, others = quote(reducer.col), [quote(c) for c in values if c != reducer.col]
         firsts = "".join(f", first({c}) AS {c}" for c in others)
         totals = f"SELECT {k}, SUM(m * COALESCE({col}::BIGINT, 0))::BIGINT AS s{firsts} FROM old_rows GROUP BY {k}"
         sql = (f"SELECT {k}, CASE WHEN s = 0 THEN 0 ELSE 1 END AS {col}{''.join(', ' + c for c in others)}, "
                f"CASE WHEN s = 0 THEN 1 ELSE s END AS diff FROM ({totals})")
     else:  # the rows holding the first `limit` records, in the kernel's own order
         cols, direction, limit = _order(reducer)
-        order = [f"{_q(c)} {direction}" for c in cols]
+        order = [f"{quote(c)} {direction}" for c in cols]
         if isinstance(reducer, TopK):  # ties broken by the other value columns, ascending
-            order += [f"{_q(c)} ASC NULLS LAST" for c in values if c not in cols]
+            order += [f"{quote(c)} ASC NULLS LAST" for c in values if c not in cols]
         before = f"SUM(m) OVER (PARTITION BY {k} ORDER BY {', '.join(order)} ROWS UNBOUNDED PRECEDING) - m"
         sql = f"SELECT {kv}, m AS diff FROM (SELECT *, {before} AS before FROM old_rows) WHERE before < {int(limit)}"
     table = con.sql(sql).to_arrow_table()

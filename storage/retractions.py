@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from storage.store import Store
 from storage.trace import StoreError, Trace
+from storage.query import quote
 
 _NOT_DATA = re.compile(r"(time|time_\d+|diff)\Z")
 
@@ -38,23 +39,19 @@ class Negative:
                 f"first: {shown} (count {self.first_count})")
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def negative_rows(store: Store, existing: Trace | None, updates: pa.Table, data_columns: list[str]) -> Negative:
     """The rows of ``updates`` with a negative diff whose total count, over the trace's
     updates and ``updates``, is negative."""
     if not updates.num_rows or not pc.any(pc.less(updates.column("diff"), 0)).as_py():
         return Negative()
     from storage.query import connect
-    cols = ", ".join(_q(c) for c in data_columns)
+    cols = ", ".join(quote(c) for c in data_columns)
     paths = store.read_paths(existing) if existing is not None else []
     old = ""
     if paths:
         files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
-        match = " AND ".join(f"o.{_q(c)} IS NOT DISTINCT FROM t.{_q(c)}" for c in data_columns)
-        old = (f" UNION ALL SELECT {', '.join('o.' + _q(c) for c in data_columns)}, o.diff "
+        match = " AND ".join(f"o.{quote(c)} IS NOT DISTINCT FROM t.{quote(c)}" for c in data_columns)
+        old = (f" UNION ALL SELECT {', '.join('o.' + quote(c) for c in data_columns)}, o.diff "
                f"FROM read_parquet([{files}]) o SEMI JOIN touched t ON {match}")
     query = (f"WITH touched AS (SELECT DISTINCT {cols} FROM __ddcli_new WHERE diff < 0), "
              f"every AS (SELECT {cols}, diff FROM __ddcli_new{old}) "

@@ -18,6 +18,7 @@ macro serves every time dimension; a table ``__ddcli_since`` holds each trace's 
 from __future__ import annotations
 
 from storage.lattice import format_frontier, time_columns
+from storage.query import quote
 
 _MACROS = [
     # a time written 7, '7' or '(1,2)' as a list of coordinates
@@ -41,20 +42,16 @@ _MACROS = [
 ]
 
 
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def register_trace_at(con, traces: dict) -> None:
     """Create ``trace_at`` on ``con`` for ``traces`` (name -> Trace), whose views exist."""
     con.execute("CREATE OR REPLACE TEMP TABLE __ddcli_since(name VARCHAR, d INTEGER, since BIGINT[][], "
                 "since_text VARCHAR)")
     rows = []
     for name, tr in sorted(traces.items()):
-        data = ", ".join(_quote(c) for c in tr.data_columns)
-        times = ", ".join(_quote(c) for c in time_columns(tr.d))
-        con.execute(f"CREATE TEMP VIEW {_quote('__ddcli_at:' + name)} AS "
-                    f"SELECT {data}, [{times}] AS __t, diff FROM {_quote(name)}")
+        data = ", ".join(quote(c) for c in tr.data_columns)
+        times = ", ".join(quote(c) for c in time_columns(tr.d))
+        con.execute(f"CREATE TEMP VIEW {quote('__ddcli_at:' + name)} AS "
+                    f"SELECT {data}, [{times}] AS __t, diff FROM {quote(name)}")
         rows.append((name, tr.d, [list(t) for t in tr.since], format_frontier(tr.since)))
     if rows:
         con.executemany("INSERT INTO __ddcli_since VALUES (?, ?, ?, ?)", rows)

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from storage.lattice import time_columns
 from storage.store import Store
 from storage.trace import StoreError, Trace
+from storage.query import quote
 
 _TIME = re.compile(r"time(_\d+)?\Z")
 
@@ -36,10 +37,6 @@ class UpsertStats:
     retracted: int = 0  # live rows retracted (with their multiplicity)
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _check_key(key: list[str], columns: list[str], option: str) -> None:
     for k in key:
         if k not in columns:
@@ -48,13 +45,13 @@ def _check_key(key: list[str], columns: list[str], option: str) -> None:
 
 def _live_sql(store: Store, trace: Trace | None, key: list[str], data: list[str]) -> str:
     """The live rows (data, __count) whose key is among ``__keys``."""
-    cols = ", ".join(_q(c) for c in data)
+    cols = ", ".join(quote(c) for c in data)
     paths = store.read_paths(trace) if trace is not None else []
     if not paths:
         return f"SELECT {cols}, CAST(0 AS BIGINT) AS __count FROM __ddcli_new WHERE false"
     files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
-    match = " AND ".join(f"o.{_q(k)} IS NOT DISTINCT FROM k.{_q(k)}" for k in key)
-    return (f"SELECT {', '.join('o.' + _q(c) for c in data)}, CAST(SUM(o.diff) AS BIGINT) AS __count "
+    match = " AND ".join(f"o.{quote(k)} IS NOT DISTINCT FROM k.{quote(k)}" for k in key)
+    return (f"SELECT {', '.join('o.' + quote(c) for c in data)}, CAST(SUM(o.diff) AS BIGINT) AS __count "
             f"FROM read_parquet([{files}]) o SEMI JOIN __keys k ON {match} "
             f"GROUP BY ALL HAVING SUM(o.diff) <> 0")
 
@@ -70,7 +67,7 @@ def _shown_time(row: dict, tcols: list[str]) -> str:
 
 def _duplicate_keys(con, key: list[str], tcols: list[str]) -> None:
     """Two rows of one key at one time contradict each other."""
-    cols = ", ".join(_q(c) for c in key + tcols)
+    cols = ", ".join(quote(c) for c in key + tcols)
     dup = con.sql(f"SELECT {cols}, COUNT(*) AS n FROM __ddcli_new GROUP BY ALL HAVING COUNT(*) > 1 "
                   f"ORDER BY ALL LIMIT 1").to_arrow_table()
     if dup.num_rows:
@@ -82,8 +79,8 @@ def _duplicate_keys(con, key: list[str], tcols: list[str]) -> None:
 def _next_times(key: list[str], tcols: list[str]) -> str:
     """Each row of ``__ddcli_new`` with the next time its key is given (``__next_*``, null
     for the last): in lexicographic order, which is the order of a chain."""
-    window = f"PARTITION BY {', '.join(_q(k) for k in key)} ORDER BY {', '.join(_q(t) for t in tcols)}"
-    nexts = ", ".join(f"LEAD({_q(t)}) OVER w AS {_q('__next_' + t)}" for t in tcols)
+    window = f"PARTITION BY {', '.join(quote(k) for k in key)} ORDER BY {', '.join(quote(t) for t in tcols)}"
+    nexts = ", ".join(f"LEAD({quote(t)}) OVER w AS {quote('__next_' + t)}" for t in tcols)
     return f"SELECT *, {nexts} FROM __ddcli_new WINDOW w AS ({window})"
 
 
@@ -91,7 +88,7 @@ def _check_chains(con, key: list[str], tcols: list[str]) -> None:
     """Tuple times: a key's times must be ordered, each ``<=`` the next in every coordinate."""
     if len(tcols) == 1:
         return
-    worse = " OR ".join(f"{_q('__next_' + t)} < {_q(t)}" for t in tcols)
+    worse = " OR ".join(f"{quote('__next_' + t)} < {quote(t)}" for t in tcols)
     bad = con.sql(f"SELECT * FROM ({_next_times(key, tcols)}) WHERE {worse} "
                   f"ORDER BY ALL LIMIT 1").to_arrow_table()
     if bad.num_rows:
@@ -120,9 +117,9 @@ def upsert_step(store: Store, key: list[str], *, delete: bool, stats: UpsertStat
             raise StoreError(f"{option}: rows are whole rows, not changes: leave out the diff column "
                              f"(or write 1)")
         stats.rows = updates.num_rows
-        kcols = ", ".join(_q(k) for k in key)
-        cols = ", ".join(_q(c) for c in data)
-        times = ", ".join(_q(t) for t in tcols)
+        kcols = ", ".join(quote(k) for k in key)
+        cols = ", ".join(quote(c) for c in data)
+        times = ", ".join(quote(t) for t in tcols)
         with connect(store) as con:
             con.register("__ddcli_new", updates)
             try:
@@ -130,11 +127,11 @@ def upsert_step(store: Store, key: list[str], *, delete: bool, stats: UpsertStat
                 _check_chains(con, key, tcols)
                 con.execute(f"CREATE TEMP TABLE __keys AS SELECT DISTINCT {kcols} FROM __ddcli_new")
                 # the first time the file gives each key (its chain's least): where the live rows are retracted
-                first = ", ".join(f"MIN({_q(t)}) AS {_q(t)}" for t in tcols)
+                first = ", ".join(f"MIN({quote(t)}) AS {quote(t)}" for t in tcols)
                 con.execute(f"CREATE TEMP TABLE __first AS SELECT {kcols}, {first} FROM __ddcli_new GROUP BY ALL")
-                match = " AND ".join(f"l.{_q(k)} IS NOT DISTINCT FROM f.{_q(k)}" for k in key)
-                retract = (f"SELECT {', '.join('l.' + _q(c) for c in data)}, "
-                           f"{', '.join('f.' + _q(t) for t in tcols)}, -l.__count AS diff "
+                match = " AND ".join(f"l.{quote(k)} IS NOT DISTINCT FROM f.{quote(k)}" for k in key)
+                retract = (f"SELECT {', '.join('l.' + quote(c) for c in data)}, "
+                           f"{', '.join('f.' + quote(t) for t in tcols)}, -l.__count AS diff "
                            f"FROM ({_live_sql(store, existing, key, data)}) l JOIN __first f ON {match}")
                 retracted = con.sql(retract).to_arrow_table()
                 stats.retracted = -int(pc.sum(retracted.column("diff")).as_py() or 0)
@@ -142,9 +139,9 @@ def upsert_step(store: Store, key: list[str], *, delete: bool, stats: UpsertStat
                 if not delete:
                     parts.append(f"SELECT {cols}, {times}, diff FROM __ddcli_new")
                     # a key given at several times: each row replaced by the next
-                    nexts = ", ".join(f"{_q('__next_' + t)} AS {_q(t)}" for t in tcols)
+                    nexts = ", ".join(f"{quote('__next_' + t)} AS {quote(t)}" for t in tcols)
                     parts.append(f"SELECT {cols}, {nexts}, -1 AS diff FROM ({_next_times(key, tcols)}) "
-                                 f"WHERE {_q('__next_' + tcols[0])} IS NOT NULL")
+                                 f"WHERE {quote('__next_' + tcols[0])} IS NOT NULL")
                 added = [con.sql(p).to_arrow_table() for p in parts]
             finally:
                 for t in ("__keys", "__first"):
