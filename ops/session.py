@@ -76,6 +76,10 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         # layers carry page checksums (storage/integrity.py): a damaged page fails the read
         .config("spark.hadoop.parquet.page.verify-checksum.enabled", "true")
         .config("spark.sql.adaptive.enabled", "false")
+        # constraint propagation through the unions of loop frames fails inside Spark's
+        # optimizer ("key not found: time_2", a record entered at a priority into a loop
+        # nested in another) and costs planning time on long plans; ddcli needs none of it
+        .config("spark.sql.constraintPropagation.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
     )
     _session = _quietly(builder.getOrCreate, os.path.join(scratch, "jvm.log"))
