@@ -50,7 +50,9 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
     log4j = os.path.join(scratch, "log4j2.properties")
     with open(log4j, "w") as fh:
         fh.write(_LOG4J)
-    java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -XX:-UsePerfData"
+    # -Xss: a long loop (hundreds of rounds, e.g. sssp prioritized by distance) builds task
+    # closures deep enough that deserializing one overflowed the default 1 MB thread stack
+    java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -XX:-UsePerfData -Xss16m"
     # the driver (in local mode the only JVM) uses the throughput collector: G1's concurrent
     # marking competed with tasks for the two cores (reach, 50,000 updates: JVM CPU 187 s ->
     # 155 s, run 113 s -> 111 s on local[1]); a cluster's executors keep their own choice
