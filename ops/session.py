@@ -14,7 +14,7 @@ On a cluster (any master that is not ``local…``):
 * ddcli's packages ``ops`` and ``storage`` are shipped as a zip (built once per content,
   cached in the temp dir) unless ``DDCLI_SPARK_SHIP_CODE=0`` says the executors have them;
 * the master must answer, and the executors run a first task that imports the shipped
-  packages, within ``DDCLI_SPARK_CONNECT_TIMEOUT`` seconds (default 60): otherwise one
+  packages, within ``DDCLI_SPARK_CONNECT_TIMEOUT`` seconds (default 120): otherwise one
   :class:`SparkSetupError` line says what is missing, instead of a hang.
 """
 
@@ -63,7 +63,7 @@ def _env(name: str) -> str | None:
 
 
 def connect_timeout() -> float:
-    raw = os.environ.get("DDCLI_SPARK_CONNECT_TIMEOUT", "60")
+    raw = os.environ.get("DDCLI_SPARK_CONNECT_TIMEOUT", "120")
     try:
         value = float(raw)
     except ValueError:
