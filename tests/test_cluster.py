@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 
 import pytest
 
@@ -101,6 +102,8 @@ def cluster(tmp_path_factory):
         c.start()
         netns = c.netns
         print(f"\ncluster {c.url} up in {time.monotonic() - started:.0f} s; isolation: {c.isolation}")
+        if netns is None:  # said in pytest's warnings summary, not only with -s
+            warnings.warn(f"the Spark cluster test runs without a network namespace: {c.isolation}")
         yield c
     finally:
         c.stop()
@@ -125,7 +128,7 @@ def test_the_sample_pipelines_on_a_standalone_cluster_equal_local_mode(spark, cl
         res = run_ddcli(["run", *PIPES], remote, env=_cluster_env(cluster, python, **extra), timeout=900)
         assert res.returncode == 0, f"exit {res.returncode}\n{res.stdout}\n{res.stderr}"
         assert res.stdout.count("pipeline '") == 4, res.stdout
-        print(f"epoch {epoch}: four pipelines on the cluster in {time.monotonic() - t0:.0f} s")
+        print(f"epoch {epoch}: four pipelines on the cluster in {time.monotonic() - t0:.0f} s:", res.stdout.strip())
         assert _traces(remote) == _traces(local)
 
     # the outputs hold something worth comparing
