@@ -172,3 +172,41 @@ def test_an_unreachable_master_is_one_line_and_no_hang(tmp_path):
                                   f"Connection refused); is it running, and is the address right? "
                                   f"(DDCLI_SPARK_CONNECT_TIMEOUT sets the wait)")
     assert time.monotonic() - t0 < 60
+
+
+def test_local_mode_keeps_the_driver_on_loopback_and_a_cluster_gets_a_routable_address(monkeypatch):
+    from ops import session
+    for name in ("DDCLI_SPARK_DRIVER_HOST", "DDCLI_SPARK_BIND_ADDRESS", "DDCLI_SPARK_EXECUTOR_PYTHON", "PYSPARK_PYTHON"):
+        monkeypatch.delenv(name, raising=False)
+    import sys
+    assert session.driver_addresses("local[*]") == ("127.0.0.1", "127.0.0.1")
+    assert session.driver_addresses("local[2]") == ("127.0.0.1", "127.0.0.1")
+    assert session.executor_python("local[*]") == sys.executable
+    # a cluster: the address on the route to the master (a UDP connect sends nothing)
+    assert session.driver_addresses("spark://127.0.0.1:7077") == ("127.0.0.1", "127.0.0.1")
+    assert session.executor_python("spark://127.0.0.1:7077") == "python3"
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/py/bin/python")
+    assert session.executor_python("spark://h:7077") == "/opt/py/bin/python"
+    monkeypatch.setenv("DDCLI_SPARK_EXECUTOR_PYTHON", "/srv/env/bin/python")
+    assert session.executor_python("spark://h:7077") == "/srv/env/bin/python"
+    monkeypatch.setenv("DDCLI_SPARK_DRIVER_HOST", "10.1.2.3")
+    assert session.driver_addresses("spark://h:7077") == ("10.1.2.3", "10.1.2.3")
+    monkeypatch.setenv("DDCLI_SPARK_BIND_ADDRESS", "0.0.0.0")
+    assert session.driver_addresses("spark://h:7077") == ("10.1.2.3", "0.0.0.0")
+    assert session._master_addresses("spark://a:7077,b:7078") == [("a", 7077), ("b", 7078)]
+    assert session._master_addresses("yarn") == []
+    with pytest.raises(session.SparkSetupError, match="expected spark://HOST:PORT"):
+        session._master_addresses("spark://nohostport")
+    assert session.is_local("local") and session.is_local("local[*]") and not session.is_local("spark://h:1")
+
+
+def test_the_shipped_code_is_one_zip_per_content_of_ops_and_storage():
+    import zipfile
+
+    from ops import session
+    path = session.code_zip()
+    assert session.code_zip() == path  # cached: same content, same file
+    with zipfile.ZipFile(path) as zf:
+        names = set(zf.namelist())
+    assert {"ops/__init__.py", "ops/writer.py", "storage/__init__.py", "storage/layer.py"} <= names
+    assert all(n.endswith(".py") and n.split("/")[0] in ("ops", "storage") for n in names)
