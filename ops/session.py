@@ -121,7 +121,8 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         .config("spark.driver.host", host)
         .config("spark.driver.bindAddress", bind)
         .config("spark.driver.extraJavaOptions", driver_opts)
-        .config("spark.executor.extraJavaOptions", java_opts)
+        # a cluster's executors log as their workers are set up to (the log4j file is the driver's)
+        .config("spark.executor.extraJavaOptions", java_opts if local else "-XX:-UsePerfData")
         .config("spark.hadoop.parquet.filter.dictionary.enabled", "false")
         # layers carry page checksums (storage/integrity.py): a damaged page fails the read
         .config("spark.hadoop.parquet.page.verify-checksum.enabled", "true")
