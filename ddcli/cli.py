@@ -71,7 +71,7 @@ EXIT_CODES_HELP = (
 # loaded, so handling an error never imports anything (and never pyspark).
 USER_ERRORS = [("ddcli.render", "RenderError"), ("storage.trace", "StoreError"),
                ("storage.files", "UpdateFileError"), ("storage.lattice", "TimeSyntaxError"),
-               ("ops.pipeline", "PipelineError"),
+               ("ops.pipeline", "PipelineError"), ("ops.session", "SparkSetupError"),
                # a pipeline's own expression failing on the data (1/0 under ANSI SQL, a cast
                # of 'abc' to a number, a bad date): the user's to fix, not a bug of ddcli
                ("pyspark.errors.exceptions.captured", "ArithmeticException"),

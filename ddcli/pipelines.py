@@ -19,7 +19,10 @@ from ddcli.cli import (DEFAULT_STORE, EXIT_CODES_HELP, FormatOpt, JsonOpt, Outpu
 
 MasterOpt = Annotated[Optional[str], typer.Option(
     "--master", envvar="DDCLI_SPARK_MASTER", metavar="URL",
-    help="Spark master URL (default: local[*], an embedded engine; a cluster needs the store on a shared filesystem).")]
+    help="Spark master URL (default: local[*], an embedded engine). A cluster (spark://HOST:PORT) needs the store "
+         "on a shared filesystem and a Python with pyarrow, numpy and pandas on the workers "
+         "(DDCLI_SPARK_EXECUTOR_PYTHON); ddcli ships its own code. See DDCLI_SPARK_DRIVER_HOST and "
+         "DDCLI_SPARK_BIND_ADDRESS for the driver's address.")]
 NameOpt = Annotated[Optional[str], typer.Option(
     "--name", "-n", metavar="N", help="The pipeline's name (default: the file name); it names its state and holds.")]
 

@@ -2,6 +2,20 @@
 
 Local mode by default (an embedded engine: nothing to start); ``--master`` or
 ``DDCLI_SPARK_MASTER`` points at a cluster, with the store on a shared filesystem.
+
+On a cluster (any master that is not ``local…``):
+
+* the driver advertises ``DDCLI_SPARK_DRIVER_HOST`` (default: this host's address on the
+  route to the master) and binds ``DDCLI_SPARK_BIND_ADDRESS`` (default: the driver host);
+  local mode keeps both on 127.0.0.1;
+* executors run ``DDCLI_SPARK_EXECUTOR_PYTHON``, else ``PYSPARK_PYTHON``, else
+  ``python3`` on their PATH (local mode: this process's interpreter); it needs pyarrow,
+  numpy and pandas (pyspark itself comes from the workers' Spark);
+* ddcli's packages ``ops`` and ``storage`` are shipped as a zip (built once per content,
+  cached in the temp dir) unless ``DDCLI_SPARK_SHIP_CODE=0`` says the executors have them;
+* the master must answer, and the executors run a first task that imports the shipped
+  packages, within ``DDCLI_SPARK_CONNECT_TIMEOUT`` seconds (default 120): otherwise one
+  :class:`SparkSetupError` line says what is missing, instead of a hang.
 """
 
 from __future__ import annotations
@@ -28,9 +42,35 @@ logger.native.level = error
 
 _session = None
 
+LOOPBACK = "127.0.0.1"
+
+
+class SparkSetupError(Exception):
+    """Spark could not be set up as asked (an unreachable master, executors that cannot run
+    ddcli's code): a user's configuration to fix, reported as one line."""
+
 
 def master_url(master: str | None = None) -> str:
     return master or os.environ.get("DDCLI_SPARK_MASTER") or "local[*]"
+
+
+def is_local(master: str) -> bool:
+    return master == "local" or master.startswith("local[")
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get(name) or None
+
+
+def connect_timeout() -> float:
+    raw = os.environ.get("DDCLI_SPARK_CONNECT_TIMEOUT", "120")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SparkSetupError(f"DDCLI_SPARK_CONNECT_TIMEOUT={raw!r} is not a number of seconds") from None
+    if value <= 0:
+        raise SparkSetupError(f"DDCLI_SPARK_CONNECT_TIMEOUT={raw!r} must be positive")
+    return value
 
 
 def get_spark(master: str | None = None, *, memory: str | None = None):
@@ -38,13 +78,23 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
     global _session
     if _session is not None:
         return _session
+    url = master_url(master)
+    local = is_local(url)
+    if not local:
+        # before the JVM: an unreachable master is one line after the timeout, not a hang
+        check_master(url, connect_timeout())
+    host, bind = driver_addresses(url)
     warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
     import logging
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         # PySpark logs every analysis error as a JSON record; ours is the one-line message
         logging.getLogger(name).setLevel(logging.CRITICAL)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON") or _python())
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", bind)
+    else:  # the address the driver's services bind (an inherited loopback would strand executors)
+        os.environ["SPARK_LOCAL_IP"] = bind if bind != "0.0.0.0" else host
+    # PySpark gives executors the interpreter named by PYSPARK_PYTHON when the context starts
+    os.environ["PYSPARK_PYTHON"] = executor_python(url)
     scratch = tempfile.mkdtemp(prefix="ddcli-spark-")
     atexit.register(shutil.rmtree, scratch, True)
     log4j = os.path.join(scratch, "log4j2.properties")
@@ -60,7 +110,7 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
     from pyspark.sql import SparkSession
 
     builder = (
-        SparkSession.builder.master(master_url(master))
+        SparkSession.builder.master(url)
         .appName("ddcli")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -70,10 +120,11 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         .config("spark.sql.maxPlanStringLength", "10000")
         .config("spark.driver.memory", memory or os.environ.get("DDCLI_SPARK_MEMORY", "3g"))
         .config("spark.local.dir", scratch)
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", host)
+        .config("spark.driver.bindAddress", bind)
         .config("spark.driver.extraJavaOptions", driver_opts)
-        .config("spark.executor.extraJavaOptions", java_opts)
+        # a cluster's executors log as their workers are set up to (the log4j file is the driver's)
+        .config("spark.executor.extraJavaOptions", java_opts if local else "-XX:-UsePerfData")
         .config("spark.hadoop.parquet.filter.dictionary.enabled", "false")
         # layers carry page checksums (storage/integrity.py): a damaged page fails the read
         .config("spark.hadoop.parquet.page.verify-checksum.enabled", "true")
@@ -88,7 +139,186 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
     _watch_interrupts(_session)
     _session.sparkContext.setLogLevel("ERROR")
     _session.sparkContext.setCheckpointDir(os.path.join(scratch, "checkpoints"))
+    if not local:
+        try:
+            if os.environ.get("DDCLI_SPARK_SHIP_CODE", "1") not in ("0", ""):
+                _session.sparkContext.addPyFile(code_zip())
+            check_executors(_session, url, connect_timeout())
+        except BaseException:
+            stop_spark()
+            raise
     return _session
+
+
+# ---------------------------------------------------------------- a cluster
+
+
+def _master_addresses(url: str) -> list[tuple[str, int]]:
+    """(host, port) of each master of ``spark://h1:p1[,h2:p2]`` (standby masters included);
+    empty for other kinds of master (yarn, k8s://…), which are not checked here."""
+    if not url.startswith("spark://"):
+        return []
+    out = []
+    for part in url[len("spark://"):].split(","):
+        host, sep, port = part.rpartition(":")
+        if not sep or not port.isdigit():
+            raise SparkSetupError(f"bad Spark master URL {url!r}: expected spark://HOST:PORT")
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
+def check_master(url: str, timeout: float) -> None:
+    """Raise :class:`SparkSetupError` unless some master of ``url`` accepts a connection
+    within ``timeout`` seconds."""
+    import socket
+    errors = []
+    for host, port in _master_addresses(url):
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            return
+        except OSError as e:
+            errors.append(f"{host}:{port}: {'no answer within %g s' % timeout if isinstance(e, TimeoutError) else e.strerror or e}")
+    if errors:
+        raise SparkSetupError(f"cannot reach the Spark master {url} ({'; '.join(errors)}); is it running, "
+                              f"and is the address right? (DDCLI_SPARK_CONNECT_TIMEOUT sets the wait)")
+
+
+def _route_address(url: str) -> str | None:
+    """This host's address on the route to the (first) master: the address its executors
+    are most likely to reach the driver at."""
+    import socket
+    for host, port in _master_addresses(url):
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.connect((host, port))  # a UDP "connect" sends nothing: it only picks the route
+                return s.getsockname()[0]
+        except OSError:
+            continue
+    return None
+
+
+def driver_addresses(url: str) -> tuple[str, str]:
+    """(advertised host, bind address) of the driver: ``DDCLI_SPARK_DRIVER_HOST`` and
+    ``DDCLI_SPARK_BIND_ADDRESS``; by default 127.0.0.1 in local mode, and on a cluster the
+    address on the route to the master (or this host's name)."""
+    host = _env("DDCLI_SPARK_DRIVER_HOST")
+    if host is None:
+        if is_local(url):
+            host = LOOPBACK
+        else:
+            import socket
+            host = _route_address(url) or socket.gethostname()
+    bind = _env("DDCLI_SPARK_BIND_ADDRESS") or (LOOPBACK if is_local(url) and host == LOOPBACK else host)
+    return host, bind
+
+
+def executor_python(url: str) -> str:
+    """The Python the executors run: ``DDCLI_SPARK_EXECUTOR_PYTHON``, else ``PYSPARK_PYTHON``,
+    else this interpreter in local mode and ``python3`` (on the executors' PATH) on a cluster."""
+    return (_env("DDCLI_SPARK_EXECUTOR_PYTHON") or _env("PYSPARK_PYTHON")
+            or (_python() if is_local(url) else "python3"))
+
+
+SHIPPED_PACKAGES = ("ops", "storage")
+
+
+def code_zip() -> str:
+    """A zip of ddcli's packages the executors import (``ops``, ``storage``: their ``.py``
+    files), named by the hash of its content and built once into a cache folder of the
+    temp dir; returns its path."""
+    import hashlib
+    import zipfile
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = []
+    for pkg in SHIPPED_PACKAGES:
+        for folder, dirs, names in os.walk(os.path.join(root, pkg)):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            files += [os.path.join(folder, n) for n in sorted(names) if n.endswith(".py")]
+    digest = hashlib.sha256()
+    contents = []
+    for path in files:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        rel = os.path.relpath(path, root)
+        digest.update(rel.encode() + b"\0" + len(data).to_bytes(8, "big") + data)
+        contents.append((rel, data))
+    cache = os.path.join(tempfile.gettempdir(), f"ddcli-code-{os.getuid()}")
+    os.makedirs(cache, mode=0o700, exist_ok=True)
+    target = os.path.join(cache, f"ddcli-{digest.hexdigest()[:20]}.zip")
+    if not os.path.exists(target):
+        fd, tmp = tempfile.mkstemp(dir=cache, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as zf:
+                for rel, data in contents:
+                    info = zipfile.ZipInfo(rel, date_time=(1980, 1, 1, 0, 0, 0))
+                    info.compress_type = zipfile.ZIP_DEFLATED
+                    zf.writestr(info, data)
+            os.replace(tmp, target)  # same content, same name: a racing writer is harmless
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+    return target
+
+
+def check_executors(spark, url: str, timeout: float) -> None:
+    """Run one small task on the executors that imports what ddcli's tasks import; raise
+    :class:`SparkSetupError` (one line) if none ran within ``timeout`` seconds or it failed."""
+    import threading
+    sc = spark.sparkContext
+    python = os.environ.get("PYSPARK_PYTHON", "python3")
+    needs = SHIPPED_PACKAGES + ("pyarrow", "numpy", "pandas")
+
+    def probe(_):  # a nested function: pickled by value, so the executors need not import ops
+        import importlib
+        import sys
+        for mod in ("ops.writer", "ops.reduce_kernel", "storage.layer", "pyarrow", "numpy", "pandas"):
+            try:
+                importlib.import_module(mod)
+            except Exception as e:  # noqa: BLE001 - reported to the driver as text
+                yield f"{type(e).__name__}: {e} (executor Python {sys.executable})"
+                return
+
+    outcome: dict = {}
+
+    def job():
+        try:
+            sc.setJobGroup("ddcli-executor-check", "can the executors run ddcli's code?", True)
+            outcome["problems"] = sc.parallelize([0], 1).mapPartitions(probe).collect()
+        except Exception as e:  # noqa: BLE001 - turned into one line below
+            outcome["error"] = e
+
+    worker = threading.Thread(target=job, name="ddcli-executor-check", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        sc.cancelJobGroup("ddcli-executor-check")
+        raise SparkSetupError(
+            f"no executor of {url} ran a task within {timeout:g} s: are workers registered with the master, "
+            f"with a free core and enough memory, and can they reach this driver at "
+            f"{spark.conf.get('spark.driver.host')}? (DDCLI_SPARK_DRIVER_HOST, DDCLI_SPARK_CONNECT_TIMEOUT)")
+    if "error" in outcome:
+        raise SparkSetupError(f"the executors of {url} cannot run ddcli's tasks with Python {python!r} "
+                              f"(DDCLI_SPARK_EXECUTOR_PYTHON): {_first_cause(outcome['error'])}")
+    if outcome.get("problems"):
+        raise SparkSetupError(f"the executors of {url} cannot import what ddcli's tasks need ("
+                              f"{', '.join(needs)}): {outcome['problems'][0]}; ddcli ships ops and storage "
+                              f"unless DDCLI_SPARK_SHIP_CODE=0; set DDCLI_SPARK_EXECUTOR_PYTHON to a Python "
+                              f"{'%d.%d' % __import__('sys').version_info[:2]} with pyarrow, numpy and pandas")
+
+
+def _first_cause(exc: BaseException) -> str:
+    """The line of a failed Spark job's error that says why (a Python error of a task, or a
+    program the executor could not start), not the JVM's stack."""
+    import re
+    text = str(exc)
+    for pattern in (r"\[PYTHON_VERSION_MISMATCH\][^\n]*", r"Cannot run program[^\n]*",
+                    r"(?:ModuleNotFoundError|ImportError|PySparkRuntimeError)[^\n]*"):
+        m = re.search(pattern, text)
+        if m:
+            return m.group(0).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0][:300] if lines else type(exc).__name__
 
 
 def _quietly(start, log_path: str):
