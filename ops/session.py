@@ -124,7 +124,7 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         .config("spark.driver.bindAddress", bind)
         .config("spark.driver.extraJavaOptions", driver_opts)
         # a cluster's executors log as their workers are set up to (the log4j file is the driver's)
-        .config("spark.executor.extraJavaOptions", java_opts if local else "-XX:-UsePerfData")
+        .config("spark.executor.extraJavaOptions", java_opts if local else "-XX:-UsePerfData -Xss16m")
         .config("spark.hadoop.parquet.filter.dictionary.enabled", "false")
         # layers carry page checksums (storage/integrity.py): a damaged page fails the read
         .config("spark.hadoop.parquet.page.verify-checksum.enabled", "true")
