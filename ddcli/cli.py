@@ -71,7 +71,7 @@ EXIT_CODES_HELP = (
 # loaded, so handling an error never imports anything (and never pyspark).
 USER_ERRORS = [("ddcli.render", "RenderError"), ("storage.trace", "StoreError"),
                ("storage.files", "UpdateFileError"), ("storage.lattice", "TimeSyntaxError"),
-               ("ops.pipeline", "PipelineError"),
+               ("ops.pipeline", "PipelineError"), ("storage.blob", "StoreUnreachable"),
                # a pipeline's own expression failing on the data (1/0 under ANSI SQL, a cast
                # of 'abc' to a number, a bad date): the user's to fix, not a bug of ddcli
                ("pyspark.errors.exceptions.captured", "ArithmeticException"),
@@ -624,6 +624,8 @@ def status(
         parts.append(("lag", lags, "pipeline inputs: lag"))
     if out in ("csv", "parquet") and (pipelines or lag):
         parts = [p for p in parts if p[0] == ("lag" if lag else "pipeline")]
+    if out == "table" and output is None:  # where the store lives, e.g. an object store's endpoint
+        render.report({}, f"store: {st.path} ({st.blobs.where()})", out)
     render.tables(parts, out, output)
 
 
