@@ -721,6 +721,9 @@ def bench_storage(
         min=0, help="Seconds the metadata benchmark keeps old log versions.")] = 30.0,
     workdir: Annotated[Optional[str], typer.Option(
         "--dir", metavar="DIR", help="Where to put the generated files and the store (default: a temp dir, removed).")] = None,
+    s3: Annotated[bool, typer.Option(
+        "--s3", help="Put the store on a local S3-compatible server (moto, started for the benchmark) "
+                     "and count the requests per commit.")] = False,
     out_json: Annotated[Optional[str], typer.Option("--out", metavar="FILE.json", help="Write the figures as JSON.")] = None,
     plot: Annotated[Optional[str], typer.Option(
         "--plot", metavar="FILE.png",
@@ -749,7 +752,7 @@ def bench_storage(
         bench.require_matplotlib()
     res = bench.bench_storage(updates=updates, keys=keys, small_ingests=small_ingests,
                               small_size=small_size, repeat=repeat, workdir=workdir,
-                              meta_ingests=meta_ingests, log_retention=log_retention,
+                              meta_ingests=meta_ingests, log_retention=log_retention, s3=s3,
                               log=None if out != "table" else bench.console_log())
     if out_json:
         bench.write_json(res, out_json)

@@ -49,7 +49,8 @@ class Blobs:
 
     root: str                    # the store's location, normalised
     spark_reads_files = True     # Spark can read its Parquet paths itself (no object-store jars)
-    requests = 0                 # requests sent (object stores count them; for the bench)
+    counts_requests = False      # object stores count the requests they send (for the bench)
+    requests = 0
 
     def join(self, *parts: str) -> str: raise NotImplementedError
     def where(self) -> str: raise NotImplementedError

@@ -48,6 +48,7 @@ def _split(path: str) -> tuple[str, str]:
 
 class S3Blobs(Blobs):
     spark_reads_files = False  # pyspark has no S3 jars here: tasks read through pyarrow
+    counts_requests = True
 
     def __init__(self, location: str):
         self.bucket = bucket_of(location)

@@ -70,6 +70,8 @@ class _Chain:
     last_full: int = 0                 # the newest checkpoint in the chain
     from_hint: bool = False
     damaged: list[int] = field(default_factory=list)
+    tip_id: tuple | None = None        # the newest version's file identity
+    full_id: tuple | None = None       # the newest checkpoint's file identity, once seen after base
 
 
 _MISSING, _BAD = "missing", "bad"
@@ -127,10 +129,27 @@ class Log:
             return None
         state = log_delta.body(doc)
         state["version"], state["commit_id"] = base, doc.get("commit_id")
-        chain = _Chain(base, state, base, ident, base, from_hint)
-        v = base + 1
+        return self._extend(_Chain(base, state, base, ident, base, from_hint, tip_id=ident))
+
+    def _chain_cached(self) -> _Chain | None:
+        """The newest state, reached from the one this log read last (its newest version
+        still the same file): a read costs a few requests however many deltas the chain
+        has. None when there is nothing usable (read from the hint)."""
+        c = self._chain
+        if c is None or c.state is None or c.damaged or c.tip_id is None or self._ident(c.version) != c.tip_id:
+            return None
+        chain = self._extend(_Chain(c.version, log_delta.copy_state(c.state), c.base, c.base_id,
+                                    c.last_full, c.from_hint, tip_id=c.tip_id, full_id=c.full_id))
+        if chain is not None and chain.last_full != chain.base and chain.full_id is not None:
+            # a newer checkpoint was committed since: build on it (its writer updates the hint)
+            chain.base, chain.base_id, chain.from_hint = chain.last_full, chain.full_id, True
+        return chain
+
+    def _extend(self, chain: _Chain) -> _Chain | None:
+        """Apply the versions after ``chain.version`` until the next name is free."""
+        state, v = chain.state, chain.version + 1
         while True:
-            doc, _ = self._load(v)
+            doc, ident = self._load(v)
             if doc is _MISSING:
                 break
             if doc is _BAD or doc.get("parent", state["commit_id"]) != state["commit_id"]:
@@ -144,13 +163,21 @@ class Log:
                     break
             else:
                 state = log_delta.body(doc)
-                chain.last_full = v
+                chain.last_full, chain.full_id = v, ident
             state["version"], state["commit_id"] = v, doc.get("commit_id")
+            chain.tip_id = ident
             v += 1
-        if self._ident(base) != ident:  # pruned under us: N+1 may have been deleted too
+        if self._ident(chain.base) != chain.base_id:  # pruned under us: N+1 may have been deleted too
             return None
         chain.version, chain.state = v - 1, state
         return chain
+
+    def _remember(self, chain: _Chain) -> None:
+        """Keep a private copy of what was read (callers may change the state they get)."""
+        self.damaged = chain.damaged
+        self._chain = _Chain(chain.version, None if chain.state is None else log_delta.copy_state(chain.state),
+                             chain.base, chain.base_id, chain.last_full, chain.from_hint, list(chain.damaged),
+                             chain.tip_id, chain.full_id)
 
     def _existing_from(self, v: int) -> list[int]:
         out = []
@@ -175,15 +202,17 @@ class Log:
 
     def _read_chain(self) -> _Chain:
         for attempt in range(100):
+            chain = self._chain_cached() if attempt == 0 else None
+            if chain is not None:
+                self._remember(chain)
+                return chain
             hint = self._read_hint()
-            chain = None
             if isinstance(hint.get("checkpoint"), int):
                 chain = self._chain_from(hint["checkpoint"], from_hint=True)
             if chain is None:
                 chain = self._chain_slow()
             if chain is not None:
-                self._chain = chain
-                self.damaged = chain.damaged
+                self._remember(chain)
                 return chain
             time.sleep(0.001 * (attempt + 1))
         raise Conflict(f"cannot read the newest metadata version in {self.dir}; retry")

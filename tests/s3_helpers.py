@@ -12,7 +12,6 @@ what the commit protocol relies on. It accepts any access key unless told to che
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 
 import pytest
@@ -24,6 +23,8 @@ BACKENDS = ["local", "s3"]
 def start_server():
     """``(server, endpoint)``: a moto S3 server on a free port of this host."""
     from moto.server import ThreadedMotoServer
+    import logging
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -79,7 +80,8 @@ def store_location(request, tmp_path) -> str:
 
 
 def object_digest(url: str) -> dict[str, str] | None:
-    """Every object under an ``s3://`` prefix (relative key -> sha256); None when empty."""
+    """Every object under an ``s3://`` prefix (relative key -> its ETag, the MD5 of its
+    bytes for a single-part put, and its size); None when empty."""
     from storage.blob import for_path
     blobs = for_path(url)
     bucket, _, prefix = url[len("s3://"):].partition("/")
@@ -87,11 +89,28 @@ def object_digest(url: str) -> dict[str, str] | None:
     out = {}
     for page in c.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix.rstrip("/") + "/"):
         for o in page.get("Contents", []):
-            body = c.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
-            out[o["Key"][len(prefix) + 1:]] = hashlib.sha256(body).hexdigest()
+            out[o["Key"][len(prefix) + 1:]] = f"{o['ETag']}:{o['Size']}"
     return out or None
 
 
 def all_files(url: str) -> set[str]:
     """Every object under an ``s3://`` prefix, as ``s3://`` paths."""
     return {f"{url}/{k}" for k in (object_digest(url) or {})}
+
+
+def place_store(local_store: str, location: str) -> str:
+    """A copy of the local store folder ``local_store`` where ``location`` says: the folder
+    itself for a local location, its files uploaded under an ``s3://`` prefix otherwise
+    (a store names its files relative to its root, so the copy is the same store)."""
+    import os
+    if not location.startswith("s3://"):
+        return local_store
+    from storage.blob import for_path
+    blobs = for_path(location)
+    for dirpath, _, names in os.walk(local_store):
+        for n in names:
+            p = os.path.join(dirpath, n)
+            rel = os.path.relpath(p, local_store).replace(os.sep, "/")
+            with open(p, "rb") as fh:
+                blobs.replace(f"{location}/{rel}", fh.read())
+    return location
