@@ -145,3 +145,50 @@ def test_a_pipeline_run_on_the_object_store_equals_the_same_run_on_a_local_store
         assert res.returncode == 0, res.stderr
         histories.append(jsonl(res.stdout))
     assert histories[0] == histories[1] and histories[0]
+
+
+def test_a_commit_whose_put_ends_ambiguously_is_resolved_by_reading_back_its_commit_id(s3_env, monkeypatch):
+    from storage.blob import Ambiguous
+    from storage.blob_s3 import S3Blobs
+    from storage.log import Conflict, Log
+
+    loc = new_prefix()
+    log = Log(loc)
+    log.commit(lambda s: {"traces": {}, "n": 0})
+    real = S3Blobs.put_if_absent
+
+    def landed_then_timed_out(self, path, data):
+        real(self, path, data)
+        raise Ambiguous("read timeout after the request was sent")
+
+    monkeypatch.setattr(S3Blobs, "put_if_absent", landed_then_timed_out)
+    assert log.commit(lambda s: {**s, "n": s["n"] + 1})[0] == 2
+
+    def retried_after_landing(self, path, data):  # botocore's retry of a put that had landed: 412
+        real(self, path, data)
+        return False
+
+    monkeypatch.setattr(S3Blobs, "put_if_absent", retried_after_landing)
+    assert log.commit(lambda s: {**s, "n": s["n"] + 1})[0] == 3
+
+    def lost(self, path, data):
+        raise Ambiguous("connection dropped before the request was sent")
+
+    monkeypatch.setattr(S3Blobs, "put_if_absent", lost)
+    with pytest.raises(Conflict, match="not in the store; nothing was written"):
+        log.commit(lambda s: {**s, "n": s["n"] + 1})
+    v, state = Log(loc).latest()
+    assert (v, state["n"]) == (3, 2), "each commit landed exactly once"
+
+
+def test_a_run_lease_on_the_object_store_is_taken_once(s3_env):
+    from storage.lease import lease
+    from storage.log import Conflict
+
+    loc = new_prefix()
+    with lease(loc, "wc"):
+        with pytest.raises(Conflict, match="being run by another process"):
+            with lease(loc, "wc"):
+                pass
+    with lease(loc, "wc"):  # released: free again
+        pass
