@@ -52,6 +52,7 @@ class Blobs:
     counts_requests = False      # object stores count the requests they send (for the bench)
     requests = 0
 
+    def normalise(self, location: str) -> str: raise NotImplementedError
     def join(self, *parts: str) -> str: raise NotImplementedError
     def where(self) -> str: raise NotImplementedError
     def get(self, path: str) -> bytes: raise NotImplementedError
