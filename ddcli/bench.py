@@ -18,6 +18,7 @@ The benchmark of issue 2, with every size a parameter (a test runs it tiny):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -27,6 +28,8 @@ import sys
 import tempfile
 import time as _time
 from typing import Callable
+
+from ddcli.bench_s3 import requests_per_commit, store_locations
 
 BIG_TIMES = 100       # distinct times of the big ingest
 PART_ROWS = 1_000_000  # rows per generated Parquet file of the big ingest
@@ -76,7 +79,7 @@ def _dir_bytes(path: str) -> int:
 def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ingests: int = 1000,
                   small_size: int = 1000, repeat: int = 5, workdir: str | None = None,
                   seed: int = 1, log: Callable[[str], None] | None = None,
-                  meta_ingests: int = 10_000, log_retention: float = 30.0) -> dict:
+                  meta_ingests: int = 10_000, log_retention: float = 30.0, s3: bool = False) -> dict:
     """Run the storage benchmark and return its figures (see the module docstring)."""
     import duckdb
     import numpy as np
@@ -91,10 +94,11 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
     own = workdir is None
     root = tempfile.mkdtemp(prefix="ddcli-bench-") if own else os.path.abspath(workdir)
     os.makedirs(root, exist_ok=True)
+    stack = contextlib.ExitStack()
     try:
         rng = np.random.default_rng(seed)
         gen_dir = os.path.join(root, "input")
-        store_dir = os.path.join(root, "store")
+        store_dir = stack.enter_context(store_locations(s3, root))("store")  # a folder, or an s3:// prefix
         if os.path.exists(store_dir):
             shutil.rmtree(store_dir)
         os.makedirs(gen_dir, exist_ok=True)
@@ -124,6 +128,7 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
         store.ingest(TRACE, big_paths, key=["key"])
         big_s = _time.perf_counter() - t0
         layers_after_big = len(store.trace(TRACE).layers)
+        commits = {"versions_few": store.state().version, "requests_few": requests_per_commit(store)}
 
         # ---- phase 2: many small ingests
         say(f"{small_ingests:,} ingests of {small_size:,} updates")
@@ -135,6 +140,7 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
             t = store.trace(TRACE)  # outside the timed part
             layer_counts.append(len(t.layers) + len(t.pending))
         small_s = sum(latencies)
+        commits.update(versions_many=store.state().version, requests_many=requests_per_commit(store))
         tr = store.trace(TRACE)
         layers = len(tr.layers) + len(tr.pending)
 
@@ -197,7 +203,8 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
                               "latencies_s": latencies},
             "layers": {"after_small_ingests": layers, "after_each_ingest": layer_counts,
                        "log2_ingests": float(np.log2(max(small_ingests + 1, 2)))},
-            "bytes": {"trace_layers": tr.bytes(), "store_dir": _dir_bytes(store_dir),
+            "store": {"location": store.path, "where": store.blobs.where(), "commits": commits},
+            "bytes": {"trace_layers": tr.bytes(), "store_dir": _dir_bytes(store_dir) if os.path.isdir(store_dir) else None,
                       "consolidated": cons_bytes,
                       "ratio": tr.bytes() / cons_bytes if cons_bytes else None},
             "rows": {"trace": tr.rows(), "consolidated": cons_rows},
@@ -208,6 +215,7 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
                             "machine": platform.machine()},
         }
     finally:
+        stack.close()
         if own:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -308,6 +316,13 @@ def print_table(res: dict, output: str | None = None) -> None:
     t.add_row("bytes on disk (layers)", _fmt_n(by["trace_layers"]),
               f"consolidated {_fmt_n(by['consolidated'])} ({by['ratio']:.2f}x)" if by["ratio"] else "-")
     t.add_row("store directory", _fmt_n(by["store_dir"]), "")
+    st = res.get("store")
+    if st:
+        c = st["commits"]
+        t.add_row("store", st["location"], st["where"])
+        if c["requests_few"] is not None:
+            t.add_row(f"requests per commit at {c['versions_many']:,} versions", f"{c['requests_many']:.1f}",
+                      f"at {c['versions_few']:,} versions: {c['requests_few']:.1f}")
     for name, q in res["query"].items():
         label = f"query --as-of {q['as_of']}" + (f" --where {q['where']}" if q["where"] else "")
         ratio = f"{q['ratio']:.2f}x" if q["ratio"] is not None else "-"

@@ -42,15 +42,16 @@ def _write_parquet(table, path: str) -> str:
     return path
 
 
-def _count_state(work: str, name: str, updates: int, keys: int, seed: int, log) -> tuple:
-    """A store whose count pipeline has processed ``updates`` updates over ``keys`` keys."""
+def _count_state(work: str, name: str, updates: int, keys: int, seed: int, log, where=None) -> tuple:
+    """A store whose count pipeline has processed ``updates`` updates over ``keys`` keys
+    (``where(name)``: the store's location; default a folder under ``work``)."""
     import numpy as np
     import pyarrow as pa
     from ops.run import run_pipeline
     from storage.store import Store
 
     rng = np.random.default_rng(seed)
-    st = Store(os.path.join(work, name))
+    st = Store(where(name) if where else os.path.join(work, name))
     pipe = os.path.join(work, "count_pipeline.py")
     with open(pipe, "w") as fh:
         fh.write(COUNT_PIPELINE)
@@ -85,9 +86,13 @@ def _new_updates(work: str, name: str, n: int, keys: int, t0: int, seed: int) ->
 
 def bench_incremental(*, updates: int = 10_000_000, keys: int = 1_000_000, new_updates: int = 1000,
                       scale: int = 10, repeat: int = 10, workdir: str | None = None,
-                      log: Callable[[str], None] | None = None) -> dict:
-    """Figures use the median of ``repeat`` timed incremental runs (after one warm-up)."""
+                      log: Callable[[str], None] | None = None, s3: bool = False) -> dict:
+    """Figures use the median of ``repeat`` timed incremental runs (after one warm-up);
+    ``s3``: the stores on a local S3-compatible server (ddcli/bench_s3.py)."""
+    import contextlib
     from statistics import median
+
+    from ddcli.bench_s3 import requests_per_commit, store_locations
 
     from ops.run import run_pipeline
     from ops.session import get_spark
@@ -96,13 +101,15 @@ def bench_incremental(*, updates: int = 10_000_000, keys: int = 1_000_000, new_u
     own = workdir is None
     work = workdir or tempfile.mkdtemp(prefix="ddcli-bench-incr-")
     os.makedirs(work, exist_ok=True)
+    stack = contextlib.ExitStack()
     try:
+        where = stack.enter_context(store_locations(s3, work))
         get_spark()
         res: dict = {"benchmark": "incremental", "updates": updates, "keys": keys,
                      "new_updates": new_updates, "scale": scale, "repeat": repeat}
         figures = {}
         for label, k in (("base", keys), ("scaled", keys * scale)):
-            st, pipe, first = _count_state(work, label, updates, k, 1, log)
+            st, pipe, first = _count_state(work, label, updates, k, 1, log, where)
             prior_rows = st.trace("events").rows()
             t_next = 100
             runs = []
@@ -117,7 +124,8 @@ def bench_incremental(*, updates: int = 10_000_000, keys: int = 1_000_000, new_u
                 log(f"{label}: {repeat} incremental runs of {new_updates:,} updates at {new_updates:,} times: "
                     f"median {median(runs):.2f} s")
             f = {"first_run_s": first, "incremental_runs_s": runs, "incremental_s": median(runs),
-                 "prior_state_rows": prior_rows}
+                 "prior_state_rows": prior_rows, "store": st.path,
+                 "versions": st.state().version, "requests_per_commit": requests_per_commit(st)}
             if label == "base":
                 if log:
                     log("base: from-scratch evaluation (verify at the last time)")
@@ -131,6 +139,7 @@ def bench_incremental(*, updates: int = 10_000_000, keys: int = 1_000_000, new_u
         res["scaled_over_base"] = figures["scaled"]["incremental_s"] / figures["base"]["incremental_s"]
         return res
     finally:
+        stack.close()
         if own:
             shutil.rmtree(work, ignore_errors=True)
 

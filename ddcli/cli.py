@@ -72,6 +72,7 @@ EXIT_CODES_HELP = (
 USER_ERRORS = [("ddcli.render", "RenderError"), ("storage.trace", "StoreError"),
                ("storage.files", "UpdateFileError"), ("storage.lattice", "TimeSyntaxError"),
                ("ops.pipeline", "PipelineError"), ("ops.session", "SparkSetupError"),
+               ("storage.blob", "StoreUnreachable"),
                # a pipeline's own expression failing on the data (1/0 under ANSI SQL, a cast
                # of 'abc' to a number, a bad date): the user's to fix, not a bug of ddcli
                ("pyspark.errors.exceptions.captured", "ArithmeticException"),
@@ -624,6 +625,8 @@ def status(
         parts.append(("lag", lags, "pipeline inputs: lag"))
     if out in ("csv", "parquet") and (pipelines or lag):
         parts = [p for p in parts if p[0] == ("lag" if lag else "pipeline")]
+    if out == "table" and output is None:  # where the store lives, e.g. an object store's endpoint
+        render.report({}, f"store: {st.path} ({st.blobs.where()})", out)
     render.tables(parts, out, output)
 
 
@@ -719,6 +722,9 @@ def bench_storage(
         min=0, help="Seconds the metadata benchmark keeps old log versions.")] = 30.0,
     workdir: Annotated[Optional[str], typer.Option(
         "--dir", metavar="DIR", help="Where to put the generated files and the store (default: a temp dir, removed).")] = None,
+    s3: Annotated[bool, typer.Option(
+        "--s3", help="Put the store on a local S3-compatible server (moto, started for the benchmark) "
+                     "and count the requests per commit.")] = False,
     out_json: Annotated[Optional[str], typer.Option("--out", metavar="FILE.json", help="Write the figures as JSON.")] = None,
     plot: Annotated[Optional[str], typer.Option(
         "--plot", metavar="FILE.png",
@@ -747,7 +753,7 @@ def bench_storage(
         bench.require_matplotlib()
     res = bench.bench_storage(updates=updates, keys=keys, small_ingests=small_ingests,
                               small_size=small_size, repeat=repeat, workdir=workdir,
-                              meta_ingests=meta_ingests, log_retention=log_retention,
+                              meta_ingests=meta_ingests, log_retention=log_retention, s3=s3,
                               log=None if out != "table" else bench.console_log())
     if out_json:
         bench.write_json(res, out_json)

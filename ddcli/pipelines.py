@@ -270,6 +270,9 @@ def bench_incremental(
     scale: Annotated[int, typer.Option(min=1, help="How many times more prior state (keys) for the second store.")] = 10,
     repeat: Annotated[int, typer.Option(min=1, help="Timed incremental runs per store (figures use the median).")] = 10,
     workdir: Annotated[Optional[str], typer.Option("--dir", metavar="DIR", help="Work directory (default: a temp dir, removed).")] = None,
+    s3: Annotated[bool, typer.Option(
+        "--s3", help="Put the stores on a local S3-compatible server (moto, started for the benchmark) "
+                     "and count the requests per commit.")] = False,
     out_json: Annotated[Optional[str], typer.Option("--out", metavar="FILE.json", help="Write the figures as JSON.")] = None,
     plot: Annotated[Optional[str], typer.Option("--plot", metavar="FILE.png", help="Save the run-time CDFs as PNG.")] = None,
     fmt: FormatOpt = None,
@@ -286,7 +289,7 @@ def bench_incremental(
     _check_bench_outputs(out_json, plot)
     from ddcli import bench_pipelines as bp
     res = bp.bench_incremental(updates=updates, keys=keys, new_updates=new_updates, scale=scale,
-                               repeat=repeat, workdir=workdir, log=_bench_log())
+                               repeat=repeat, workdir=workdir, log=_bench_log(), s3=s3)
     if out_json:
         with open(out_json, "w") as fh:
             json.dump(res, fh, indent=2)
@@ -297,6 +300,9 @@ def bench_incremental(
            f"(verify at the last time): {f['base']['from_scratch_s']:.2f} s; ratio {res['speedup_vs_from_scratch']:.1f}x\n"
            f"with {scale}x more prior state: {f['scaled']['incremental_s']:.2f} s "
            f"({res['scaled_over_base']:.2f}x the base run)")
+    if f["base"]["requests_per_commit"] is not None:
+        msg += (f"\nstore {f['base']['store']}: {f['base']['requests_per_commit']:.1f} requests per commit at "
+                f"{f['base']['versions']:,} versions, {f['scaled']['requests_per_commit']:.1f} at {f['scaled']['versions']:,}")
     render.report(res, msg, out, output)
 
 

@@ -27,6 +27,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from ops.context import EvalContext
+from ops.layer_read import read_layers
 from ops.linear import advance_and_sum, union_all, union_coalesced
 
 KEY_LOOKUP_LIMIT = 50_000  # touched keys up to which a keyed DuckDB read pays
@@ -45,7 +46,7 @@ class Arrangement:
         return not self.files
 
     def read_all(self, ctx: EvalContext) -> DataFrame:
-        return ctx.spark.read.schema(_spark_schema(self.schema)).parquet(*self.files)
+        return read_layers(ctx.spark, self.files, _spark_schema(self.schema))
 
     def old_for_keys(self, ctx: EvalContext, delta: DataFrame, key: list[str]) -> DataFrame | None:
         """Old updates whose key appears in ``delta``, and possibly others (None if none).
@@ -94,9 +95,9 @@ def keyed_read_sql(files: list[str], keys: pa.Table, key: list[str]) -> str:
 
 
 def duckdb_keyed_read(files: list[str], keys: pa.Table, key: list[str]) -> pa.Table:
-    import duckdb
+    from storage.blob import duckdb_connect
 
-    con = duckdb.connect()
+    con = duckdb_connect(files)  # the files may be on an object store
     try:
         con.register("touched_keys", keys)
         return con.sql(keyed_read_sql(files, keys, key)).to_arrow_table()

@@ -40,11 +40,10 @@ def _with_old_updates(new: pa.Table, files: list[str], key: list[str], values: l
     """A task's new updates plus the stored old updates of their keys (``_new`` false);
     with ``summary`` (a reducer that has one, ``ops/reduce_summary.py``) and insertions
     only, a summary of them instead."""
-    import duckdb
-
     from ops.arrangement import keyed_read_sql
+    from storage.blob import duckdb_connect
     keys = new.select(key).group_by(key).aggregate([])
-    con = duckdb.connect()
+    con = duckdb_connect(files)  # the files may be on an object store
     try:
         con.register("touched_keys", keys)
         sql, old = keyed_read_sql(files, keys, key), None

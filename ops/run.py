@@ -36,6 +36,7 @@ import pyarrow as pa
 from ops.arrangement import Arrangement
 from ops.context import EvalContext
 from ops.evaluate import Runtime, evaluate, node_key
+from ops.layer_read import read_layers
 from ops.linear import union_coalesced
 from ops.load import load_pipeline
 from ops.pipeline import Node, Pipeline, PipelineError
@@ -151,12 +152,13 @@ def time_batches(store: Store, views: dict[str, InputView], d: int,
     """``[lo, hi)`` ranges of the first time coordinate, each holding at most
     ``batch_times`` distinct values of the run's new updates, and the inputs with updates
     in each (read with DuckDB). One batch, unbounded, when that is all it takes."""
-    import duckdb
     import numpy as np
+
+    from storage.blob import duckdb_connect
 
     col = time_columns(d)[0]
     firsts: dict[str, np.ndarray] = {}
-    con = duckdb.connect()
+    con = duckdb_connect([store.path + "/"])
     try:
         for n, v in views.items():
             if v.new:
@@ -249,8 +251,8 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     sources = {}
     for n, v in views.items():
         if v.new:
-            sources[n] = spark.read.schema(_empty_frame(spark, update_schema(v.trace.schema, d)).schema) \
-                .parquet(*store.read_paths(v.trace, v.new))
+            sources[n] = read_layers(spark, store.read_paths(v.trace, v.new),
+                                     _empty_frame(spark, update_schema(v.trace.schema, d)).schema)
     # batches only for one-dimensional times: with more, compacting to a batch's first time
     # could merge times the stored state must keep apart (the frontier need not be beyond it)
     in_batches = d == 1 and any(n.op == "loop" for n in p.nodes)
@@ -299,8 +301,8 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
         else:
             present = [f[node.id] for f in batch_frames if f.get(node.id) is not None]
             if proto.pending:  # what waited beyond the old frontier: sealed now, or waits on
-                present.append(spark.read.schema(_empty_frame(spark, update_schema(schema, nd)).schema)
-                               .parquet(*store.layer_paths(proto, proto.pending)))
+                present.append(read_layers(spark, store.layer_paths(proto, proto.pending),
+                                           _empty_frame(spark, update_schema(schema, nd)).schema))
             df = union_coalesced(present) if present else None
             one_frame = len(present) == 1
         if df is None:
@@ -428,15 +430,15 @@ def _check_files_exist(store: Store, views: dict[str, InputView], written: dict,
     a short grace may have taken them as orphans) and the input layers it read."""
     for n, v in views.items():
         for path in store.layer_paths(v.trace, v.old + v.new):
-            if not os.path.exists(path):
+            if not store.blobs.exists(path):
                 raise Conflict(f"input trace {n!r}: layer file {path} was removed during the run (garbage "
                                f"collection with a short grace period?); nothing was written, run again")
     for tname, layer in list(written.items()) + list(held.items()):
         if layer is None:
             continue
         for f in layer.files:
-            path = os.path.join(store.trace_dir(tname), f.name)
-            if not os.path.exists(path):
+            path = store.blobs.join(store.trace_dir(tname), f.name)
+            if not store.blobs.exists(path):
                 raise Conflict(f"layer file {path} was removed before it was committed (garbage collection "
                                f"with a short grace period?); nothing was written, run again")
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from pyspark.sql import functions as F
 
+from ops.layer_read import read_layers
 from ops.load import load_pipeline
 from ops.oracle import AT, M, Oracle, check_supported, consolidated
 from ops.pipeline import PipelineError
@@ -83,7 +84,7 @@ def verify_pipeline(store: Store, path: str, *, name: str | None = None, at: lis
     size_partitions(spark, sum(l.rows for _, layers in inputs.values() for l in layers))
 
     def read(t, layers):
-        return spark.read.schema(_schema(update_schema(t.schema, d))).parquet(*store.read_paths(t, layers))
+        return read_layers(spark, store.read_paths(t, layers), _schema(update_schema(t.schema, d)))
     frames = {n: read(t, layers) for n, (t, layers) in inputs.items() if layers}
     actual_frames = {o: read(t, t.layers) for o, t in outputs.items() if t.layers}
 

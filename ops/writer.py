@@ -1,7 +1,8 @@
 """Writing a run's changes as a layer of a trace, from inside Spark.
 
 Each task consolidates and sorts its key partition with ``storage.layer`` and writes one
-layer file (tmp → fsync → rename) straight into the trace's folder; only the files'
+layer file, once, under a unique name straight into the trace's folder (a local folder:
+tmp → fsync → rename; an object store: one put, through storage/blob.py); only the files'
 names and sizes come back to the driver, which commits them with everything else of the
 run. No data is collected onto the driver.
 """

@@ -8,7 +8,6 @@ checkpoint they are built on) for as long (storage/log.py, ``Log.prune``).
 
 from __future__ import annotations
 
-import os
 import time as _time
 
 from storage import integrity
@@ -41,29 +40,24 @@ def collect_garbage(store, grace_seconds: float) -> int:
     # hold: their files are unknown, so only never-committed temporary files may go
     known = store.log.covers(cutoff)
     removed = 0
-    root = os.path.join(store.path, "traces")
-    for tname in (os.listdir(root) if os.path.isdir(root) else []):
-        tdir = os.path.join(root, tname)
-        if not os.path.isdir(tdir):
-            continue
-        for fname in os.listdir(tdir):
-            p = os.path.join(tdir, fname)
+    blobs = store.blobs
+    root = blobs.join(store.path, "traces")
+    for tname in blobs.list_folders(root):
+        tdir = blobs.join(root, tname)
+        for fname in blobs.list(tdir):
+            p = blobs.join(tdir, fname)
             try:
-                if p not in referenced and (known or fname.startswith(".tmp-")) and os.stat(p).st_mtime < cutoff:
-                    os.unlink(p)
+                if p not in referenced and (known or fname.startswith(".tmp-")) and blobs.stat(p).mtime < cutoff:
+                    blobs.delete(p)
                     removed += 1
             except FileNotFoundError:
                 continue
         if tname not in live_traces:
-            try:
-                if os.stat(tdir).st_mtime < cutoff:  # a new trace's writer may have just made it
-                    os.rmdir(tdir)  # only when empty
-            except OSError:
-                pass
+            blobs.remove_folder(tdir, older_than=cutoff)  # only when empty and old: a new trace's writer may have just made it
     for p in store.log.stray_tmp_files():
         try:
-            if os.stat(p).st_mtime < cutoff:
-                os.unlink(p)
+            if blobs.stat(p).mtime < cutoff:
+                blobs.delete(p)
                 removed += 1
         except FileNotFoundError:
             continue

@@ -22,7 +22,7 @@ conflict (exit 3).
 from __future__ import annotations
 
 import hashlib
-import os
+import io
 import struct
 
 _CHUNK = 1 << 22
@@ -33,24 +33,38 @@ class CorruptionError(Exception):
     or the newest metadata version is unreadable. One line; run ``ddcli check``."""
 
 
+def _blobs(path: str):
+    from storage.blob import for_path  # storage.blob_local imports this module
+    return for_path(path)
+
+
 def file_checksums(path: str) -> dict:
     """``{"sha256": …, "footer_sha256": …}`` of a file (hex digests)."""
     return {"sha256": file_sha256(path), "footer_sha256": footer_sha256(path)}
 
 
+def bytes_checksums(data: bytes) -> dict:
+    """:func:`file_checksums` of a file's bytes held in memory (an object-store write)."""
+    return {"sha256": hashlib.sha256(data).hexdigest(), "footer_sha256": _footer_of(io.BytesIO(data), len(data))}
+
+
 def footer_sha256(path: str) -> str | None:
     """SHA-256 of the Parquet footer and its 8-byte trailer; None if there is none."""
-    with open(path, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        if size < 12:
-            return None
-        fh.seek(size - 8)
-        trailer = fh.read(8)
-        (length,) = struct.unpack("<I", trailer[:4])
-        if trailer[4:] != b"PAR1" or length + 8 > size:
-            return None
-        fh.seek(size - 8 - length)
-        return hashlib.sha256(fh.read(length + 8)).hexdigest()
+    with _blobs(path).open_read(path) as fh:
+        fh.seek(0, 2)
+        return _footer_of(fh, fh.tell())
+
+
+def _footer_of(fh, size: int) -> str | None:
+    if size < 12:
+        return None
+    fh.seek(size - 8)
+    trailer = fh.read(8)
+    (length,) = struct.unpack("<I", trailer[:4])
+    if trailer[4:] != b"PAR1" or length + 8 > size:
+        return None
+    fh.seek(size - 8 - length)
+    return hashlib.sha256(fh.read(length + 8)).hexdigest()
 
 
 def _where(trace: str, path: str) -> str:
@@ -64,7 +78,7 @@ def _advice() -> str:
 def check_cheap(trace: str, path: str, lf) -> None:
     """Size and footer against the log's record of ``lf`` (a LayerFile)."""
     try:
-        size = os.stat(path).st_size
+        size = _blobs(path).stat(path).size
     except FileNotFoundError:
         raise CorruptionError(f"{_where(trace, path)} is missing although the newest version of the "
                               f"store refers to it; {_advice()}") from None
@@ -80,15 +94,19 @@ _verified: dict[str, tuple] = {}  # path -> (inode, size, mtime, ctime) whose ha
 
 
 def check_read(trace: str, path: str, lf) -> None:
-    """What every read checks: :func:`check_cheap`, then the whole-file SHA-256 unless
-    this process already verified this very file (same inode, size, mtime and ctime:
-    any write through the filesystem changes the ctime)."""
+    """What every read checks: :func:`check_cheap`, then the whole-file SHA-256; both
+    skipped when this process already verified this very file (same identity and change
+    stamp: locally inode, size, mtime and ctime, which any write changes; on an object
+    store the ETag of an object written once). A missing file is a CorruptionError."""
+    try:
+        st = _blobs(path).stat(path)
+    except FileNotFoundError:
+        st = None
+    sig = None if st is None else (st.ident, st.changed)
+    if sig is not None and _verified.get(path) == sig:
+        return
     check_cheap(trace, path, lf)
     if lf.sha256 is None:
-        return
-    st = os.stat(path)
-    sig = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    if _verified.get(path) == sig:
         return
     if file_sha256(path) != lf.sha256:
         raise CorruptionError(f"{_where(trace, path)}: its SHA-256 differs from the one recorded at commit; "
@@ -98,7 +116,7 @@ def check_read(trace: str, path: str, lf) -> None:
 
 def file_sha256(path: str) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with _blobs(path).open_read(path) as fh:
         while chunk := fh.read(_CHUNK):
             h.update(chunk)
     return h.hexdigest()
@@ -107,13 +125,13 @@ def file_sha256(path: str) -> str:
 def check_full(trace: str, path: str, lf) -> None:
     """Everything: size and footer, whole-file SHA-256, every page checksum."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
     check_cheap(trace, path, lf)
     if lf.sha256 is not None and file_sha256(path) != lf.sha256:
         raise CorruptionError(f"{_where(trace, path)}: its SHA-256 differs from the one recorded at commit; "
                               f"{_advice()}")
     try:
-        t = pq.read_table(path, page_checksum_verification=True)
+        from storage.blob import read_table
+        t = read_table(path, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as e:
         raise CorruptionError(f"{_where(trace, path)} cannot be read: {' '.join(str(e).split())[:200]}; "
                               f"{_advice()}") from None
@@ -143,7 +161,7 @@ def check_store(store, trace: str | None = None) -> dict:
         tdir = store.trace_dir(t.name)
         for layer in t.all_layers():
             for lf in layer.files:
-                path = os.path.join(tdir, lf.name)
+                path = store.blobs.join(tdir, lf.name)
                 files += 1
                 size += lf.bytes
                 try:

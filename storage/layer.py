@@ -6,15 +6,15 @@ statistics let a reader skip row groups by key. The footer's key-value metadata 
 what the store's log says of the file (lower, upper, since, rows, key range), so a layer
 file explains itself even without the log.
 
-Files are written to a temporary name, fsynced and renamed to a unique final name: a
-crash leaves either nothing or an orphan that ``compact`` collects; never a torn file
-under a name the log refers to.
+Files are written once under a unique name (locally: a temporary name, fsync, rename;
+on an object store: one put of the whole object, see storage/blob.py): a crash leaves
+either nothing or an orphan that ``compact`` collects; never a torn file under a name
+the log refers to.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from dataclasses import dataclass, field
 
@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from storage import faults
-from storage.integrity import CorruptionError, file_checksums
+from storage.blob import for_path, read_schema, read_table
+from storage.integrity import CorruptionError
 from storage.lattice import Frontier, advance_columns, time_columns
 
 ROW_GROUP_ROWS = 32_768  # small enough that a key look-up skips most of a large layer
@@ -133,11 +133,10 @@ def _scalar(v):
 
 def write_layer_file(table: pa.Table, directory: str, *, key: list[str], lower: Frontier,
                      upper: Frontier, since: Frontier, name: str | None = None) -> LayerFile:
-    """Write an already consolidated and sorted table as one layer file; tmp → fsync → rename."""
-    ensure_dir(directory)
+    """Write an already consolidated and sorted table as one layer file, once, under a
+    unique name (locally tmp → fsync → rename; see storage/blob.py)."""
+    blobs = for_path(directory)
     name = name or f"{uuid.uuid4().hex}.parquet"
-    final = os.path.join(directory, name)
-    tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
     key_min = key_max = None
     if key and table.num_rows:
         k = table.column(key[0])
@@ -145,53 +144,14 @@ def write_layer_file(table: pa.Table, directory: str, *, key: list[str], lower: 
     meta = {"lower": lower.to_json(), "upper": upper.to_json(), "since": since.to_json(),
             "rows": table.num_rows, "key": key, "key_min": key_min, "key_max": key_max}
     schema = table.schema.with_metadata({META_KEY: json.dumps(meta).encode()})
-    try:
-        with open(tmp, "wb") as fh:
-            pq.write_table(table.replace_schema_metadata(schema.metadata), fh,
-                           row_group_size=ROW_GROUP_ROWS, compression="zstd", write_page_checksum=True)
-            fh.flush()
-            faults.point("layer.before_fsync")
-            os.fsync(fh.fileno())
-        sums = file_checksums(tmp)  # read back from the page cache: what is on disk now
-        faults.point("layer.before_rename")
-        os.rename(tmp, final)
-    except BaseException:
-        _remove_quietly(tmp)  # a full disk must not stay full of our half-written files
-        raise
-    _fsync_dir(directory)
-    faults.point("layer.after_rename")
-    return LayerFile(name, table.num_rows, os.path.getsize(final), key_min, key_max,
-                     sums["sha256"], sums["footer_sha256"])
 
+    def write(fh) -> None:
+        pq.write_table(table.replace_schema_metadata(schema.metadata), fh,
+                       row_group_size=ROW_GROUP_ROWS, compression="zstd", write_page_checksum=True)
 
-def _remove_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-def ensure_dir(directory: str) -> None:
-    """Create ``directory`` (and missing parents) durably: the new entries are fsynced too,
-    so a committed version never names a file in a directory a crash forgot."""
-    if os.path.isdir(directory):
-        return
-    missing = []
-    d = os.path.abspath(directory)
-    while not os.path.isdir(d):
-        missing.append(d)
-        d = os.path.dirname(d)
-    os.makedirs(directory, exist_ok=True)
-    for m in missing:
-        _fsync_dir(os.path.dirname(m))
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    done = blobs.write_new(blobs.join(directory, name), write)
+    return LayerFile(name, table.num_rows, done["bytes"], key_min, key_max,
+                     done["sha256"], done["footer_sha256"])
 
 
 def read_layer_files(paths: list[str], columns: list[str] | None = None,
@@ -204,7 +164,7 @@ def read_layer_files(paths: list[str], columns: list[str] | None = None,
     tables = []
     for p in paths:
         try:
-            tables.append(pq.read_table(p, columns=columns, memory_map=True, page_checksum_verification=True))
+            tables.append(read_table(p, columns=columns, page_checksum_verification=True))
         except (pa.ArrowException, OSError) as e:
             raise CorruptionError(f"layer file {p} cannot be read: {' '.join(str(e).split())[:200]}; the store "
                                   f"is damaged, run 'ddcli check' (retrying will not help)") from None
@@ -216,7 +176,7 @@ def read_layer_files(paths: list[str], columns: list[str] | None = None,
 
 def footer_metadata(path: str) -> dict:
     """The layer description written in a file's footer."""
-    md = pq.read_schema(path).metadata or {}
+    md = read_schema(path).metadata or {}
     return json.loads(md[META_KEY]) if META_KEY in md else {}
 
 

@@ -5,11 +5,12 @@ nothing), but both runs would do the full work first. So ``ddcli run`` takes a l
 pipeline's name before it starts Spark, and a run that finds a live lease exits 3 at once.
 
 A lease is a file ``STORE/leases/<pipeline>.<n>.json`` (pid, host, start) created with
-``O_CREAT|O_EXCL``; the holder touches it every ``ttl/3`` seconds. It is live while it was
+put-if-absent (``O_CREAT|O_EXCL`` semantics, storage/blob.py); the holder rewrites it every
+``ttl/3`` seconds. It is live while it was
 touched within ``ttl`` seconds (``DDCLI_LEASE_SECONDS``, default 60) — and, on the same
 host, while its process exists, so a killed run frees its pipeline at once (and on another
 host after ``ttl``). A lease that is not live is taken over by creating the next number
-``n + 1``, again with ``O_EXCL``: of two processes taking over together, one wins.
+``n + 1``, again put-if-absent: of two processes taking over together, one wins.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import socket
 import threading
 import time
 
+from storage.blob import for_path
 from storage.log import Conflict
 
 DEFAULT_TTL = 60.0
@@ -41,21 +43,17 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _leases(folder: str, name: str) -> list[tuple[int, str]]:
+def _leases(blobs, folder: str, name: str) -> list[tuple[int, str]]:
     pattern = re.compile(re.escape(name) + r"\.(\d+)\.json\Z")
-    try:
-        names = os.listdir(folder)
-    except FileNotFoundError:
-        return []
-    return sorted((int(m.group(1)), os.path.join(folder, f)) for f in names if (m := pattern.match(f)))
+    names = blobs.list(folder)
+    return sorted((int(m.group(1)), blobs.join(folder, f)) for f in names if (m := pattern.match(f)))
 
 
-def _holder(path: str, ttl: float) -> dict | None:
+def _holder(blobs, path: str, ttl: float) -> dict | None:
     """The lease's record if it is live, else None."""
     try:
-        age = time.time() - os.stat(path).st_mtime
-        with open(path) as fh:
-            text = fh.read()
+        age = time.time() - blobs.stat(path).mtime
+        text = blobs.get(path).decode("utf-8", "replace")
     except FileNotFoundError:
         return None
     if age > ttl:
@@ -74,15 +72,16 @@ def lease(store_path: str, name: str, ttl: float | None = None):
     """Hold the lease on pipeline ``name`` for the duration of the block, or raise
     :class:`Conflict` at once when another live process holds it."""
     ttl = ttl_seconds() if ttl is None else ttl
-    folder = os.path.join(store_path, "leases")
-    path = _take(folder, name, ttl)
+    blobs = for_path(store_path)
+    folder = blobs.join(store_path, "leases")
+    path, record = _take(blobs, folder, name, ttl)
     stop = threading.Event()
 
     def renew() -> None:
         while not stop.wait(ttl / 3):
             try:
-                os.utime(path)
-            except OSError:
+                blobs.replace(path, record)  # a new modification time
+            except Exception:  # noqa: BLE001 - a lease that lapses only lets a second run start early
                 return
 
     beat = threading.Thread(target=renew, name=f"lease-{name}", daemon=True)
@@ -91,34 +90,29 @@ def lease(store_path: str, name: str, ttl: float | None = None):
         yield path
     finally:
         stop.set()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        with contextlib.suppress(OSError):
-            os.rmdir(folder)  # only when empty: a store at rest holds its log and traces only
+        blobs.delete(path)
+        blobs.remove_folder(folder)  # only when empty: a store at rest holds its log and traces only
 
 
-def _take(folder: str, name: str, ttl: float) -> str:
-    for _ in range(3):  # the folder may vanish between makedirs and open (a release's rmdir)
-        os.makedirs(folder, exist_ok=True)
-        held = _leases(folder, name)
+def _take(blobs, folder: str, name: str, ttl: float) -> tuple[str, bytes]:
+    for _ in range(3):  # the folder may vanish between making it and the create (a release's rmdir)
+        blobs.make_folder(folder)
+        held = _leases(blobs, folder, name)
         n = held[-1][0] if held else 0
         if held:
-            rec = _holder(held[-1][1], ttl)
+            rec = _holder(blobs, held[-1][1], ttl)
             if rec is not None:
                 raise Conflict(f"pipeline {name!r} is being run by another process (pid {rec.get('pid')} on "
                                f"{rec.get('host')}, started {rec.get('started')}); this run did nothing")
-        path = os.path.join(folder, f"{name}.{n + 1}.json")
+        path = blobs.join(folder, f"{name}.{n + 1}.json")
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode()
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            raise Conflict(f"pipeline {name!r} was just started by another process; this run did nothing") from None
+            if not blobs.put_if_absent(path, record):
+                raise Conflict(f"pipeline {name!r} was just started by another process; this run did nothing")
         except FileNotFoundError:
             continue
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"pid": os.getpid(), "host": socket.gethostname(),
-                       "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, fh)
         for _, old in held:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(old)
-        return path
+            blobs.delete(old)
+        return path, record
     raise Conflict(f"pipeline {name!r}: could not take its run lease; retry")

@@ -1,9 +1,10 @@
 """The commit protocol: a versioned metadata log with put-if-absent commits.
 
-Version ``N`` of the store's metadata is the file ``log/v{N}.json``. A commit writes the
-next version to a temporary file, fsyncs it and *hard-links* it to its final name:
-``link`` fails if the name exists, so of two writers racing for version ``N+1`` exactly
-one wins, and a crash at any point leaves version ``N`` as the newest complete one.
+Version ``N`` of the store's metadata is the file ``log/v{N}.json``. A commit creates
+the next version with put-if-absent (storage/blob.py: locally a temporary file, fsynced
+and *hard-linked* to its final name; on an object store a put with ``If-None-Match: *``):
+it fails if the name exists, so of two writers racing for version ``N+1`` exactly one
+wins, and a crash at any point leaves version ``N`` as the newest complete one.
 Readers take the newest version and never lock.
 
 Versions stay small (storage/log_delta.py): most hold only the change from their parent
@@ -27,9 +28,10 @@ Every change of durable state is a pure function ``old state -> new state`` appl
 function is applied again to the newer state; it raises :class:`Conflict` when what it
 read no longer holds.
 
-Every version carries the random ``commit_id`` of the commit that wrote it. A link that
+Every version carries the random ``commit_id`` of the commit that wrote it. A create that
 ends ambiguously (``EEXIST`` after a network filesystem retried a link that had in fact
-succeeded) is resolved by reading the version back: if it holds our commit id, the
+succeeded; a 412 after the S3 client retried a put that had landed; a timeout) is
+resolved by reading the version back: if it holds our commit id, the
 commit won. Without that, the writer would treat its own version as a rival's, and
 clean up files its own committed version references.
 """
@@ -45,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from storage import faults, log_delta
+from storage.blob import Ambiguous, for_path
 from storage.integrity import CorruptionError
 
 _VERSION_RE = re.compile(r"^v(\d{12})\.json$")
@@ -67,49 +70,41 @@ class _Chain:
     last_full: int = 0                 # the newest checkpoint in the chain
     from_hint: bool = False
     damaged: list[int] = field(default_factory=list)
+    tip_id: tuple | None = None        # the newest version's file identity
+    full_id: tuple | None = None       # the newest checkpoint's file identity, once seen after base
 
 
 _MISSING, _BAD = "missing", "bad"
 
 
-def _identity(st: os.stat_result) -> tuple:
-    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
-
-
 class Log:
     def __init__(self, root: str, retention_seconds: float | None = None):
-        self.dir = os.path.join(root, "log")
+        self.blobs = for_path(root)
+        self.dir = self.blobs.join(root, "log")
         self.damaged: list[int] = []  # unreadable versions newer than the last one read
         if retention_seconds is None:
             retention_seconds = float(os.environ.get("DDCLI_LOG_RETENTION", DEFAULT_RETENTION_SECONDS))
         self.retention = retention_seconds
         self._chain: _Chain | None = None
 
-    def exists(self) -> bool:
-        return os.path.isdir(self.dir)
-
     def _versions(self) -> list[int]:
         """Every version name in the folder (a listing: only for rare slow paths)."""
-        try:
-            names = os.listdir(self.dir)
-        except FileNotFoundError:
-            return []
+        names = self.blobs.list(self.dir)
         return sorted(int(m.group(1)) for n in names if (m := _VERSION_RE.match(n)))
 
     def path(self, version: int) -> str:
-        return os.path.join(self.dir, f"v{version:012d}.json")
+        return self.blobs.join(self.dir, f"v{version:012d}.json")
 
     def _hint_path(self) -> str:
-        return os.path.join(self.dir, HINT_NAME)
+        return self.blobs.join(self.dir, HINT_NAME)
 
     # ------------------------------------------------------------ reading
 
     def _load(self, version: int):
         """``(doc, identity)``, ``(_MISSING, None)`` or ``(_BAD, None)`` (emptied or damaged)."""
         try:
-            with open(self.path(version), "rb") as fh:
-                ident = _identity(os.fstat(fh.fileno()))
-                doc = json.loads(fh.read())
+            raw, ident = self.blobs.get_with_ident(self.path(version))
+            doc = json.loads(raw)
         except FileNotFoundError:
             return _MISSING, None
         except (ValueError, OSError):  # JSONDecodeError, UnicodeDecodeError, EISDIR
@@ -117,15 +112,11 @@ class Log:
         return (doc, ident) if isinstance(doc, dict) else (_BAD, None)
 
     def _ident(self, version: int) -> tuple | None:
-        try:
-            return _identity(os.stat(self.path(version)))
-        except FileNotFoundError:
-            return None
+        return self.blobs.ident(self.path(version))
 
     def _read_hint(self) -> dict:
         try:
-            with open(self._hint_path(), encoding="utf-8") as fh:
-                hint = json.load(fh)
+            hint = json.loads(self.blobs.get(self._hint_path()))
             return hint if isinstance(hint, dict) else {}
         except (OSError, ValueError):
             return {}
@@ -138,10 +129,27 @@ class Log:
             return None
         state = log_delta.body(doc)
         state["version"], state["commit_id"] = base, doc.get("commit_id")
-        chain = _Chain(base, state, base, ident, base, from_hint)
-        v = base + 1
+        return self._extend(_Chain(base, state, base, ident, base, from_hint, tip_id=ident))
+
+    def _chain_cached(self) -> _Chain | None:
+        """The newest state, reached from the one this log read last (its newest version
+        still the same file): a read costs a few requests however many deltas the chain
+        has. None when there is nothing usable (read from the hint)."""
+        c = self._chain
+        if c is None or c.state is None or c.damaged or c.tip_id is None or self._ident(c.version) != c.tip_id:
+            return None
+        chain = self._extend(_Chain(c.version, log_delta.copy_state(c.state), c.base, c.base_id,
+                                    c.last_full, c.from_hint, tip_id=c.tip_id, full_id=c.full_id))
+        if chain is not None and chain.last_full != chain.base and chain.full_id is not None:
+            # a newer checkpoint was committed since: build on it (its writer updates the hint)
+            chain.base, chain.base_id, chain.from_hint = chain.last_full, chain.full_id, True
+        return chain
+
+    def _extend(self, chain: _Chain) -> _Chain | None:
+        """Apply the versions after ``chain.version`` until the next name is free."""
+        state, v = chain.state, chain.version + 1
         while True:
-            doc, _ = self._load(v)
+            doc, ident = self._load(v)
             if doc is _MISSING:
                 break
             if doc is _BAD or doc.get("parent", state["commit_id"]) != state["commit_id"]:
@@ -155,13 +163,21 @@ class Log:
                     break
             else:
                 state = log_delta.body(doc)
-                chain.last_full = v
+                chain.last_full, chain.full_id = v, ident
             state["version"], state["commit_id"] = v, doc.get("commit_id")
+            chain.tip_id = ident
             v += 1
-        if self._ident(base) != ident:  # pruned under us: N+1 may have been deleted too
+        if self._ident(chain.base) != chain.base_id:  # pruned under us: N+1 may have been deleted too
             return None
         chain.version, chain.state = v - 1, state
         return chain
+
+    def _remember(self, chain: _Chain) -> None:
+        """Keep a private copy of what was read (callers may change the state they get)."""
+        self.damaged = chain.damaged
+        self._chain = _Chain(chain.version, None if chain.state is None else log_delta.copy_state(chain.state),
+                             chain.base, chain.base_id, chain.last_full, chain.from_hint, list(chain.damaged),
+                             chain.tip_id, chain.full_id)
 
     def _existing_from(self, v: int) -> list[int]:
         out = []
@@ -186,15 +202,17 @@ class Log:
 
     def _read_chain(self) -> _Chain:
         for attempt in range(100):
+            chain = self._chain_cached() if attempt == 0 else None
+            if chain is not None:
+                self._remember(chain)
+                return chain
             hint = self._read_hint()
-            chain = None
             if isinstance(hint.get("checkpoint"), int):
                 chain = self._chain_from(hint["checkpoint"], from_hint=True)
             if chain is None:
                 chain = self._chain_slow()
             if chain is not None:
-                self._chain = chain
-                self.damaged = chain.damaged
+                self._remember(chain)
                 return chain
             time.sleep(0.001 * (attempt + 1))
         raise Conflict(f"cannot read the newest metadata version in {self.dir}; retry")
@@ -227,8 +245,7 @@ class Log:
         ``change`` must be pure: it may be called again on a newer state when another
         writer won the race. It raises :class:`Conflict` when it cannot apply any more.
         """
-        from storage.layer import ensure_dir
-        ensure_dir(self.dir)
+        self.blobs.make_folder(self.dir)
         for attempt in range(retries):
             chain = self._read_chain()
             version, state = chain.version, chain.state
@@ -273,33 +290,21 @@ class Log:
 
     def _take_back(self, version: int, commit_id: str) -> None:
         if self._holds_commit(version, commit_id):
-            try:
-                os.unlink(self.path(version))
-            except FileNotFoundError:
-                pass
+            self.blobs.delete(self.path(version))
 
     def _put_if_absent(self, version: int, state: dict) -> bool:
-        tmp = os.path.join(self.dir, f".tmp-{uuid.uuid4().hex}")
+        """Create version ``version``; False when another commit holds the name. A write
+        that ended ambiguously is resolved by reading the version back (our commit id?)."""
+        data = json.dumps(state, separators=(",", ":")).encode()
         try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(state, fh, separators=(",", ":"))
-                fh.flush()
-                os.fsync(fh.fileno())
-        except BaseException:
-            try:
-                os.unlink(tmp)  # e.g. a full disk: leave no partial version behind
-            except OSError:
-                pass
-            raise
-        try:
-            faults.point("log.before_link")
-            os.link(tmp, self.path(version))
-        except FileExistsError:
-            if not self._holds_commit(version, state.get("commit_id")):
-                return False
-        finally:
-            os.unlink(tmp)
-        _fsync_dir(self.dir)
+            created = self.blobs.put_if_absent(self.path(version), data)
+        except Ambiguous as e:
+            if self._load(version)[0] is _MISSING:
+                raise Conflict(f"the commit of metadata version {version} ended without an answer ({e}) "
+                               f"and it is not in the store; nothing was written, retry") from None
+            created = False
+        if not created and not self._holds_commit(version, state.get("commit_id")):
+            return False
         faults.point("log.after_link")
         return True
 
@@ -316,16 +321,10 @@ class Log:
         for k, v in fields.items():
             if not isinstance(hint.get(k), int) or v > hint[k]:
                 hint[k] = v
-        tmp = os.path.join(self.dir, f".tmp-{uuid.uuid4().hex}")
         try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(hint, fh)
-            os.replace(tmp, self._hint_path())
+            self.blobs.replace(self._hint_path(), json.dumps(hint).encode())
         except OSError:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            pass
 
     # ------------------------------------------------------------ retention
 
@@ -339,7 +338,7 @@ class Log:
     def _superseded_at(self, version: int) -> float | None:
         """When ``version`` stopped being the newest (the next one's mtime); None if it is."""
         try:
-            return os.stat(self.path(version + 1)).st_mtime
+            return self.blobs.stat(self.path(version + 1)).mtime
         except FileNotFoundError:
             return None
 
@@ -379,11 +378,9 @@ class Log:
         faults.point("log.before_prune")
         pruned = 0
         for v in doomed:
-            try:
-                os.unlink(self.path(v))
-                pruned += 1
-            except FileNotFoundError:
+            if not self.blobs.delete(self.path(v)):
                 continue
+            pruned += 1
             if pruned == 1:
                 faults.point("log.mid_prune")
         self._write_hint(floor=floor)
@@ -413,12 +410,12 @@ class Log:
         still in the log (a retention shorter than that window pruned some)."""
         for v in self._versions():
             try:
-                st = os.stat(self.path(v))
+                st = self.blobs.stat(self.path(v))
             except FileNotFoundError:
                 continue
-            if st.st_size == 0:  # emptied by an older ddcli's prune: as good as deleted
+            if st.size == 0:  # emptied by an older ddcli's prune: as good as deleted
                 continue
-            return v == 1 or st.st_mtime < since
+            return v == 1 or st.mtime < since
         return True
 
     def states(self, versions: list[int] | None = None) -> dict[int, dict]:
@@ -455,15 +452,5 @@ class Log:
         return list(self.states(self.live_versions(newer_than)).values())
 
     def stray_tmp_files(self) -> list[str]:
-        try:
-            return [os.path.join(self.dir, n) for n in os.listdir(self.dir) if n.startswith(".tmp-")]
-        except FileNotFoundError:
-            return []
+        return [self.blobs.join(self.dir, n) for n in self.blobs.list(self.dir) if n.startswith(".tmp-")]
 
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -73,13 +73,13 @@ def connect(store: Store):
     read gets its own cursor on it — a separate connection, safe to use from another
     thread, whose temporary views and registered tables nobody else sees.
     """
-    key = (os.getpid(), os.path.join(store.path, "traces") + os.sep)
+    key = (os.getpid(), store.blobs.join(store.path, "traces") + "/")
     with _BASES_LOCK:
         base = _BASES.get(key)
         if base is None:
             if any(k[0] != key[0] for k in _BASES) or len(_BASES) >= _MAX_BASES:
                 _BASES.clear()  # a forked child must not share its parent's databases
-            base = _BASES[key] = sql_guard.sandbox(directories=[key[1]])
+            base = _BASES[key] = sql_guard.sandbox(directories=[key[1]], prepare=store.blobs.prepare_duckdb)
         con = base.cursor()
     try:
         yield con
@@ -156,7 +156,7 @@ def _explain_failure(store: Store, traces: list[Trace], error: Exception) -> Non
     a layer it names is damaged (CorruptionError, from the full check of that trace), or
     for a reason of its own (return: the caller reports it)."""
     paths = [p for t in traces for p in store.layer_paths(t)]
-    if any(not os.path.exists(p) for p in paths):
+    if any(not store.blobs.exists(p) for p in paths):
         raise _Vanished() from None
     text = str(error)
     for t in traces:

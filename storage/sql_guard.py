@@ -36,13 +36,16 @@ def _sql_list(items) -> str:
     return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in items) + "]"
 
 
-def sandbox(*, paths=(), directories=()):
+def sandbox(*, paths=(), directories=(), prepare=None):
     """A new in-memory DuckDB that may read only ``paths`` (files) and ``directories``
-    (each given with a trailing separator, so ``traces/`` does not admit ``traces_x/``)."""
+    (each given with a trailing separator, so ``traces/`` does not admit ``traces_x/``).
+    ``prepare(con)`` runs first (the store's storage registers how to read its paths)."""
     import duckdb
     con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
                                              "autoload_known_extensions": False})
     try:
+        if prepare is not None:
+            prepare(con)
         if paths:
             con.execute(f"SET allowed_paths = {_sql_list(paths)}")
         if directories:

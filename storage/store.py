@@ -1,4 +1,5 @@
-"""The store: a directory of traces whose metadata lives in one versioned log.
+"""The store: a folder (or an object-store prefix) of traces whose metadata lives in one
+versioned log. Every file access goes through :attr:`Store.blobs` (storage/blob.py).
 
 Layout::
 
@@ -13,7 +14,6 @@ Ingest lives in storage/ingest.py, garbage collection and log retention in stora
 
 from __future__ import annotations
 
-import os
 import uuid
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -21,6 +21,7 @@ from typing import Callable, Iterable
 import pyarrow as pa
 
 from storage import faults, integrity
+from storage.blob import open_store
 from storage.lattice import Frontier, beyond_mask, format_frontier, time_columns
 from storage.layer import Layer, consolidate, empty_updates, read_layer_files, write_layer_file
 from storage.limits import DiffOverflow
@@ -66,7 +67,8 @@ class IngestResult:
 class Store:
     def __init__(self, path: str, on_warning: Callable[[str], None] | None = None,
                  log_retention: float | None = None):
-        self.path = os.path.abspath(path)
+        self.blobs, self.path = open_store(path)
+        self.blobs.check()  # a missing bucket or refused credentials: one line, here
         self.log = Log(self.path, log_retention)
         self.warnings: list[str] = []  # what went wrong but did not stop the command
         self._on_warning = on_warning
@@ -94,12 +96,12 @@ class Store:
         return state.traces[name]
 
     def trace_dir(self, name: str) -> str:
-        return os.path.join(self.path, "traces", name)
+        return self.blobs.join(self.path, "traces", name)
 
     def layer_paths(self, trace: Trace, layers: Iterable[Layer] | None = None) -> list[str]:
         layers = trace.all_layers() if layers is None else layers
         d = self.trace_dir(trace.name)
-        return [os.path.join(d, f.name) for l in layers for f in l.files]
+        return [self.blobs.join(d, f.name) for l in layers for f in l.files]
 
     def read_paths(self, trace: Trace, layers: Iterable[Layer] | None = None) -> list[str]:
         """:meth:`layer_paths` for a reader: each file checked against the log (size,
@@ -111,11 +113,14 @@ class Store:
         paths = []
         for l in layers:
             for f in l.files:
-                p = os.path.join(tdir, f.name)
-                if not os.path.exists(p) and not self._names_file(trace.name, f.name):
-                    raise LayerVanished(f"layer file {p} of trace {trace.name!r} was removed by a compaction "
-                                        f"while it was being read; retry")
-                integrity.check_read(trace.name, p, f)
+                p = self.blobs.join(tdir, f.name)
+                try:
+                    integrity.check_read(trace.name, p, f)
+                except integrity.CorruptionError:
+                    if not self.blobs.exists(p) and not self._names_file(trace.name, f.name):
+                        raise LayerVanished(f"layer file {p} of trace {trace.name!r} was removed by a "
+                                            f"compaction while it was being read; retry") from None
+                    raise
                 paths.append(p)
         return paths
 
@@ -130,7 +135,7 @@ class Store:
         check = integrity.check_full if full else integrity.check_cheap
         for l in trace.all_layers():
             for f in l.files:
-                check(trace.name, os.path.join(tdir, f.name), f)
+                check(trace.name, self.blobs.join(tdir, f.name), f)
 
     def read_updates(self, trace: Trace, layers: Iterable[Layer] | None = None) -> pa.Table:
         """All updates of the given layers (default: all, pending included) as one table."""
@@ -165,10 +170,7 @@ class Store:
         """Remove files of layers that never got committed."""
         for l in layers:
             for f in l.files:
-                try:
-                    os.unlink(os.path.join(self.trace_dir(trace_name), f.name))
-                except FileNotFoundError:
-                    pass
+                self.blobs.delete(self.blobs.join(self.trace_dir(trace_name), f.name))
 
     # ------------------------------------------------------------ ingest
 
@@ -410,7 +412,7 @@ def _check_new_layers(store: "Store", cur: Trace, layers: list[Layer]) -> None:
             raise Conflict(f"a reader put a hold on trace {cur.name!r} at {format_frontier(eff)} meanwhile; "
                            f"nothing was changed, retry")
         for p in store.layer_paths(cur, [l]):
-            if not os.path.exists(p):
+            if not store.blobs.exists(p):
                 raise Conflict(f"layer file {p} was removed before it was committed (garbage collection "
                                f"with a short grace period?); nothing was changed, retry")
 

@@ -20,6 +20,8 @@ if _ROOT not in sys.path:
 
 pytest_plugins = ["tests.spark_fixtures"]
 
+from tests.s3_helpers import moto_endpoint, s3_env, store_location  # noqa: E402,F401 - fixtures
+
 # Variables that change what a command does; a test sets the ones it means to.
 _DDCLI_ENV = ("DDCLI_STORE", "DDCLI_STRICT_NOOP", "DDCLI_DEBUG", "DDCLI_FAULT", "DDCLI_NO_PROGRESS")
 
@@ -45,7 +47,11 @@ def store(store_dir):
 
 def tree_digest(path: str) -> dict[str, str] | None:
     """Every file and directory under ``path`` (relative name -> sha256 of its bytes);
-    None if ``path`` does not exist. Equal digests mean the tree was left byte-identical."""
+    None if ``path`` does not exist. Equal digests mean the tree was left byte-identical.
+    An ``s3://`` prefix is digested object by object (directories do not exist there)."""
+    if path.startswith("s3://"):
+        from tests.s3_helpers import object_digest
+        return object_digest(path)
     if not os.path.exists(path):
         return None
     out = {}

@@ -150,9 +150,10 @@ def check_layers(store, name: str) -> None:
 def files_on_disk(store) -> set[str]:
     """Every file under the store's trace directories and stray temporary log files."""
     out = set()
-    root = os.path.join(store.path, "traces")
-    for dirpath, _, names in os.walk(root):
-        out.update(os.path.join(dirpath, n) for n in names)
+    blobs = store.blobs
+    root = blobs.join(store.path, "traces")
+    for t in blobs.list_folders(root):
+        out.update(blobs.join(root, t, n) for n in blobs.list(blobs.join(root, t)))
     out.update(store.log.stray_tmp_files())
     return out
 

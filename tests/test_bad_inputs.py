@@ -36,6 +36,7 @@ import ddcli.pipelines  # noqa: F401  (registers run and verify)
 from ddcli.cli import app
 from tests.conftest import tree_digest
 from tests.operations_helpers import REPO, ddcli_env
+from tests.s3_helpers import place_store
 
 DATA = os.path.join(REPO, "tests", "data")
 BAD_INPUTS = os.path.join(DATA, "bad_inputs")
@@ -125,9 +126,19 @@ def input_store(tmp_path_factory):
     return store, target
 
 
-@pytest.mark.parametrize("name", sorted(INPUT_CASES))
-def test_bad_update_file_into_an_existing_store(input_store, name):
+_ON_S3: dict[str, str] = {}  # the module's input store, uploaded once per test process
+
+
+# every case on a local folder; every fourth also on the object store (its requests are slow)
+@pytest.mark.parametrize("name, store_location",
+                         [(n, "local") for n in sorted(INPUT_CASES)]
+                         + [(n, "s3") for n in sorted(INPUT_CASES)[::4]], indirect=["store_location"])
+def test_bad_update_file_into_an_existing_store(input_store, name, store_location):
     store, target = input_store
+    if store_location.startswith("s3://"):
+        if store not in _ON_S3:
+            _ON_S3[store] = place_store(store, store_location)
+        store = _ON_S3[store]
     case = INPUT_CASES[name]
     args = ["ingest", target[name], os.path.join(BAD_INPUTS, name)]
     if "time" in case:

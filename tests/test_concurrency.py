@@ -25,8 +25,8 @@ from storage_helpers import (check_equivalence, check_layers, files_on_disk, py,
 OLD = [((k, "a"), (0,), 1) for k in range(6)]
 
 
-def make_store(tmp_path, rows=OLD):
-    store = Store(str(tmp_path / "store"))
+def make_store(tmp_path, rows=OLD, location=None):
+    store = Store(location or str(tmp_path / "store"))
     store.ingest("t", [write_updates(str(tmp_path / "old.csv"), rows, 1)])
     return store
 
@@ -37,7 +37,7 @@ def referenced_by_any_version(store) -> set[str]:
     for state in store.log.states().values():
         for name, t in state["traces"].items():
             for l in t["layers"] + t["pending"]:
-                out.update(os.path.join(store.trace_dir(name), f["name"]) for f in l["files"])
+                out.update(store.blobs.join(store.trace_dir(name), f["name"]) for f in l["files"])
     return out
 
 
@@ -76,8 +76,8 @@ def run_threads(*fns):
 # ------------------------------------------------------------------ the log itself
 
 
-def test_put_if_absent_never_overwrites_a_version(tmp_path):
-    log = Log(str(tmp_path))
+def test_put_if_absent_never_overwrites_a_version(store_location):
+    log = Log(store_location)
     v, state = log.commit(lambda s: {"traces": {}, "n": 1})
     assert v == 1
     assert not log._put_if_absent(1, {"traces": {}, "n": 2})
@@ -86,8 +86,8 @@ def test_put_if_absent_never_overwrites_a_version(tmp_path):
     assert log.stray_tmp_files() == []
 
 
-def test_a_commit_that_loses_the_race_reapplies_its_change_to_the_newer_state(tmp_path):
-    log = Log(str(tmp_path))
+def test_a_commit_that_loses_the_race_reapplies_its_change_to_the_newer_state(store_location):
+    log = Log(store_location)
     log.commit(lambda s: {"traces": {}, "items": []})
     calls = []
 
@@ -144,8 +144,8 @@ def run_named(**fns):
 @pytest.mark.parametrize("where, winner_done", [("ingest.before_commit", "ingest.after_commit"),
                                                 ("log.before_link", "log.after_link")])
 def test_two_concurrent_ingests_into_one_trace_one_wins_the_other_fails_cleanly(tmp_path, monkeypatch, where,
-                                                                                winner_done):
-    store = make_store(tmp_path)
+                                                                                winner_done, store_location):
+    store = make_store(tmp_path, location=store_location)
     a_rows = [((1, "x"), (5,), 1), ((2, "x"), (6,), -1)]
     b_rows = [((3, "y"), (1,), 2), ((1, "a"), (2,), -1)]
     fa = write_updates(str(tmp_path / "a.csv"), a_rows, 1)
@@ -231,9 +231,9 @@ def test_concurrent_ingests_into_different_traces_both_succeed(tmp_path, monkeyp
     assert_no_orphans(store)
 
 
-def test_many_processes_ingesting_into_one_trace_lose_cleanly_and_retry(tmp_path):
+def test_many_processes_ingesting_into_one_trace_lose_cleanly_and_retry(tmp_path, store_location):
     first = [((0, "a"), (0, 0), 1)]
-    store = Store(str(tmp_path / "store"))
+    store = Store(store_location)
     store.ingest("t", [write_updates(str(tmp_path / "first.csv"), first, 2)])
     n = 4
     rows = [[((10 + i, "p"), (i, 3 - i), 1)] for i in range(n)]

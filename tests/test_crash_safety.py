@@ -16,6 +16,7 @@ import pytest
 
 from storage.lattice import Frontier, parse_frontier
 from storage.store import Store
+from s3_helpers import place_store
 from storage_helpers import (Updates, box, check_equivalence, check_layers, files_on_disk, fold,
                              py, referenced_files, run_writer, write_updates)
 
@@ -27,7 +28,7 @@ def assert_readable(store):
     state = store.state()
     for name, trace in state.traces.items():
         for p in store.layer_paths(trace):
-            assert os.path.exists(p), f"committed version names missing file {p}"
+            assert store.blobs.exists(p), f"committed version names missing file {p}"
         check_layers(store, name)
     return state
 
@@ -89,10 +90,11 @@ INGEST_FAULTS = [
 
 
 @pytest.mark.parametrize("fault, committed", INGEST_FAULTS)
-def test_ingest_killed_at_each_step_leaves_the_old_or_the_new_state(ingest_template, tmp_path, fault, committed):
+def test_ingest_killed_at_each_step_leaves_the_old_or_the_new_state(ingest_template, tmp_path, fault, committed,
+                                                                     store_location):
     root = tmp_path / "copy"
     shutil.copytree(ingest_template, root)
-    path, new_file = str(root / "store"), str(root / "new.parquet")
+    path, new_file = place_store(str(root / "store"), store_location), str(root / "new.parquet")
     store = Store(path)
     before = store.state()
     old_raw = [u for rows in OLD for u in rows]
@@ -168,8 +170,8 @@ def test_ingest_killed_while_writing_a_checkpoint_or_pruning_the_log(checkpoint_
     check_equivalence(store, "t", new_raw, 5)
 
 
-def test_a_first_ingest_killed_before_its_commit_leaves_no_trace(tmp_path):
-    path = str(tmp_path / "store")
+def test_a_first_ingest_killed_before_its_commit_leaves_no_trace(tmp_path, store_location):
+    path = store_location
     f = write_updates(str(tmp_path / "a.csv"), NEW, 1)
     crash(f"from storage.store import Store; Store({py(path)}).ingest('t', [{py(f)}])", "log.before_link")
     store = Store(path)
@@ -216,10 +218,11 @@ COMPACT_FAULTS = [
 
 
 @pytest.mark.parametrize("fault, committed", COMPACT_FAULTS)
-def test_compaction_killed_at_each_step_leaves_the_old_or_the_new_layers(compact_template, tmp_path, fault, committed):
+def test_compaction_killed_at_each_step_leaves_the_old_or_the_new_layers(compact_template, tmp_path, fault, committed,
+                                                                        store_location):
     root = tmp_path / "copy"
     shutil.copytree(compact_template, root)
-    path = str(root / "store")
+    path = place_store(str(root / "store"), store_location)
     store = Store(path)
     before = store.trace("t")
     raw = compaction_raw()
@@ -269,10 +272,11 @@ ADVANCE_FAULTS = [
 
 
 @pytest.mark.parametrize("fault, committed", ADVANCE_FAULTS)
-def test_advance_killed_at_each_step_seals_all_or_nothing(advance_template, tmp_path, fault, committed):
+def test_advance_killed_at_each_step_seals_all_or_nothing(advance_template, tmp_path, fault, committed,
+                                                          store_location):
     root = tmp_path / "copy"
     shutil.copytree(advance_template, root)
-    path = str(root / "store")
+    path = place_store(str(root / "store"), store_location)
     store = Store(path)
 
     crash(f"from storage.store import Store; Store({py(path)}).advance('t', upper={py(SEAL)})", fault)

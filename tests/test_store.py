@@ -53,10 +53,14 @@ def assert_equivalent(store, name, raw, hi):
 # ------------------------------------------------------------------ accumulation equivalence, d = 1
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_d1_random_stream_equals_the_fold_through_advance_and_compact(tmp_path, seed):
+# every seed on a local folder, one on the object store (its requests are slow)
+SEEDS = [("local", 0), ("local", 1), ("local", 2), ("s3", 0)]
+
+
+@pytest.mark.parametrize("store_location, seed", SEEDS, indirect=["store_location"])
+def test_d1_random_stream_equals_the_fold_through_advance_and_compact(tmp_path, store_location, seed):
     rng = random.Random(seed)
-    store = Store(str(tmp_path / "store"))
+    store = Store(store_location)
     files = Files(str(tmp_path), rng)
     raw, written, upper, checked = [], [], 0, 0
     for step in range(22):
@@ -133,10 +137,10 @@ def random_since(rng, cur: Frontier) -> Frontier:
     return Frontier([join(q, rng.choice(cur.elements)) for q in qs], 2)
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_d2_random_stream_with_upper_and_pending_equals_the_fold(tmp_path, seed):
+@pytest.mark.parametrize("store_location, seed", SEEDS, indirect=["store_location"])
+def test_d2_random_stream_with_upper_and_pending_equals_the_fold(tmp_path, store_location, seed):
     rng = random.Random(100 + seed)
-    store = Store(str(tmp_path / "store"))
+    store = Store(store_location)
     files = Files(str(tmp_path), rng)
     sealed = Sealed()
     raw, written, checked = [], [], 0
@@ -403,8 +407,8 @@ def snapshot(store):
     ("bad_name", "bad trace name"),
     ("unknown_key", "is not a column"),
 ])
-def test_refused_ingests_change_nothing(tmp_path, case, match):
-    store = Store(str(tmp_path / "store"))
+def test_refused_ingests_change_nothing(tmp_path, store_location, case, match):
+    store = Store(store_location)
     store.ingest("t", [write_updates(str(tmp_path / "a.csv"), [((1, "a"), (5,), 1)], 1)])
     before = snapshot(store)
     path = str(tmp_path / "b.csv")
@@ -432,8 +436,8 @@ def test_refused_ingests_change_nothing(tmp_path, case, match):
     assert snapshot(store) == before
 
 
-def test_refused_advances_change_nothing(tmp_path):
-    store = Store(str(tmp_path / "store"))
+def test_refused_advances_change_nothing(tmp_path, store_location):
+    store = Store(store_location)
     store.ingest("t", [write_updates(str(tmp_path / "a.csv"), [((1, "a"), (5,), 1)], 1)])
     store.advance("t", since="3")
     before = snapshot(store)
@@ -448,8 +452,8 @@ def test_refused_advances_change_nothing(tmp_path):
     assert snapshot(store) == before
 
 
-def test_first_ingest_creates_the_trace_with_its_schema_key_and_upper(tmp_path):
-    store = Store(str(tmp_path / "store"))
+def test_first_ingest_creates_the_trace_with_its_schema_key_and_upper(tmp_path, store_location):
+    store = Store(store_location)
     res = store.ingest("t", [write_updates(str(tmp_path / "a.parquet"), [((1, "a"), (0, 3), 2)], 2)], key=["v"])
     assert res.created and res.rows == 1
     trace = store.trace("t")
