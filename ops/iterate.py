@@ -111,6 +111,26 @@ def evaluate_loop(p: Pipeline, loop_node: Node, ctx: EvalContext, frames: dict, 
         return {l.id: (leave_frame(inner[l.inputs[1].id]) if inner.get(l.inputs[1].id) is not None else None)
                 for l in leaves}
 
+    if not ctx.extra:  # the path: the whole fixed point inside tasks, or round by round
+        from ops.loop_local import evaluate_local, report
+        plan = runtime.loop_plan(loop_node)
+        local = evaluate_local(p, loop_node, plan, ictx, entered, runtime) if plan.local else None
+        if local is not None:
+            return local
+        report(runtime, plan, "")
+    return _rounds(p, loop_node, ctx, ictx, entered, leaves, runtime)
+
+
+def _rounds(p: Pipeline, loop_node: Node, ctx: EvalContext, ictx: EvalContext, entered: dict,
+            leaves: list[Node], runtime) -> dict:
+    """The fixed point of one batch, round by round on the driver (see the module's docstring)."""
+    from ops.evaluate import evaluate_scope, scope_nodes
+
+    scope = loop_node.args["scope"]
+    last = ictx.tcols[-1]
+    nodes = scope_nodes(p, scope)
+    enters = [n for n in nodes if n.op == "enter"]
+    variables = list(scope.variables)
     # pools of pending updates: each variable's feedback, and each collection entered at a
     # priority (materialised once, by the job that finds the first iteration); collections
     # entered plainly are all at iteration 0, presented in the first round
