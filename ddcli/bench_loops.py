@@ -73,3 +73,26 @@ def bench_loop_paths(*, samples=("reach", "bfs"), paths=("round", "local"), node
     res["local_over_round"] = {s: round(by[(s, "local")]["updates_per_second"] / by[(s, "round")]["updates_per_second"], 2)
                                for s in samples if (s, "local") in by and (s, "round") in by}
     return res
+
+
+def plot_loop_paths(res: dict, path: str) -> None:
+    """Updates/s and first-run seconds per sample and loop path, as bars."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = res["runs"]
+    labels = [f"{r['sample']}\n{r['path']}" for r in runs]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.8))
+    ax1.bar(labels, [r["updates_per_second"] for r in runs], color=["C0" if r["path"] == "local" else "C1" for r in runs])
+    ax1.set_ylabel("updates / s")
+    ax1.set_title(f"runs of {res['batch']:,} updates")
+    ax2.bar(labels, [r["first_run_s"] for r in runs], color=["C0" if r["path"] == "local" else "C1" for r in runs])
+    ax2.set_ylabel("seconds")
+    ax2.set_title("first run (initial edges)")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3, axis="y")
+    fig.suptitle(f"loop paths, load average {res.get('load_average', 0):.0f} on {os.cpu_count()} cores", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

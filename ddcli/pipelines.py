@@ -328,7 +328,7 @@ def bench_reach(
     _check_bench_outputs(out_json, plot)
     from ddcli import bench_pipelines as bp
     if loop_paths:
-        _bench_loop_paths(nodes, edges, roots, batch, workdir, out_json, out, output)
+        _bench_loop_paths(nodes, edges, roots, batch, workdir, out_json, plot, out, output)
         return
 
     def save(res: dict) -> None:  # after every figure: a long benchmark stopped early keeps its figures
@@ -352,11 +352,11 @@ def bench_reach(
     render.report(res, "\n".join(lines), out, output)
 
 
-def _bench_loop_paths(nodes, edges, roots, batch, workdir, out_json, out, output) -> None:
+def _bench_loop_paths(nodes, edges, roots, batch, workdir, out_json, plot, out, output) -> None:
     import shutil
     import tempfile
 
-    from ddcli.bench_loops import bench_loop_paths
+    from ddcli.bench_loops import bench_loop_paths, plot_loop_paths
     work = workdir or tempfile.mkdtemp(prefix="ddcli-bench-loops-")
     try:
         res = bench_loop_paths(nodes=nodes, edges=edges, roots=roots, batch=batch, work=work, log=_bench_log())
@@ -366,6 +366,8 @@ def _bench_loop_paths(nodes, edges, roots, batch, workdir, out_json, out, output
     if out_json:
         with open(out_json, "w") as fh:
             json.dump(res, fh, indent=2)
+    if plot:
+        plot_loop_paths(res, plot)
     lines = [f"{r['sample']} {r['path']}: first run {r['first_run_s']:.1f} s, {r['updates_per_second']:,.0f} updates/s "
              f"({r['spark_jobs']} Spark jobs)" for r in res["runs"]]
     lines += [f"{s}: partition-local / round by round = {x:.2f}x" for s, x in res["local_over_round"].items()]

@@ -17,6 +17,12 @@ when nothing is pending: a fixed point. Collections entered at a priority (``ent
 ``iterate(priority=…)``, see ``ops/priority.py``) are pools of pending updates too, so rounds
 go from one iteration holding pending updates to the next, skipping empty ones.
 
+Two paths (issue 14): a loop whose body only combines rows that agree on some columns
+(reachability and hop counts by ``root``, with the edges broadcast) runs each batch's
+whole fixed point inside Spark tasks, one job for every round (``ops/loop_plan.py`` decides,
+``ops/loop_local.py`` and ``ops/loop_task.py`` run it); every other loop runs round by
+round on the driver, as below. The run's report says which path each loop took and why.
+
 Each round is a fixed handful of Spark jobs, however many epochs the batch holds: the
 job that finds the least pending iteration also computes the round's changes and
 materialises the feedback and every arranged frame as local checkpoints (which keeps
