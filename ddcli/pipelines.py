@@ -316,6 +316,9 @@ def bench_reach(
     repeat: Annotated[int, typer.Option(min=1, help="Timed runs per point.")] = 3,
     filler: Annotated[int, typer.Option(min=2, help="Largest run used to reach the next point.")] = 100_000,
     throughput: Annotated[str, typer.Option(help="Run sizes for the throughput figures, comma-separated.")] = "10000,100000",
+    loop_paths: Annotated[bool, typer.Option(
+        "--loop-paths", help="Instead: reach and bfs with each loop path (round by round, partition-local): "
+                             "first run time and updates/s of a run of BATCH updates.")] = False,
     workdir: Annotated[Optional[str], typer.Option("--dir", metavar="DIR", help="Work directory (default: a temp dir, removed).")] = None,
     out_json: Annotated[Optional[str], typer.Option("--out", metavar="FILE.json", help="Write the figures as JSON.")] = None,
     plot: Annotated[Optional[str], typer.Option("--plot", metavar="FILE.png", help="Save the latency plot as PNG.")] = None,
@@ -328,10 +331,14 @@ def bench_reach(
     Example:
 
         ddcli bench reach --nodes 200 --edges 400 --batch 1000 --points 1000,10000 --throughput 1000 --plot reach.png
+        ddcli bench reach --loop-paths --batch 10000 --out docs/bench/reach_loop_paths.json
     """
     out = render.choose_format(fmt, json_, output)
     _check_bench_outputs(out_json, plot)
     from ddcli import bench_pipelines as bp
+    if loop_paths:
+        _bench_loop_paths(nodes, edges, roots, batch, workdir, out_json, plot, out, output)
+        return
 
     def save(res: dict) -> None:  # after every figure: a long benchmark stopped early keeps its figures
         if out_json:
@@ -351,6 +358,28 @@ def bench_reach(
     for row in res["throughput"]:
         tp = ", ".join(f"{m}: {row[m]['updates_per_second']:,.0f} updates/s" for m in row if m.startswith("local"))
         lines.append(f"{row['batch']:,} updates per run: {tp}" + (f"; scaling {row['scaling']:.2f}x" if "scaling" in row else ""))
+    render.report(res, "\n".join(lines), out, output)
+
+
+def _bench_loop_paths(nodes, edges, roots, batch, workdir, out_json, plot, out, output) -> None:
+    import shutil
+    import tempfile
+
+    from ddcli.bench_loops import bench_loop_paths, plot_loop_paths
+    work = workdir or tempfile.mkdtemp(prefix="ddcli-bench-loops-")
+    try:
+        res = bench_loop_paths(nodes=nodes, edges=edges, roots=roots, batch=batch, work=work, log=_bench_log())
+    finally:
+        if workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    if out_json:
+        with open(out_json, "w") as fh:
+            json.dump(res, fh, indent=2)
+    if plot:
+        plot_loop_paths(res, plot)
+    lines = [f"{r['sample']} {r['path']}: first run {r['first_run_s']:.1f} s, {r['updates_per_second']:,.0f} updates/s "
+             f"({r['spark_jobs']} Spark jobs)" for r in res["runs"]]
+    lines += [f"{s}: partition-local / round by round = {x:.2f}x" for s, x in res["local_over_round"].items()]
     render.report(res, "\n".join(lines), out, output)
 
 

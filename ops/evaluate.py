@@ -121,8 +121,12 @@ class Runtime:
     """
 
     def __init__(self, p: Pipeline, stored: Callable[[Node], Arrangement | None], *, planning: bool = False,
-                 progress: RunProgress | None = None, loop_stats: list | None = None):
+                 progress: RunProgress | None = None, loop_stats: list | None = None,
+                 schemas: dict | None = None):
         self.p = p
+        self.schemas = schemas  # node id -> data schema, as planned (ops/run.py: check_pipeline)
+        self.loop_plans: dict = {}  # loop node id -> LoopPlan (ops/loop_plan.py)
+        self.loop_paths: dict[str, dict] = {}  # loop name -> the path it took in this run, and why
         self.loop_stats = loop_stats  # when a list: one {loop, rounds, updates} per loop evaluated
         self.planning = planning
         self.progress = progress
@@ -134,6 +138,13 @@ class Runtime:
         self.planned: dict[int, DataFrame | None] = {}  # planning: every node's (empty) frame
         self.key_partitioned: dict[int, list[str]] = {}  # frames hash-partitioned by these columns
         self.ran: list[Node] = []  # top-level stateful operators with changes in this run, in order
+
+    def loop_plan(self, loop_node: Node):
+        """How ``loop_node`` runs (ops/loop_plan.py), planned once per run."""
+        if loop_node.id not in self.loop_plans:
+            from ops.loop_plan import plan_loop
+            self.loop_plans[loop_node.id] = plan_loop(self.p, loop_node, self.schemas)
+        return self.loop_plans[loop_node.id]
 
     def arrangement(self, node: Node) -> LiveArrangement | None:
         if node.id not in self.arranged:

@@ -17,6 +17,12 @@ when nothing is pending: a fixed point. Collections entered at a priority (``ent
 ``iterate(priority=…)``, see ``ops/priority.py``) are pools of pending updates too, so rounds
 go from one iteration holding pending updates to the next, skipping empty ones.
 
+Two paths (issue 14): a loop whose body only combines rows that agree on some columns
+(reachability and hop counts by ``root``, with the edges broadcast) runs each batch's
+whole fixed point inside Spark tasks, one job for every round (``ops/loop_plan.py`` decides,
+``ops/loop_local.py`` and ``ops/loop_task.py`` run it); every other loop runs round by
+round on the driver, as below. The run's report says which path each loop took and why.
+
 Each round is a fixed handful of Spark jobs, however many epochs the batch holds: the
 job that finds the least pending iteration also computes the round's changes and
 materialises the feedback and every arranged frame as local checkpoints (which keeps
@@ -111,6 +117,26 @@ def evaluate_loop(p: Pipeline, loop_node: Node, ctx: EvalContext, frames: dict, 
         return {l.id: (leave_frame(inner[l.inputs[1].id]) if inner.get(l.inputs[1].id) is not None else None)
                 for l in leaves}
 
+    if not ctx.extra:  # the path: the whole fixed point inside tasks, or round by round
+        from ops.loop_local import evaluate_local, report
+        plan = runtime.loop_plan(loop_node)
+        local = evaluate_local(p, loop_node, plan, ictx, entered, runtime) if plan.local else None
+        if local is not None:
+            return local
+        report(runtime, plan, "")
+    return _rounds(p, loop_node, ctx, ictx, entered, leaves, runtime)
+
+
+def _rounds(p: Pipeline, loop_node: Node, ctx: EvalContext, ictx: EvalContext, entered: dict,
+            leaves: list[Node], runtime) -> dict:
+    """The fixed point of one batch, round by round on the driver (see the module's docstring)."""
+    from ops.evaluate import evaluate_scope, scope_nodes
+
+    scope = loop_node.args["scope"]
+    last = ictx.tcols[-1]
+    nodes = scope_nodes(p, scope)
+    enters = [n for n in nodes if n.op == "enter"]
+    variables = list(scope.variables)
     # pools of pending updates: each variable's feedback, and each collection entered at a
     # priority (materialised once, by the job that finds the first iteration); collections
     # entered plainly are all at iteration 0, presented in the first round

@@ -57,7 +57,7 @@ def check_supported(p: Pipeline) -> None:
             raise PipelineError(f"{n.describe()}: verify does not support the reducer "
                                 f"{type(n.args['reducer']).__name__} yet")
         if n.op == "loop" or n.op == "variable":
-            extra = set(n.args) - {"max_rounds", "scope", "result", "priority"}
+            extra = set(n.args) - {"max_rounds", "scope", "result", "priority", "partition_by"}
             if extra:
                 raise PipelineError(f"{n.describe()}: verify does not support {n.op} with "
                                     f"{', '.join(sorted(extra))} yet")

@@ -213,7 +213,7 @@ class Collection:
 
     # ---- iteration
     def iterate(self, body: Callable[["Collection"], "Collection"], *, max_rounds: int = 10_000,
-                name: str | None = None, priority=None) -> "Collection":
+                name: str | None = None, priority=None, partition_by=None) -> "Collection":
         """The fixed point of ``body`` starting from this collection.
 
         ``body`` receives the loop variable (this collection inside the loop, where times
@@ -224,8 +224,14 @@ class Collection:
         variable's records enter at that iteration instead of 0, and a record the body
         returns enters at the next iteration or at its priority, whichever is later
         (``ops/priority.py``), so records settle in priority order.
+
+        ``partition_by`` (a column or a list): the body only combines rows that agree on
+        these columns, so each batch's fixed point may run inside Spark tasks, rows dealt
+        by them (``ops/loop_plan.py`` checks it; without it, it tries each column).
         """
         loop = self._p.loop(max_rounds=max_rounds, name=name, parent=self.scope)
+        if partition_by is not None:
+            loop.node.args["partition_by"] = _cols(partition_by)
         x = loop.variable(self, priority=priority)
         x.set(body(x))
         return loop.leave(x)

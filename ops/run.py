@@ -246,7 +246,7 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
         files = store.read_paths(st) if st else []
         return Arrangement(files, update_schema(schemas[node.id], node_dim(d, node)), st.rows() if st else 0)
 
-    runtime = Runtime(p, stored, progress=progress, loop_stats=loop_stats)
+    runtime = Runtime(p, stored, progress=progress, loop_stats=loop_stats, schemas=schemas)
     ctx = EvalContext(spark, d, delta_rows=delta_rows)
     sources = {}
     for n, v in views.items():

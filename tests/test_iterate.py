@@ -66,6 +66,14 @@ GRAPHS = samples_source("reach", "cc", "bfs")  # outputs reach, labels, distance
 REACH = open(os.path.join(SAMPLES, "reach.py")).read()
 
 
+@pytest.fixture(autouse=True, params=["round", "local"])
+def loop_path(request, monkeypatch):
+    """Every test here on both ways a loop runs (issue 14, ``ops/loop_plan.py``): round by
+    round on the driver, and partition-local inside tasks wherever the plan allows it."""
+    monkeypatch.setenv("DDCLI_LOOP_PATH", request.param)
+    return request.param
+
+
 # ------------------------------------------------------------------ plain references
 
 

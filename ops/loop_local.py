@@ -1,0 +1,219 @@
+"""A partition-local fixed point on Spark: one job per batch, every round inside the tasks.
+
+For a loop that ``ops/loop_plan.py`` finds partitionable by columns ``P``, a batch runs as:
+
+1. the broadcast collections (entered collections without ``P``: old and new updates)
+   are collected once, refused above :data:`BROADCAST_ROWS` (the loop then runs round
+   by round), and shipped to every task as Arrow IPC bytes in a Spark broadcast;
+2. the old state of every arrangement in the loop and the batch's updates entering it,
+   packed into one frame (``ops/loop_pack.py``), are dealt to tasks by ``P``;
+3. each task runs the rounds to the fixed point (``ops/loop_task.py``) and returns the
+   leaves' changes and the arrangements' processed updates, materialised by one local
+   checkpoint; a tiny second job reads the rounds and checks convergence.
+
+The processed updates are recorded in the runtime's arrangements exactly as the rounds
+of ``ops/iterate.py`` record theirs, so the state written, later batches and later runs
+(either path) see the same thing.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from ops.context import EvalContext
+from ops.loop_pack import pack_frames, pack_tables, unpack_frame, unpack_table, wide_schema
+from ops.loop_plan import LoopPlan, loop_path, portable_sql
+from ops.loop_task import Body, TaskNode, fixed_point, update_schema
+from ops.pipeline import Node, Pipeline, PipelineError
+
+BROADCAST_ROWS = 500_000  # rows (old + new) up to which an entered collection is broadcast
+STATS = 0  # the tag of the per-task statistics rows
+STATS_SCHEMA = pa.schema([("rounds", pa.int64()), ("updates", pa.int64()), ("converged", pa.int64())])
+
+
+def build_body(p: Pipeline, loop_node: Node, plan: LoopPlan, schemas: dict, arranged: dict, d: int) -> Body | str:
+    """The body as the tasks run it, or a reason it cannot run there (an expression that
+    DuckDB would not evaluate exactly as Spark does)."""
+    from ops.evaluate import reduce_spec, scope_nodes
+
+    scope = loop_node.args["scope"]
+    nodes = []
+    for n in scope_nodes(p, scope):
+        t = TaskNode(n.id, n.op, [] if n.op == "enter" else [i.id for i in n.inputs], schemas[n.id],
+                     arranged=n.id in arranged)
+        a = n.args
+        if n.op in ("select", "filter"):
+            src = schemas[n.inputs[0].id]
+            if n.op == "select":
+                if not all(isinstance(c, str) for c in a["columns"]):
+                    return f"{n.describe()} selects a Spark column object"
+                t.columns = list(a["columns"])
+                for k, e in a["exprs"].items():
+                    sql = portable_sql(e, src.names)
+                    if sql is None or _duck_type(sql, src) != schemas[n.id].field(k).type:
+                        return f"{n.describe()}: expression {e!r} is not one DuckDB evaluates as Spark does"
+                    t.exprs[k] = sql
+            else:
+                sql = portable_sql(a["condition"], src.names)
+                if sql is None or _duck_type(sql, src) != pa.bool_():
+                    return f"{n.describe()}: condition {a['condition']!r} is not one DuckDB evaluates as Spark does"
+                t.condition = sql
+        elif n.op in ("join", "semijoin"):
+            t.on = list(a["on"])
+        elif n.op in ("reduce", "distinct", "threshold"):
+            t.key, t.reducer = reduce_spec(n, schemas[n.inputs[0].id].names)
+        nodes.append(t)
+    variables = [(v.id, v.inputs[0].id, v.args["result"].id) for v in scope.variables]
+    leaves = [(l.id, l.inputs[1].id) for l in p.nodes if l.op == "leave" and l.inputs[0] is loop_node]
+    return Body(scope.name, d, nodes, variables, leaves, loop_node.args["max_rounds"])
+
+
+def _duck_type(sql: str, schema: pa.Schema) -> pa.DataType | None:
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        con.register("t", schema.empty_table())
+        return con.sql(f"SELECT ({sql}) AS x FROM t").to_arrow_table().schema.field("x").type
+    except Exception:  # noqa: BLE001 - any DuckDB refusal means: not portable
+        return None
+    finally:
+        con.close()
+
+
+def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalContext, entered: dict, runtime) -> dict | None:
+    """The leaves' frames of one batch of ``loop_node``, computed partition-locally; None
+    when the loop must run round by round after all (the reason is reported)."""
+    from ops.evaluate import scope_nodes
+    from ops.session import partitions
+
+    scope = loop_node.args["scope"]
+    schemas, spark = runtime.schemas, ictx.spark
+    body = build_body(p, loop_node, plan, schemas, runtime.arranged, ictx.d)
+    if isinstance(body, str):
+        report(runtime, plan, body)
+        return None
+    started = time.monotonic()
+    nodes = scope_nodes(p, scope)
+    tags: dict[tuple[str, int], int] = {}
+    parts, bparts, in_schemas = {}, {}, {}
+    for n in nodes:
+        frames = []
+        if n.id in runtime.arranged:
+            frames.append(("old", runtime.arrangement(n).whole(ictx)))
+        if n.op == "enter":
+            frames.append(("new", entered.get(n.id)))
+        for kind, df in frames:
+            if df is None:
+                continue
+            tag = tags[(kind, n.id)] = len(tags) + 1
+            in_schemas[tag] = update_schema(schemas[n.id], ictx.d)
+            cols = plan.placed[n.id]
+            (bparts if cols is None else parts)[tag] = (df.select(*in_schemas[tag].names), cols)
+    if not parts:  # nothing dealt by P: no variable state and nothing entering it
+        return {l: None for l, _ in body.leaves}
+
+    bc, rows = None, 0
+    if bparts:
+        small = pack_frames(bparts, {t: in_schemas[t] for t in bparts})
+        table = small.limit(BROADCAST_ROWS + 1).toArrow() if loop_path() != "local" else small.toArrow()
+        rows = table.num_rows
+        if rows > BROADCAST_ROWS and loop_path() != "local":
+            report(runtime, plan, f"its broadcast collections hold more than {BROADCAST_ROWS:,} rows")
+            return None
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table)
+        bc = spark.sparkContext.broadcast(sink.getvalue().to_pybytes())
+    report(runtime, plan, "", rows)
+
+    v0 = scope.variables[0]
+    pfields = [schemas[v0.id].field(c) for c in plan.by]
+    in_wide = wide_schema({t: in_schemas[t] for t in parts}, pfields)
+    out_tags: dict[tuple[str, int], int] = {("stats", 0): STATS}
+    out_schemas: dict[int, pa.Schema] = {STATS: STATS_SCHEMA}
+    for l, _ in body.leaves:
+        out_tags[("leave", l)] = len(out_tags)
+        out_schemas[out_tags[("leave", l)]] = update_schema(schemas[l], ictx.d - 1)
+    for t in body.nodes:
+        if t.arranged and t.op != "enter":
+            out_tags[("rec", t.id)] = len(out_tags)
+            out_schemas[out_tags[("rec", t.id)]] = update_schema(schemas[t.id], ictx.d)
+    out_wide = wide_schema(out_schemas)
+
+    in_wide_tags = set(parts)
+
+    def task(batches):
+        batches = list(batches)
+        if not batches:
+            return
+        table = pa.Table.from_batches(batches).cast(in_wide)
+        if table.num_rows == 0:
+            return
+        small = None
+        if bc is not None:
+            small = pa.ipc.open_stream(pa.py_buffer(bc.value)).read_all()
+        new, old = {}, {}
+        for (kind, nid), tag in tags.items():
+            src = table if tag in in_wide_tags else small
+            t = unpack_table(src, tag, in_schemas[tag])
+            (new if kind == "new" else old)[nid] = t
+        got = fixed_point(body, new, old)
+        out = {STATS: pa.table({"rounds": [got.rounds], "updates": [got.updates],
+                                "converged": [int(got.converged)]}, schema=STATS_SCHEMA)}
+        for (kind, nid), tag in out_tags.items():
+            if kind == "leave" and nid in got.leaves:
+                out[tag] = got.leaves[nid]
+            elif kind == "rec" and nid in got.records:
+                out[tag] = got.records[nid]
+        wide = pack_tables(out, out_wide)
+        if wide is not None:
+            yield from wide.to_batches()
+
+    packed = pack_frames(parts, {t: in_schemas[t] for t in parts}, pfields)
+    out = packed.repartition(partitions(spark), *[f"_p{j}" for j in range(len(pfields))]) \
+        .mapInArrow(task, from_arrow_schema(out_wide)).localCheckpoint(eager=True)
+    stats = unpack_frame(out, STATS, STATS_SCHEMA).agg(
+        F.max("rounds").alias("rounds"), F.sum("updates").alias("updates"),
+        F.min("converged").alias("converged")).collect()[0]
+    if bc is not None:
+        bc.unpersist()
+    if stats["converged"] == 0:
+        raise PipelineError(f"loop {scope.name} ({loop_node.where}) did not reach a fixed point within "
+                            f"{body.max_rounds} rounds; raise max_rounds or check that the body converges")
+    rounds, updates = int(stats["rounds"] or 0), int(stats["updates"] or 0)
+    if runtime.loop_stats is not None:
+        runtime.loop_stats.append({"loop": scope.name, "rounds": rounds, "updates": updates, "path": "local"})
+    if runtime.progress is not None:
+        runtime.progress.steps.append({"step": "loop_local", "loop": scope.name, "rounds": rounds,
+                                       "seconds": round(time.monotonic() - started, 3)})
+        runtime.progress(f"loop {scope.name}: {rounds} rounds inside tasks in {time.monotonic() - started:.2f} s")
+    by_id = {n.id: n for n in nodes}
+    for (kind, nid), tag in out_tags.items():
+        if kind == "rec":
+            runtime.arrangement(by_id[nid]).record(unpack_frame(out, tag, out_schemas[tag]))
+    for n in nodes:
+        if n.op == "enter" and runtime.live.get(n.id) is not None:
+            runtime.live[n.id].forget_processed()
+    return {nid: unpack_frame(out, tag, out_schemas[tag]) for (kind, nid), tag in out_tags.items() if kind == "leave"}
+
+
+def report(runtime, plan: LoopPlan, why: str, broadcast_rows: int = 0) -> None:
+    """One line (and step) per loop and run: which path it takes, and why."""
+    if plan.loop in runtime.loop_paths:
+        return
+    if why or not plan.local:
+        line = f"loop {plan.loop}: round by round: {why or plan.reason}"
+        runtime.loop_paths[plan.loop] = {"path": "round", "why": why or plan.reason}
+    else:
+        b = [str(i) for i in plan.broadcast()]
+        what = f" (broadcast: {len(b)} collection{'s' if len(b) != 1 else ''}, {broadcast_rows:,} rows)" if b else ""
+        line = f"loop {plan.loop}: partition-local by {', '.join(plan.by)}{what}"
+        runtime.loop_paths[plan.loop] = {"path": "local", "by": list(plan.by), "broadcast_rows": broadcast_rows}
+    if runtime.progress is not None:
+        runtime.progress.steps.append({"step": "loop_path", "loop": plan.loop, **runtime.loop_paths[plan.loop]})
+        runtime.progress(line)

@@ -1,0 +1,294 @@
+"""A loop's rounds inside one Spark task, over Arrow: the partition-local fixed point.
+
+The same differential rounds as ``ops/iterate.py``, on the rows one task holds (the rows
+of its partition values, plus every broadcast collection): round ``i`` pushes the
+updates pending at iteration ``i`` through the body; each stateful operator meets a new
+update with everything processed before it (its arrangement: old state from earlier runs
+and batches, then every earlier round) exactly once; what a variable's value changes by
+is fed back one iteration later; the loop stops when nothing is pending. Reduces call the
+engine's own kernel (``ops.reduce_kernel.reduce_delta``), joins and SQL expressions run
+in an in-process DuckDB, consolidation in pyarrow: no Python loop over rows.
+
+An arrangement read by operators is kept advanced to the current iteration (the loop's
+frontier: nothing later can tell older iterations apart, as in ``LoopView``) and
+consolidated every few rounds; what the task returns as the nodes' processed updates
+keeps every exact time, for the state the store keeps between runs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage.lattice import time_columns
+
+_PLAIN = re.compile(r'^"[A-Za-z_][A-Za-z0-9_]*"$')  # portable_sql's form of a bare column
+FOLD_EVERY = 8  # chunks an arrangement collects before it is advanced and consolidated
+
+
+@dataclass
+class TaskNode:
+    """One operator of the body, as the task needs it (no Spark objects: it is pickled)."""
+
+    id: int
+    op: str
+    inputs: list[int]
+    schema: pa.Schema  # data columns of its updates
+    arranged: bool = False
+    columns: list[str] = field(default_factory=list)  # select: passed-through columns
+    exprs: dict[str, str] = field(default_factory=dict)  # select: name -> DuckDB SQL
+    condition: str | None = None  # filter: DuckDB SQL
+    on: list[str] = field(default_factory=list)  # join keys
+    key: list[str] = field(default_factory=list)  # reduce keys
+    reducer: object = None
+
+
+@dataclass
+class Body:
+    """The loop body: nodes in evaluation order, variables ``(variable, initial, result)``,
+    leaves ``(leave, inner node)``, the inner time dimension ``d``."""
+
+    name: str
+    d: int
+    nodes: list[TaskNode]
+    variables: list[tuple[int, int, int]]
+    leaves: list[tuple[int, int]]
+    max_rounds: int
+
+
+@dataclass
+class Outcome:
+    leaves: dict[int, pa.Table]  # leave id -> changes in outer times
+    records: dict[int, pa.Table]  # arranged node id -> the updates it processed
+    rounds: int
+    updates: int
+    converged: bool
+
+
+def update_schema(data: pa.Schema, d: int) -> pa.Schema:
+    return pa.schema(list(data) + [pa.field(t, pa.int64()) for t in time_columns(d)] + [pa.field("diff", pa.int64())])
+
+
+def conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    return t.select(schema.names).cast(schema)
+
+
+def consolidate(t: pa.Table) -> pa.Table:
+    """Equal (data, time) summed, zeros dropped."""
+    if t.num_rows == 0:
+        return t
+    cols = [c for c in t.column_names if c != "diff"]
+    g = t.group_by(cols, use_threads=False).aggregate([("diff", "sum")])
+    g = g.filter(pc.not_equal(g.column("diff_sum"), 0))
+    return g.rename_columns([*cols, "diff"]).select(t.column_names).cast(t.schema)
+
+
+def advance(t: pa.Table, col: str, floor: int) -> pa.Table:
+    i = t.schema.get_field_index(col)
+    return t.set_column(i, col, pc.max_element_wise(t.column(col), pa.scalar(floor, pa.int64())))
+
+
+def _present(t: pa.Table | None) -> pa.Table | None:
+    return t if t is not None and t.num_rows else None
+
+
+def _union(tables: list[pa.Table | None], schema: pa.Schema) -> pa.Table | None:
+    present = [conform(t, schema) for t in tables if t is not None and t.num_rows]
+    if not present:
+        return None
+    return present[0] if len(present) == 1 else pa.concat_tables(present)
+
+
+def _quote(c: str) -> str:
+    return '"' + c.replace('"', '""') + '"'
+
+
+class _Round:
+    """DuckDB and the arrangements of one task's fixed point."""
+
+    def __init__(self, body: Body, old: dict[int, pa.Table]):
+        import duckdb
+
+        self.body = body
+        self.con = duckdb.connect()
+        self.tcols = time_columns(body.d)
+        self.schemas = {n.id: update_schema(n.schema, body.d) for n in body.nodes}
+        self.arr: dict[int, list[pa.Table]] = {n.id: [] for n in body.nodes if n.arranged}
+        for nid, t in old.items():
+            if nid in self.arr and t is not None and t.num_rows:
+                self.arr[nid].append(conform(t, self.schemas[nid]))
+        self.iteration = 0
+
+    def sql(self, q: str, **tables: pa.Table) -> pa.Table:
+        for name, t in tables.items():
+            self.con.register(name, t)
+        try:
+            return self.con.sql(q).to_arrow_table()
+        finally:
+            for name in tables:
+                self.con.unregister(name)
+
+    def old(self, nid: int) -> pa.Table | None:
+        chunks = self.arr.get(nid) or []
+        if len(chunks) > FOLD_EVERY:  # advanced to the loop's frontier: rounds' rows merge
+            folded = consolidate(advance(pa.concat_tables(chunks), self.tcols[-1], self.iteration))
+            chunks = self.arr[nid] = [folded] if folded.num_rows else []
+        return pa.concat_tables(chunks) if chunks else None
+
+    # ---- operators: each takes and returns update tables (None: no changes)
+
+    def select(self, n: TaskNode, t: pa.Table) -> pa.Table:
+        plain = {k: e[1:-1] for k, e in n.exprs.items() if _PLAIN.match(e) and e[1:-1] in t.column_names}
+        if len(plain) == len(n.exprs):  # references and renames only: no SQL
+            cols = {c: t.column(c) for c in n.columns} | {k: t.column(c) for k, c in plain.items()}
+            cols |= {c: t.column(c) for c in self.tcols + ["diff"]}
+            return pa.table(cols)
+        items = [_quote(c) for c in n.columns] + [f"({e}) AS {_quote(k)}" for k, e in n.exprs.items()]
+        items += [_quote(c) for c in self.tcols + ["diff"]]
+        return self.sql(f"SELECT {', '.join(items)} FROM t", t=t)
+
+    def filter(self, n: TaskNode, t: pa.Table) -> pa.Table:
+        return self.sql(f"SELECT * FROM t WHERE ({n.condition})", t=t)
+
+    def pairs(self, left: pa.Table, right: pa.Table, on: list[str], right_cols: list[str]) -> pa.Table:
+        lcols = [c for c in left.column_names if c not in self.tcols and c != "diff"]
+        items = [f"l.{_quote(c)}" for c in lcols] + [f"r.{_quote(c)}" for c in right_cols]
+        items += [f"greatest(l.{_quote(t)}, r.{_quote(t)}) AS {_quote(t)}" for t in self.tcols]
+        items.append("l.diff * r.diff AS diff")
+        cond = " AND ".join(f"l.{_quote(k)} IS NOT DISTINCT FROM r.{_quote(k)}" for k in on)
+        return self.sql(f"SELECT {', '.join(items)} FROM l JOIN r ON {cond}", l=left, r=right)
+
+    def join(self, n: TaskNode, d_left, d_right) -> pa.Table | None:
+        """``dA ⋈ (B_old + dB) + A_old ⋈ dB`` (``ops/join.py``)."""
+        semi = n.op == "semijoin"
+        li, ri = n.inputs
+        rschema = self.schemas[ri]
+        right_cols = [] if semi else [c for c in rschema.names if c not in n.on + self.tcols + ["diff"]]
+
+        def view(t):
+            return t.select(n.on + self.tcols + ["diff"]) if semi else t
+
+        parts = []
+        if d_left is not None:
+            old_r = self.old(ri)
+            partners = _union([d_right, old_r], rschema)
+            if partners is not None:
+                parts.append(self.pairs(d_left, view(partners), n.on, right_cols))
+        if d_right is not None:
+            old_l = self.old(li)
+            if old_l is not None:
+                parts.append(self.pairs(old_l, view(d_right), n.on, right_cols))
+        return _union(parts, self.schemas[n.id])
+
+    def reduce(self, n: TaskNode, t: pa.Table) -> pa.Table | None:
+        from ops.reduce_kernel import reduce_delta
+
+        key = n.key
+        in_schema = self.schemas[n.inputs[0]]
+        values = [c for c in in_schema.names if c not in key + self.tcols + ["diff"]]
+        new = t.append_column("_new", pa.array(np.ones(t.num_rows, bool)))
+        parts = [new]
+        old = self.old(n.inputs[0])
+        if old is not None:  # the old updates of the touched keys, advanced to the frontier
+            cond = " AND ".join(f"o.{_quote(k)} IS NOT DISTINCT FROM k.{_quote(k)}" for k in key)
+            keys = ", ".join(_quote(k) for k in key)
+            old = self.sql(f"SELECT o.* FROM o SEMI JOIN (SELECT DISTINCT {keys} FROM n) k ON {cond}", o=old, n=t)
+            if old.num_rows:
+                old = advance(conform(old, in_schema), self.tcols[-1], self.iteration)
+                parts.append(old.append_column("_new", pa.array(np.zeros(old.num_rows, bool))))
+        table = pa.concat_tables(parts) if len(parts) > 1 else new
+        out = reduce_delta(table, key, values, self.body.d, n.reducer)
+        return _present(conform(out, self.schemas[n.id]))
+
+
+def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Table]) -> Outcome:
+    """Run ``body`` to its fixed point on one task's rows: ``entered`` (enter node id -> this
+    batch's updates entering the loop) and ``old`` (arranged node id -> its old updates)."""
+    r = _Round(body, old)
+    last = r.tcols[-1]
+    pending: dict[int, pa.Table | None] = {v: None for v, _, _ in body.variables}
+    records: dict[int, list[pa.Table]] = {n.id: [] for n in body.nodes if n.arranged and n.op != "enter"}
+    collected: dict[int, list[pa.Table]] = {l: [] for l, _ in body.leaves}
+    first, rounds, updates, iteration = True, 0, 0, 0
+    while True:
+        r.iteration = iteration
+        fr: dict[int, pa.Table | None] = {}
+        for n in body.nodes:
+            ins = [fr.get(i) for i in n.inputs]
+            out = None
+            if n.op == "enter":
+                out = _present(entered.get(n.id)) if first else None
+            elif n.op == "variable":
+                p = pending[n.id]
+                fb = None
+                if p is not None:
+                    at = pc.equal(p.column(last), iteration)
+                    fb = _present(p.filter(at))
+                    pending[n.id] = _present(p.filter(pc.invert(at)))
+                out = _union([ins[0], fb], r.schemas[n.id])
+            elif n.op in ("join", "semijoin"):
+                if ins[0] is not None or ins[1] is not None:
+                    out = r.join(n, ins[0], ins[1])
+            elif n.op == "concat":
+                out = _union(ins, r.schemas[n.id])
+            elif ins[0] is not None:
+                if n.op == "select":
+                    out = r.select(n, ins[0])
+                elif n.op == "filter":
+                    out = r.filter(n, ins[0])
+                elif n.op == "negate":
+                    out = ins[0].set_column(ins[0].schema.get_field_index("diff"), "diff", pc.negate(ins[0].column("diff")))
+                elif n.op in ("consolidate", "arrange"):
+                    out = consolidate(ins[0]) if n.op == "consolidate" else ins[0]
+                elif n.op in ("reduce", "distinct", "threshold"):
+                    out = r.reduce(n, ins[0])
+                else:
+                    raise ValueError(f"operator {n.op} cannot run inside a task")
+            out = _present(out if out is None else conform(out, r.schemas[n.id]))
+            if out is not None and n.arranged and n.op not in ("enter", "variable"):
+                out = _present(consolidate(out))
+            fr[n.id] = out
+        for n in body.nodes:  # processed: old for later rounds
+            t = fr[n.id]
+            if t is not None and n.arranged:
+                r.arr[n.id].append(t)
+                if n.id in records:
+                    records[n.id].append(t)
+        for v, init, result in body.variables:
+            res, ini = fr.get(result), fr.get(init)
+            neg = None if ini is None else ini.set_column(ini.schema.get_field_index("diff"), "diff",
+                                                          pc.negate(ini.column("diff")))
+            change = _union([res, neg], r.schemas[v])
+            if change is not None:
+                change = change.set_column(change.schema.get_field_index(last), last,
+                                           pc.add(change.column(last), 1))
+                updates += change.num_rows
+            merged = _union([pending[v], change], r.schemas[v])
+            pending[v] = None if merged is None else _present(consolidate(merged))
+        for l, inner in body.leaves:
+            if fr.get(inner) is not None:
+                collected[l].append(fr[inner])
+        nxt = [pc.min(p.column(last)).as_py() for p in pending.values() if p is not None]
+        if not nxt:
+            break
+        rounds += 1
+        if rounds >= body.max_rounds:
+            return Outcome({}, {}, rounds, updates, False)
+        first, iteration = False, min(nxt)
+    outer = time_columns(body.d - 1)
+    leaves = {}
+    for l, inner in body.leaves:
+        t = _union(collected[l], r.schemas[inner])
+        if t is None:
+            continue
+        t = t.drop_columns([last])
+        t = t.rename_columns([c for c in t.column_names[:len(t.column_names) - len(outer) - 1]] + outer + ["diff"])
+        leaves[l] = _present(consolidate(t))
+    recs = {nid: _present(consolidate(pa.concat_tables(ts))) for nid, ts in records.items() if ts}
+    r.con.close()
+    return Outcome({k: v for k, v in leaves.items() if v is not None}, {k: v for k, v in recs.items() if v is not None},
+                   rounds + 1, updates, True)

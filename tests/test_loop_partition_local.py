@@ -1,0 +1,87 @@
+"""Partition-local fixed points (issue 14): which loops take the path, and that it changes nothing.
+
+Reachability and hop counts only ever combine rows of one root, with the edges broadcast,
+so their loops run inside Spark tasks; connected components spread labels across nodes
+and run round by round. On the same random streams (sliding windows with retractions,
+many times per run, several runs, compaction between them) both paths must write the same
+output traces, and both must equal breadth-first search and union-find at every time.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from ops.run import run_pipeline
+from tests.test_iterate import (EDGES, GRAPH_COLUMNS, GRAPHS, ROOTS, Bench, graphs_ref, samples_source,
+                                sliding_window_runs)
+
+
+OUTPUT = {"reach": "reach", "bfs": "distances", "cc": "labels"}
+
+
+def loop_paths(result) -> list[dict]:
+    return [s for s in result.steps if s["step"] == "loop_path"]
+
+
+@pytest.mark.parametrize("sample,local", [("reach", True), ("bfs", True), ("cc", False)])
+def test_reach_and_bfs_run_partition_local_by_root_and_cc_round_by_round(spark, tmp_path, monkeypatch, sample, local):
+    monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
+    bench = Bench(tmp_path)
+    path = bench.pipeline(sample, samples_source(sample))
+    eu, ru, upper = next(sliding_window_runs(3, nodes=12, edges=20, steps=[4]))
+    bench.ingest("edges", EDGES, eu, upper=upper)
+    bench.ingest("roots", ROOTS, ru, upper=upper)
+    res = run_pipeline(bench.store, path)
+    [step] = loop_paths(res)
+    if local:
+        assert step["path"] == "local" and step["by"] == ["root"], step
+        assert step["broadcast_rows"] > 0  # the edges
+    else:
+        assert step["path"] == "round", step
+        assert "by node" in step["why"] and "by label" in step["why"], step["why"]
+    out = OUTPUT[sample]
+    bench.check(graphs_ref, {out: GRAPH_COLUMNS[out]})
+
+
+def test_round_by_round_when_forced_by_the_switch(spark, tmp_path, monkeypatch):
+    monkeypatch.setenv("DDCLI_LOOP_PATH", "round")
+    bench = Bench(tmp_path)
+    path = bench.pipeline("reach", samples_source("reach"))
+    eu, ru, upper = next(sliding_window_runs(4, nodes=8, edges=12, steps=[2]))
+    bench.ingest("edges", EDGES, eu, upper=upper)
+    bench.ingest("roots", ROOTS, ru, upper=upper)
+    [step] = loop_paths(run_pipeline(bench.store, path))
+    assert step["path"] == "round" and "DDCLI_LOOP_PATH=round" in step["why"]
+
+
+def history(bench: Bench, out: str) -> dict:
+    """An output trace's updates, consolidated: (row, time) -> diff."""
+    tr = bench.store.trace(out)
+    acc = Counter()
+    for r in bench.store.read_updates(tr).to_pylist():
+        acc[(tuple(r[c] for c in sorted(tr.data_columns)), tuple(r[t] for t in bench.tcols))] += r["diff"]
+    return {k: v for k, v in acc.items() if v}
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_both_paths_write_identical_output_traces_equal_to_bfs_and_union_find(spark, tmp_path, monkeypatch, seed):
+    benches = {}
+    runs = list(sliding_window_runs(seed, nodes=16, edges=30, steps=[10, 12, 12]))
+    for mode in ("round", "local"):
+        monkeypatch.setenv("DDCLI_LOOP_PATH", mode)
+        bench = benches[mode] = Bench(tmp_path / mode)
+        path = bench.pipeline("graphs", GRAPHS)
+        for r, (eu, ru, upper) in enumerate(runs):
+            bench.ingest("edges", EDGES, eu, upper=upper)
+            bench.ingest("roots", ROOTS, ru, upper=upper)
+            res = bench.run(path, batch_times=7 if r == 1 else None)  # run 2: a run in batches
+            paths = sorted(s["path"] for s in loop_paths(res))
+            assert paths == (["local", "local", "round"] if mode == "local" else ["round"] * 3)
+            if r < len(runs) - 1:
+                bench.advance_and_compact((upper[0] - 5,))
+        bench.check(graphs_ref, GRAPH_COLUMNS)
+    for out in GRAPH_COLUMNS:
+        a, b = history(benches["round"], out), history(benches["local"], out)
+        assert a and a == b, out
