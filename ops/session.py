@@ -26,6 +26,8 @@ import shutil
 import tempfile
 import warnings
 
+from ops import class_archive
+
 _LOG4J = """\
 rootLogger.level = error
 rootLogger.appenderRef.stderr.ref = console
@@ -41,6 +43,7 @@ logger.native.level = error
 """
 
 _session = None
+_archive = class_archive.Plan("")  # the class archive this process's JVM maps or writes
 
 LOOPBACK = "127.0.0.1"
 
@@ -107,6 +110,10 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
     # marking competed with tasks for the two cores (reach, 50,000 updates: JVM CPU 187 s ->
     # 155 s, run 113 s -> 111 s on local[1]); a cluster's executors keep their own choice
     driver_opts = java_opts + " -XX:+UseParallelGC"
+    global _archive
+    _archive = class_archive.plan() if local else class_archive.Plan("")
+    if _archive.pending:  # runs before the scratch folder's removal (atexit is last-in, first-out)
+        atexit.register(stop_spark)
     from pyspark.sql import SparkSession
 
     builder = (
@@ -122,7 +129,7 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         .config("spark.local.dir", scratch)
         .config("spark.driver.host", host)
         .config("spark.driver.bindAddress", bind)
-        .config("spark.driver.extraJavaOptions", driver_opts)
+        .config("spark.driver.extraJavaOptions", f"{driver_opts} {_archive.options}".strip())
         # a cluster's executors log as their workers are set up to (the log4j file is the driver's)
         .config("spark.executor.extraJavaOptions", java_opts if local else "-XX:-UsePerfData -Xss16m")
         .config("spark.hadoop.parquet.filter.dictionary.enabled", "false")
@@ -135,7 +142,16 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         .config("spark.sql.constraintPropagation.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
     )
-    _session = _quietly(builder.getOrCreate, os.path.join(scratch, "jvm.log"))
+    try:
+        _session = _quietly(builder.getOrCreate, os.path.join(scratch, "jvm.log"))
+    except Exception:
+        if not _archive.options:
+            raise
+        # the class archive is a speed-up, never a reason to fail: forget it, start plainly
+        class_archive.discard(_archive)
+        _archive = class_archive.Plan("")
+        builder = builder.config("spark.driver.extraJavaOptions", driver_opts)
+        _session = _quietly(builder.getOrCreate, os.path.join(scratch, "jvm.log"))
     _watch_interrupts(_session)
     _session.sparkContext.setLogLevel("ERROR")
     _session.sparkContext.setCheckpointDir(os.path.join(scratch, "checkpoints"))
@@ -322,21 +338,25 @@ def _first_cause(exc: BaseException) -> str:
 
 
 def _quietly(start, log_path: str):
-    """Start the JVM with its stderr going to a log file.
+    """Start the JVM with its stdout and stderr going to a log file.
 
-    The JVM prints a line about incubator modules that log4j cannot silence; the JVM
-    inherits our stderr when it starts, so point it at a file for that moment.
+    The JVM prints a line about incubator modules that log4j cannot silence, and its
+    fatal-error reports to stdout (which is ddcli's output: tables, JSON); it inherits our
+    descriptors when it starts, so point them at a file for that moment.
     """
     import sys
+    sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(2)
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
     with open(log_path, "ab") as log:
-        os.dup2(log.fileno(), 2)
+        for fd in saved:
+            os.dup2(log.fileno(), fd)
     try:
         return start()
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
 
 
 def cores(spark) -> int:
@@ -384,10 +404,19 @@ def _python() -> str:
 
 
 def stop_spark() -> None:
-    global _session
+    """Stop the session; on the run that writes the class archive, also let the JVM exit
+    (it writes the archive as it exits) and install the archive."""
+    global _session, _archive
     if _session is not None:
+        from pyspark import SparkContext
+        gateway = SparkContext._gateway
         _session.stop()
         _session = None
+        if _archive.pending:
+            class_archive.finish(_archive, getattr(gateway, "proc", None))
+            _archive = class_archive.Plan("")
+            SparkContext._gateway = None  # that JVM is gone: a later session starts a new one
+            SparkContext._jvm = None
 
 
 # ---------------------------------------------------------------- Ctrl-C
