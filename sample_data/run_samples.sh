@@ -32,10 +32,9 @@ dd ingest strings "$here/strings_1.csv" "$here/strings_2.csv"
 dd advance strings --upper "(2,0)"
 dd advance words --since 3
 
-# 3. run the pipelines: each run processes every input update not yet processed
-for p in wordcount length_count join_example reach; do
-  dd run "$here/pipelines/$p.py"
-done
+# 3. run the pipelines: each processes every input update not yet processed, one after
+#    the other in one Spark session (each its own commit)
+dd run "$here/pipelines/"{wordcount,length_count,join_example,reach}.py
 
 # 4. compact: merge layers, advance times to each trace's since, collect garbage
 dd compact

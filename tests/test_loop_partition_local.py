@@ -65,7 +65,7 @@ def history(bench: Bench, out: str) -> dict:
     return {k: v for k, v in acc.items() if v}
 
 
-@pytest.mark.parametrize("seed", [11, 12])
+@pytest.mark.parametrize("seed", [11])  # one stream of three runs: a second seed cost 6 min of suite
 def test_both_paths_write_identical_output_traces_equal_to_bfs_and_union_find(spark, tmp_path, monkeypatch, seed):
     benches = {}
     runs = list(sliding_window_runs(seed, nodes=16, edges=30, steps=[10, 12, 12]))
