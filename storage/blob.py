@@ -70,6 +70,22 @@ class Blobs:
     def prepare_duckdb(self, con) -> None: raise NotImplementedError
     def check(self) -> None: raise NotImplementedError
 
+    def local_copy(self, path: str) -> tuple[str, int, str] | None:
+        """For readers (DuckDB, pyarrow): ``(local path, size, sha256)`` of a copy of
+        ``path``'s bytes in a local folder, hashed as they arrived, or None where files are
+        read in place (a local folder). Layer files are written once under unique names,
+        so a copy made in this process stays good for its life; the copies go with it."""
+        return None
+
+    def forget_copy(self, path: str) -> None:
+        """Drop the local copy of ``path`` (it did not match the log)."""
+        return None
+
+    def read_folders(self, folder: str) -> list[str]:
+        """The folders (with a trailing separator) a sandboxed DuckDB must be allowed to
+        read to read the files under ``folder``: the folder itself and any local copies."""
+        return [folder]
+
     def write_new(self, path: str, write: Callable[[object], None]) -> dict:
         """Write a new file once: ``write(fh)`` fills it; it appears whole under ``path``
         or not at all. Returns ``{"bytes", "sha256", "footer_sha256"}``."""

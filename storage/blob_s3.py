@@ -13,8 +13,13 @@ Endpoint, region and credentials come from the usual AWS environment variables
   reads the version back and compares the commit id.
 * Ages are the service's ``LastModified``; folders do not exist (listing is by prefix
   with delimiter ``/``).
-* Reads of Parquet go through pyarrow's S3 filesystem (pyarrow, and DuckDB via an fsspec
-  wrapper of it: no DuckDB extension and no Hadoop jars are needed).
+* Readers in this process (queries, merges) read a layer through a local copy: one
+  ``GetObject`` per layer file and process, hashed as it arrives (the hash every read
+  checks, storage/integrity.py), then DuckDB and pyarrow read the copy at local speed,
+  DuckDB skipping row groups by their statistics (:meth:`S3Blobs.local_copy`). Spark
+  tasks, maybe on other hosts, read the objects through pyarrow's S3 filesystem (and
+  DuckDB in a task through an fsspec wrapper of it): no DuckDB extension and no Hadoop
+  jars are needed.
 
 Errors the user can cause (a missing bucket, refused credentials, an endpoint that does
 not answer) are one-line :class:`StoreUnreachable`; ``DDCLI_S3_TIMEOUT`` (seconds,
@@ -23,8 +28,12 @@ default 5) and ``AWS_MAX_ATTEMPTS`` (default 3) bound how long that takes.
 
 from __future__ import annotations
 
+import atexit
+import hashlib
 import io
 import os
+import shutil
+import tempfile
 import threading
 
 from storage import faults
@@ -181,6 +190,48 @@ class S3Blobs(Blobs):
                 raise FileNotFoundError(path) from None
             raise
 
+    def local_copy(self, path: str) -> tuple[str, int, str]:
+        """One ``GetObject`` per layer file and process: the object's bytes go to a file
+        in this process's copy folder while they are hashed, and every later read in the
+        process (DuckDB with its row-group skipping, pyarrow memory-mapped) is a local read
+        of exactly the bytes that were hashed. A missing object is FileNotFoundError."""
+        import botocore.exceptions as bx
+        with _copies.lock:
+            got = _copies.files().get(path)
+            if got is not None:
+                return got
+            local = os.path.join(_copies.folder(), f"{len(_copies.files()):08d}-{os.path.basename(path)}")
+            h, size = hashlib.sha256(), 0
+            r = self._call("get_object", path, Key=_split(path)[1])
+            tmp = local + ".part"
+            try:
+                with open(tmp, "wb") as fh:
+                    for chunk in r["Body"].iter_chunks(1 << 20):
+                        h.update(chunk)
+                        size += len(chunk)
+                        fh.write(chunk)
+                os.rename(tmp, local)
+            except (bx.ReadTimeoutError, bx.ConnectionClosedError, bx.ResponseStreamingError) as e:
+                _remove_quietly(tmp)
+                raise StoreUnreachable(f"the object store at {self.endpoint or 'AWS'} stopped answering "
+                                       f"({type(e).__name__})") from None
+            except BaseException:
+                _remove_quietly(tmp)
+                raise
+            got = _copies.files()[path] = (local, size, h.hexdigest())
+            return got
+
+    def forget_copy(self, path: str) -> None:
+        """Drop the copy of ``path`` (it did not match the log: the next read fetches again)."""
+        with _copies.lock:
+            got = _copies.files().pop(path, None)
+        if got is not None:
+            _remove_quietly(got[0])
+
+    def read_folders(self, folder: str) -> list[str]:
+        with _copies.lock:
+            return [folder, _copies.folder() + os.sep]
+
     def arrow(self, path: str) -> tuple[object, str]:
         return self.arrow_fs(), path[len("s3://"):]
 
@@ -233,3 +284,39 @@ class S3Blobs(Blobs):
 
     def remove_folder(self, folder: str, older_than: float | None = None) -> None:
         return None
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+class _Copies:
+    """This process's local copies of layer objects (:meth:`S3Blobs.local_copy`): one
+    temporary folder, removed when the process ends; a forked child makes its own."""
+
+    def __init__(self):
+        self.lock = threading.RLock()
+        self._pid = None
+        self._dir = None
+        self._files: dict[str, tuple[str, int, str]] = {}  # layer path -> (copy, size, sha256)
+
+    def _fresh(self) -> None:
+        if self._pid != os.getpid():
+            self._dir = tempfile.mkdtemp(prefix="ddcli-layers-")
+            self._pid = os.getpid()
+            self._files = {}
+            atexit.register(shutil.rmtree, self._dir, True)
+
+    def folder(self) -> str:
+        self._fresh()
+        return self._dir
+
+    def files(self) -> dict[str, tuple[str, int, str]]:
+        self._fresh()
+        return self._files
+
+
+_copies = _Copies()

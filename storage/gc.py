@@ -8,9 +8,7 @@ checkpoint they are built on) for as long (storage/log.py, ``Log.prune``).
 
 from __future__ import annotations
 
-import time as _time
-
-from storage import integrity
+from storage import clock, integrity
 from storage.store import State
 
 
@@ -25,7 +23,7 @@ def collect_garbage(store, grace_seconds: float) -> int:
     it); files not yet committed stay until they are older than the grace period, so a
     writer has that long to commit what it wrote.
     """
-    cutoff = _time.time() - grace_seconds
+    cutoff = clock.now() - grace_seconds
     store.state()
     if store.log.damaged:  # the damaged version may name files no intact one does: keep them
         raise integrity.CorruptionError(f"no garbage collected: {store.log.damage_note()}")

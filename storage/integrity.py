@@ -7,7 +7,9 @@ group offsets, min/max statistics). Layers are written with Parquet page checksu
 
 * **Every read** (:func:`check_read`): the file exists and has the recorded size and
   footer (a ``stat`` and a few kilobytes), then its whole-file SHA-256 (about 1.5 GB/s
-  on one core), once per process and file version. The hash is needed because DuckDB
+  on one core), once per process and file version. On an object store the file is
+  fetched once per process into a local copy, hashed as it arrives, and readers read
+  that copy: the bytes checked are the bytes read. The hash is needed because DuckDB
   2.0 verifies no page checksums: flipping one byte in each of 40 places of a 100 kB
   layer gave 29 silently wrong ``query`` answers with size and footer checked alone.
 * **Every pyarrow read** (merges, seals, ``ddcli check``) verifies the page checksums
@@ -93,25 +95,56 @@ def check_cheap(trace: str, path: str, lf) -> None:
 _verified: dict[str, tuple] = {}  # path -> (inode, size, mtime, ctime) whose hash matched
 
 
-def check_read(trace: str, path: str, lf) -> None:
+def check_read(trace: str, path: str, lf) -> str:
     """What every read checks: :func:`check_cheap`, then the whole-file SHA-256; both
     skipped when this process already verified this very file (same identity and change
-    stamp: locally inode, size, mtime and ctime, which any write changes; on an object
-    store the ETag of an object written once). A missing file is a CorruptionError."""
+    stamp: inode, size, mtime and ctime, which any write changes). A missing file is a
+    CorruptionError. Returns the path readers read: ``path`` itself, or where the storage
+    reads through a local copy (an object store, see :meth:`Blobs.local_copy`) that copy,
+    checked from the very bytes it holds, so a layer is fetched once and never trusted
+    unhashed."""
+    blobs = _blobs(path)
     try:
-        st = _blobs(path).stat(path)
+        copy = blobs.local_copy(path)
+    except FileNotFoundError:
+        raise CorruptionError(f"{_where(trace, path)} is missing although the newest version of the "
+                              f"store refers to it; {_advice()}") from None
+    if copy is not None:
+        local, size, sha = copy
+        try:
+            _check_copy(trace, path, lf, local, size, sha)
+        except CorruptionError:
+            blobs.forget_copy(path)  # fetched again by the next read, in case it was the transfer
+            raise
+        return local
+    try:
+        st = blobs.stat(path)
     except FileNotFoundError:
         st = None
     sig = None if st is None else (st.ident, st.changed)
     if sig is not None and _verified.get(path) == sig:
-        return
+        return path
     check_cheap(trace, path, lf)
     if lf.sha256 is None:
-        return
+        return path
     if file_sha256(path) != lf.sha256:
         raise CorruptionError(f"{_where(trace, path)}: its SHA-256 differs from the one recorded at commit; "
                               f"{_advice()}")
     _verified[path] = sig
+    return path
+
+
+def _check_copy(trace: str, path: str, lf, local: str, size: int, sha: str) -> None:
+    """:func:`check_read` of a local copy of ``path``: size, footer and SHA-256 of its bytes."""
+    if size != lf.bytes:
+        raise CorruptionError(f"{_where(trace, path)} has {size:,} bytes, the log recorded {lf.bytes:,}; "
+                              f"{_advice()}")
+    if lf.footer_sha256 is not None and footer_sha256(local) != lf.footer_sha256:
+        raise CorruptionError(f"{_where(trace, path)}: its Parquet footer differs from the checksum "
+                              f"recorded at commit; {_advice()}")
+    if lf.sha256 is not None and sha != lf.sha256:
+        raise CorruptionError(f"{_where(trace, path)}: its SHA-256 differs from the one recorded at commit; "
+                              f"{_advice()}")
 
 
 def file_sha256(path: str) -> str:

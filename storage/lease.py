@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 
+from storage import clock
 from storage.blob import for_path
 from storage.log import Conflict
 
@@ -52,7 +53,7 @@ def _leases(blobs, folder: str, name: str) -> list[tuple[int, str]]:
 def _holder(blobs, path: str, ttl: float) -> dict | None:
     """The lease's record if it is live, else None."""
     try:
-        age = time.time() - blobs.stat(path).mtime
+        age = clock.now() - blobs.stat(path).mtime
         text = blobs.get(path).decode("utf-8", "replace")
     except FileNotFoundError:
         return None

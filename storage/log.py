@@ -46,7 +46,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
-from storage import faults, log_delta
+from storage import clock, faults, log_delta
 from storage.blob import Ambiguous, for_path
 from storage.integrity import CorruptionError
 
@@ -331,7 +331,7 @@ class Log:
     def _prune_quietly(self) -> None:
         """Prune after a checkpoint commit; a failure only postpones it (the commit stands)."""
         try:
-            self.prune(time.time() - self.retention)
+            self.prune(clock.now() - self.retention)
         except (OSError, ValueError, Conflict, CorruptionError):
             pass
 

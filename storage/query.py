@@ -79,7 +79,8 @@ def connect(store: Store):
         if base is None:
             if any(k[0] != key[0] for k in _BASES) or len(_BASES) >= _MAX_BASES:
                 _BASES.clear()  # a forked child must not share its parent's databases
-            base = _BASES[key] = sql_guard.sandbox(directories=[key[1]], prepare=store.blobs.prepare_duckdb)
+            base = _BASES[key] = sql_guard.sandbox(directories=store.blobs.read_folders(key[1]),
+                                                       prepare=store.blobs.prepare_duckdb)
         con = base.cursor()
     try:
         yield con
@@ -95,7 +96,7 @@ def _one_line(e: Exception) -> str:
 def _source(store: Store, trace: Trace, layers=None) -> str | None:
     """The SQL table expression of a trace's updates (default: every layer, pending ones
     included), or None when there are none."""
-    paths = store.read_paths(trace, layers)  # checked against the log: size, footer, hash
+    paths = store.read_paths(trace, layers, local=True)  # checked against the log: size, footer, hash
     if not paths:
         return None
     files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)

@@ -46,7 +46,7 @@ def negative_rows(store: Store, existing: Trace | None, updates: pa.Table, data_
         return Negative()
     from storage.query import connect
     cols = ", ".join(quote(c) for c in data_columns)
-    paths = store.read_paths(existing) if existing is not None else []
+    paths = store.read_paths(existing, local=True) if existing is not None else []
     old = ""
     if paths:
         files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)

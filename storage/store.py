@@ -103,11 +103,15 @@ class Store:
         d = self.trace_dir(trace.name)
         return [self.blobs.join(d, f.name) for l in layers for f in l.files]
 
-    def read_paths(self, trace: Trace, layers: Iterable[Layer] | None = None) -> list[str]:
+    def read_paths(self, trace: Trace, layers: Iterable[Layer] | None = None, *, local: bool = False) -> list[str]:
         """:meth:`layer_paths` for a reader: each file checked against the log (size,
         footer and hash, see storage/integrity.py). A file that a compaction removed meanwhile is
         :class:`LayerVanished` (read again from the newest version); one that the newest
-        version still names is missing: a :class:`CorruptionError`."""
+        version still names is missing: a :class:`CorruptionError`.
+
+        ``local``: for a reader in this process (DuckDB, pyarrow), the paths of the
+        checked local copies where the storage reads through them (an object store);
+        a Spark task, maybe on another host, needs the store's own paths (the default)."""
         layers = trace.all_layers() if layers is None else list(layers)
         tdir = self.trace_dir(trace.name)
         paths = []
@@ -115,13 +119,13 @@ class Store:
             for f in l.files:
                 p = self.blobs.join(tdir, f.name)
                 try:
-                    integrity.check_read(trace.name, p, f)
+                    readable = integrity.check_read(trace.name, p, f)
                 except integrity.CorruptionError:
                     if not self.blobs.exists(p) and not self._names_file(trace.name, f.name):
                         raise LayerVanished(f"layer file {p} of trace {trace.name!r} was removed by a "
                                             f"compaction while it was being read; retry") from None
                     raise
-                paths.append(p)
+                paths.append(readable if local else p)
         return paths
 
     def _names_file(self, trace: str, file_name: str) -> bool:
@@ -139,7 +143,7 @@ class Store:
 
     def read_updates(self, trace: Trace, layers: Iterable[Layer] | None = None) -> pa.Table:
         """All updates of the given layers (default: all, pending included) as one table."""
-        paths = self.read_paths(trace, layers)
+        paths = self.read_paths(trace, layers, local=True)
         schema = empty_updates(trace.schema, trace.d).schema
         if not paths:
             return empty_updates(trace.schema, trace.d)

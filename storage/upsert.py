@@ -46,7 +46,7 @@ def _check_key(key: list[str], columns: list[str], option: str) -> None:
 def _live_sql(store: Store, trace: Trace | None, key: list[str], data: list[str]) -> str:
     """The live rows (data, __count) whose key is among ``__keys``."""
     cols = ", ".join(quote(c) for c in data)
-    paths = store.read_paths(trace) if trace is not None else []
+    paths = store.read_paths(trace, local=True) if trace is not None else []
     if not paths:
         return f"SELECT {cols}, CAST(0 AS BIGINT) AS __count FROM __ddcli_new WHERE false"
     files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)

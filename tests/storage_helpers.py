@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -184,3 +185,24 @@ def run_writer(code: str, *, fault: str | None = None, timeout: float = 60) -> s
 def py(value) -> str:
     """A Python literal for ``value`` (for code passed to :func:`run_writer`)."""
     return json.dumps(value)
+
+
+# ------------------------------------------------------------------ the store's clock (storage/clock.py)
+
+
+def moment_between() -> float:
+    """A time after every file written so far and before every file written once this
+    returns, on a local folder and on an object store alike (whose object times are whole
+    seconds): files are made old by moving the store's clock past it (:func:`set_store_clock`),
+    not by setting their times back, which an object store cannot do."""
+    import time
+    t = time.time()
+    edge = math.floor(t) + 1            # > t >= every earlier file's time (floored or not)
+    time.sleep(max(0.0, edge + 1 - time.time()))  # later files: time >= edge + 1, floored or not
+    return edge + 0.5
+
+
+def set_store_clock(monkeypatch, now: float) -> None:
+    """Fix the store's clock at ``now`` for this test and every process it starts."""
+    from storage.clock import TEST_NOW
+    monkeypatch.setenv(TEST_NOW, repr(now))

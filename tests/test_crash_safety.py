@@ -9,7 +9,6 @@ the same command must succeed (or be a no-op when the crash came after the commi
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import pytest
@@ -18,7 +17,7 @@ from storage.lattice import Frontier, parse_frontier
 from storage.store import Store
 from s3_helpers import place_store
 from storage_helpers import (Updates, box, check_equivalence, check_layers, files_on_disk, fold,
-                             py, referenced_files, run_writer, write_updates)
+                             moment_between, py, referenced_files, run_writer, set_store_clock, write_updates)
 
 # ------------------------------------------------------------------ helpers
 
@@ -124,7 +123,8 @@ def test_ingest_killed_at_each_step_leaves_the_old_or_the_new_state(ingest_templ
 @pytest.fixture(scope="module")
 def checkpoint_template(ingest_template, tmp_path_factory):
     """The ingest template with the log padded so that the ingest's own commit writes a
-    checkpoint, and with old versions superseded long ago, so that it also prunes."""
+    checkpoint (the test moves the store's clock so that the old versions were superseded
+    long ago, and the commit also prunes)."""
     from storage.log import CHECKPOINT_EVERY
     root = tmp_path_factory.mktemp("checkpoint")
     shutil.copytree(ingest_template, root, dirs_exist_ok=True)
@@ -134,9 +134,6 @@ def checkpoint_template(ingest_template, tmp_path_factory):
         if chain.last_full > 1 and chain.version + 1 - chain.last_full == CHECKPOINT_EVERY:
             break
         store.commit(lambda s: s)
-    old = os.path.getmtime(store.log.path(1)) - 7200
-    for n in os.listdir(store.log.dir):
-        os.utime(os.path.join(store.log.dir, n), (old, old))
     return root
 
 
@@ -145,13 +142,15 @@ CHECKPOINT_FAULTS = ["log.before_hint", "log.before_prune", "log.mid_prune"]
 
 
 @pytest.mark.parametrize("fault", CHECKPOINT_FAULTS)
-def test_ingest_killed_while_writing_a_checkpoint_or_pruning_the_log(checkpoint_template, tmp_path, fault):
+def test_ingest_killed_while_writing_a_checkpoint_or_pruning_the_log(checkpoint_template, tmp_path, fault,
+                                                                    store_location, monkeypatch):
     root = tmp_path / "copy"
     shutil.copytree(checkpoint_template, root)
-    path, new_file = str(root / "store"), str(root / "new.parquet")
+    path, new_file = place_store(str(root / "store"), store_location), str(root / "new.parquet")
     store = Store(path)
     before = store.state().version
-    assert os.path.exists(store.log.path(1))
+    assert store.blobs.exists(store.log.path(1))
+    set_store_clock(monkeypatch, moment_between() + store.log.retention)  # the versions so far: long superseded
     new_raw = [u for rows in OLD for u in rows] + NEW
 
     crash(f"from storage.store import Store; Store({py(path)}).ingest('t', [{py(new_file)}])", fault)
@@ -159,7 +158,7 @@ def test_ingest_killed_while_writing_a_checkpoint_or_pruning_the_log(checkpoint_
     state = assert_readable(Store(path))
     assert state.version == before + 1 and assert_collections(store, "t", new_raw, 5)
     if fault == "log.mid_prune":
-        assert not os.path.exists(store.log.path(1)), "the first deletion happened"
+        assert not store.blobs.exists(store.log.path(1)), "the first deletion happened"
     kept = store.log.states()  # every version left in the log still rebuilds
     assert max(kept) == state.version and sorted(kept) == list(range(min(kept), state.version + 1))
     res = store.ingest("t", [new_file])

@@ -20,7 +20,8 @@ from storage import log as log_module
 from storage.log import CHECKPOINT_EVERY, HINT_NAME, Log
 from storage.store import Store
 from storage.trace import StoreError
-from storage_helpers import check_equivalence, files_on_disk, referenced_files, write_updates
+from storage_helpers import (check_equivalence, files_on_disk, moment_between, referenced_files, set_store_clock,
+                             write_updates)
 
 
 def age(path, seconds):
@@ -207,40 +208,38 @@ def _commit_n(log: Log, n: int, tag: str = "x"):
         log.commit(lambda s: {**(s or {"traces": {}}), "items": (s or {}).get("items", []) + [tag]})
 
 
-def test_pruning_keeps_every_version_a_reader_holds_and_the_newest_checkpoint(tmp_path):
-    log = Log(str(tmp_path), retention_seconds=3600)
+def test_pruning_keeps_every_version_a_reader_holds_and_the_newest_checkpoint(store_location, monkeypatch):
+    log = Log(store_location, retention_seconds=3600)
     _commit_n(log, 3 * CHECKPOINT_EVERY)
-    age_log(log)  # all of those were superseded long ago ...
+    then = moment_between()
+    set_store_clock(monkeypatch, then + 3600)  # all of those were superseded long ago ...
     held, held_state = log.latest()  # ... but a reader takes the newest one now
     _commit_n(log, 2 * CHECKPOINT_EVERY, "y")
-    log.prune(_time.time() - 3600)  # (the checkpoint commits pruned already)
-    assert not os.path.exists(log.path(1)), "versions superseded long ago were deleted"
+    log.prune(then)  # (the checkpoint commits pruned already)
+    assert not log.blobs.exists(log.path(1)), "versions superseded long ago were deleted"
     kept = log.states()
     assert held in kept and kept[held] == held_state, "the held version rebuilds from the log"
     newest, state = log.latest()
     assert state["items"] == ["x"] * (3 * CHECKPOINT_EVERY) + ["y"] * (2 * CHECKPOINT_EVERY)
     # pruning everything (as --grace 0 does) still keeps the newest checkpoint and what follows
     log.prune(_time.time() + 10)
-    names = sorted(n for n in os.listdir(log.dir) if n.startswith("v"))
-    with open(os.path.join(log.dir, names[0])) as fh:
-        assert "delta" not in json.load(fh)
-    assert Log(str(tmp_path)).latest() == (newest, state)
+    names = sorted(n for n in log.blobs.list(log.dir) if n.startswith("v"))
+    assert "delta" not in json.loads(log.blobs.get(log.blobs.join(log.dir, names[0])))
+    assert Log(store_location).latest() == (newest, state)
 
 
-def test_garbage_collection_keeps_the_files_of_a_version_a_reader_holds(tmp_path):
-    store = Store(str(tmp_path / "store"))
+def test_garbage_collection_keeps_the_files_of_a_version_a_reader_holds(tmp_path, store_location, monkeypatch):
+    store = Store(store_location)
     for i in range(3 * CHECKPOINT_EVERY):
         store.ingest("t", [_tiny(tmp_path, i)])
-    for p in files_on_disk(store):
-        age(p, 7200)
-    age_log(store)
+    set_store_clock(monkeypatch, moment_between() + 3600)  # the files and versions so far are old
     held = store.state()  # a reader takes the newest version and starts reading its files
     held_files = set(store.layer_paths(held.traces["t"]))
     store.compact("t", full=True, grace_seconds=3600)
     store.compact(grace_seconds=3600)
     assert held_files <= files_on_disk(store), "a file the held version names was collected"
     assert held.version in store.log.states(), "the held version is still in the log"
-    assert len([n for n in os.listdir(store.log.dir) if n.startswith("v")]) < held.version
+    assert len([n for n in store.blobs.list(store.log.dir) if n.startswith("v")]) < held.version
 
 
 def test_a_reader_whose_chain_is_pruned_under_it_reads_again(tmp_path, monkeypatch):

@@ -192,3 +192,66 @@ def test_a_run_lease_on_the_object_store_is_taken_once(s3_env):
                 pass
     with lease(loc, "wc"):  # released: free again
         pass
+
+
+def _fresh_process():
+    """What a new ddcli process would find: no client, no local copies of layers."""
+    from storage import blob, blob_s3
+    blob._cache.clear()
+    for path in list(blob_s3._copies.files()):
+        blob_s3.S3Blobs.forget_copy(None, path)
+
+
+def test_a_layer_is_fetched_once_per_process_and_read_from_the_bytes_that_were_hashed(s3_env, tmp_path):
+    from storage.query import as_of
+
+    loc = new_prefix()
+    store = Store(loc)
+    store.ingest("t", [write_updates(str(tmp_path / "a.csv"), [((k, "a"), (0,), 1) for k in range(50)], 1)])
+    store.ingest("t", [write_updates(str(tmp_path / "b.csv"), [((1, "a"), (1,), -1)], 1)])
+    _fresh_process()
+    store = Store(loc)
+    layers = len(store.layer_paths(store.trace("t")))
+    before = store.blobs.requests
+    first = as_of(store, "t", 1)
+    fetches = store.blobs.requests - before
+    before = store.blobs.requests
+    again = as_of(store, "t", 1, "k < 10")
+    assert store.blobs.requests - before <= fetches - layers, "the second query fetched layers again"
+    assert first.num_rows == 49 and again.num_rows == 9
+    from storage.blob_s3 import _copies
+    copies = [c for p, (c, _, _) in _copies.files().items() if p.startswith(loc + "/")]
+    assert len(copies) == layers and all(os.path.exists(c) for c in copies)
+
+
+@pytest.mark.parametrize("damage", ["flip", "other", "missing"])
+def test_a_damaged_layer_on_the_object_store_is_damage_never_a_wrong_answer(s3_env, tmp_path, damage):
+    from storage.integrity import CorruptionError
+    from storage.query import as_of, history
+    from s3_helpers import object_digest
+
+    loc = new_prefix()
+    rows = [((k, "a"), (k % 3,), 1) for k in range(200)]
+    store = Store(loc)
+    store.ingest("t", [write_updates(str(tmp_path / "a.csv"), rows, 1)])
+    (path,) = store.layer_paths(store.trace("t"))
+    good = store.blobs.get(path)
+    if damage == "flip":
+        bad = bytearray(good)
+        bad[len(good) // 3] ^= 0x10
+        store.blobs.replace(path, bytes(bad))
+    elif damage == "other":
+        other = Store(new_prefix())
+        other.ingest("t", [write_updates(str(tmp_path / "b.csv"), [((k, "b"), (0,), 1) for k in range(200)], 1)])
+        store.blobs.replace(path, other.blobs.get(other.layer_paths(other.trace("t"))[0]))
+    else:
+        store.blobs.delete(path)
+    before = object_digest(loc)
+    for read in (lambda s: as_of(s, "t", 2), lambda s: history(s, "t")):
+        _fresh_process()
+        with pytest.raises(CorruptionError, match="is missing" if damage == "missing" else "damaged"):
+            read(Store(loc))
+    assert object_digest(loc) == before, "a read changed the store"
+    store = Store(loc)
+    store.blobs.replace(path, good)  # repaired: the same process reads it again, fetched anew
+    assert as_of(store, "t", 2).num_rows == 200

@@ -12,7 +12,6 @@ import json
 import math
 import os
 import random
-import time as _time
 
 import pyarrow.parquet as pq
 import pytest
@@ -23,7 +22,8 @@ from storage.log import CHECKPOINT_EVERY
 from storage.store import Store, plan_merges
 from storage.trace import StoreError
 from storage_helpers import (Updates, box, check_equivalence, check_layers, collection_at,
-                             files_on_disk, fold, referenced_files, write_updates)
+                             files_on_disk, fold, moment_between, referenced_files, set_store_clock,
+                             write_updates)
 
 KEYS = [0, 1, 2, 3]
 VALUES = ["a", "b"]
@@ -313,30 +313,22 @@ def test_effective_since_is_the_meet_of_since_and_holds(tmp_path):
 # ------------------------------------------------------------------ garbage collection
 
 
-def age(path, seconds):
-    t = _time.time() - seconds
-    os.utime(path, (t, t))
-
-
-def test_garbage_collection_removes_old_orphans_and_never_referenced_files(tmp_path):
-    store = Store(str(tmp_path / "store"))
+def test_garbage_collection_removes_old_orphans_and_never_referenced_files(tmp_path, store_location, monkeypatch):
+    store = Store(store_location)
+    blobs = store.blobs
     for i in range(3):
         store.ingest("t", [write_updates(str(tmp_path / f"u{i}.csv"), [((i, "a"), (i,), 1)], 1)])
     tdir = store.trace_dir("t")
-    old_orphan, new_orphan, tmp_orphan = (os.path.join(tdir, n) for n in ("old.parquet", "new.parquet", ".tmp-x"))
-    for p in (old_orphan, new_orphan, tmp_orphan):
-        open(p, "wb").close()
-    log_tmp = os.path.join(store.log.dir, ".tmp-y")
-    open(log_tmp, "w").close()
+    old_orphan, new_orphan, tmp_orphan = (blobs.join(tdir, n) for n in ("old.parquet", "new.parquet", ".tmp-x"))
+    log_tmp = blobs.join(store.log.dir, ".tmp-y")
     for p in (old_orphan, tmp_orphan, log_tmp):
-        age(p, 7200)
-    merged_away = files_on_disk(store) - referenced_files(store) - {old_orphan, new_orphan, tmp_orphan, log_tmp}
+        blobs.replace(p, b"")
+    merged_away = files_on_disk(store) - referenced_files(store) - {old_orphan, tmp_orphan, log_tmp}
     assert merged_away, "geometric merging replaced some layers"
-    for p in files_on_disk(store) - {new_orphan}:
-        age(p, 7200)  # old; the referenced ones must stay all the same
-    for n in os.listdir(store.log.dir):
-        age(os.path.join(store.log.dir, n), 7200)
+    then = moment_between()  # everything so far is old, the referenced files must stay all the same
+    blobs.replace(new_orphan, b"")
     referenced = referenced_files(store)
+    set_store_clock(monkeypatch, then + 3600)
     removed = store.compact(grace_seconds=3600)["removed_files"]
     assert removed == 3 + len(merged_away)
     assert files_on_disk(store) == referenced | {new_orphan}
@@ -345,30 +337,26 @@ def test_garbage_collection_removes_old_orphans_and_never_referenced_files(tmp_p
     assert collection_at(store, store.trace("t"), (5,)) == {(0, "a"): 1, (1, "a"): 1, (2, "a"): 1}
 
 
-def test_files_of_a_version_superseded_within_the_grace_period_stay(tmp_path):
-    store = Store(str(tmp_path / "store"))
+def test_files_of_a_version_superseded_within_the_grace_period_stay(tmp_path, store_location, monkeypatch):
+    store = Store(store_location)
     store.ingest("t", [write_updates(str(tmp_path / "u0.csv"), [((k, "a"), (0,), 1) for k in range(10)], 1)])
     store.ingest("t", [write_updates(str(tmp_path / "u1.csv"), [((0, "a"), (1,), 1)], 1)])
     before = referenced_files(store)
     assert len(before) == 2
-    for p in before:
-        age(p, 7200)
-    # the versions so far were committed long ago ...
-    for n in os.listdir(store.log.dir):
-        age(os.path.join(store.log.dir, n), 7200)
+    # the files and versions so far were written long ago ...
+    set_store_clock(monkeypatch, moment_between() + 3600)
     store.compact("t", full=True, grace_seconds=3600)  # ... but were the newest until just now
     after = referenced_files(store)
     assert before and not (before & after)
     assert files_on_disk(store) == before | after, "a reader of the previous version still finds its files"
-    for n in os.listdir(store.log.dir):
-        age(os.path.join(store.log.dir, n), 7200)
+    set_store_clock(monkeypatch, moment_between() + 3600)
     store.compact(grace_seconds=3600)
     assert files_on_disk(store) == after
     # old versions are deleted, but not the checkpoint the kept ones are built on
-    versions = sorted(n for n in os.listdir(store.log.dir) if n.startswith("v"))
+    versions = sorted(n for n in store.blobs.list(store.log.dir) if n.startswith("v"))
     assert store.state().version == int(versions[-1][1:13]) and len(versions) <= CHECKPOINT_EVERY
-    with open(os.path.join(store.log.dir, versions[0])) as fh:
-        assert "delta" not in json.load(fh), "the oldest kept version is a checkpoint"
+    oldest = json.loads(store.blobs.get(store.blobs.join(store.log.dir, versions[0])))
+    assert "delta" not in oldest, "the oldest kept version is a checkpoint"
 
 
 # ------------------------------------------------------------------ layer files written by the store
