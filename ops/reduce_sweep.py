@@ -228,25 +228,68 @@ def _ranks(s: Sweep, reducer) -> np.ndarray:
     return rank
 
 
+def _ever_first_k(g, t, pair, c, pair_start, rank_of_kv, k: int, n_groups: int) -> np.ndarray:
+    """With insertions only (every consolidated change ``c > 0``), the updates of the value
+    rows that are among the first ``k`` records of their group at some time.
+
+    Nothing ever leaves, so a value row that is not among the first ``k`` when it first
+    appears never will be, and the first ``k`` at every time are those of the rows kept.
+    Per time point, the ``k`` best ranks (with multiplicity) of the group's records up
+    to then: the best ``k`` inserted at each point, then a running merge along the
+    group's points by doubling (log2(points) vectorised steps of ``points x 2k``)."""
+    pg, _pt, point, _ = _timeline(g, t, n_groups)
+    M = len(pg)
+    r = rank_of_kv[pair // 2]
+    m = np.minimum(c, k)
+    er, ep = np.repeat(r, m), np.repeat(point, m)
+    o = np.lexsort((er, ep))
+    er, ep = er[o], ep[o]
+    first = np.ones(len(ep), bool)
+    first[1:] = ep[1:] != ep[:-1]
+    starts = np.flatnonzero(first)
+    pos = np.arange(len(ep)) - np.repeat(starts, np.diff(np.append(starts, len(ep))))
+    inside = pos < k
+    BIG = np.iinfo(np.int64).max
+    best = np.full((M, k), BIG, np.int64)
+    best[ep[inside], pos[inside]] = er[inside]
+    step = 1
+    while step < M:
+        i = np.arange(step, M)
+        i = i[pg[i] == pg[i - step]]
+        if not len(i):  # groups are contiguous: no longer span either
+            break
+        best[i] = np.sort(np.concatenate([best[i], best[i - step]], axis=1), axis=1)[:, :k]
+        step *= 2
+    kth = best[:, k - 1]
+    starts = np.flatnonzero(pair_start)
+    among = r[starts] <= kth[point[starts]]  # at the row's first point (its own copies count)
+    return np.repeat(among, np.diff(np.append(starts, len(pair))))
+
+
 def top_k(s: Sweep, reducer, k: int) -> tuple:
     """The first ``k`` present records at every time: (pairs, times, side-specific diffs)."""
     if k <= 0 or len(s.c) == 0:
         z = np.zeros(0, np.int64)
         return z, z, z
     rank_of_kv = _ranks(s, reducer)
-    pg, pt, point, bounds = _timeline(s.g, s.t, 2 * s.K)
+    g, t, acc, pair, pair_start = s.g, s.t, s.acc, s.pair, s.pair_start
+    if (s.c > 0).all():  # insertions only: drop the value rows that never reach the first k
+        keep = _ever_first_k(g, t, pair, s.c, pair_start, rank_of_kv, k, 2 * s.K)
+        if not keep.all():
+            g, t, acc, pair, pair_start = g[keep], t[keep], acc[keep], pair[keep], pair_start[keep]
+    pg, pt, point, bounds = _timeline(g, t, 2 * s.K)
     M = len(pg)
-    group_end = bounds[s.g + 1]  # one past the group's last point
+    group_end = bounds[g + 1]  # one past the group's last point
     # each update opens an interval of constant count, up to the pair's next update
-    nxt = np.empty(len(s.c), np.int64)
+    nxt = np.empty(len(g), np.int64)
     nxt[:-1] = point[1:]
-    last = np.r_[s.pair_start[1:], True]  # the pair's last update: open to the group's end
+    last = np.r_[pair_start[1:], True]  # the pair's last update: open to the group's end
     nxt[last] = group_end[last]
-    live = s.acc > 0
+    live = acc > 0
     a, b = point[live], nxt[live]
-    mult = np.minimum(s.acc[live], k)
-    rank = rank_of_kv[s.pair[live] // 2]
-    pair = s.pair[live]
+    mult = np.minimum(acc[live], k)
+    rank = rank_of_kv[pair[live] // 2]
+    pair = pair[live]
 
     size = 1
     while size < M:
