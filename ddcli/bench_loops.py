@@ -57,7 +57,10 @@ def _one(sample: str, path: str, *, nodes: int, edges: int, roots: int, batch: i
         st.compact(full=True, grace_seconds=0)
     seconds, jobs = rows[2]
     out = {"sample": sample, "path": taken[0]["path"] if taken else "?", "why": taken[0].get("why", "") if taken else "",
-           "first_run_s": round(first_s, 3), "first_run_jobs": first.spark_jobs, "batch": batch,
+           "first_run_s": round(first_s, 3), "first_run_jobs": first.spark_jobs,
+           # the Spark session's start, part of the first run of the first sample in a process
+           "first_run_spark_start_s": round(sum(s.get("seconds", 0) for s in first.steps if s["step"] == "spark_start"), 3),
+           "batch": batch,
            "seconds": round(seconds, 3), "spark_jobs": jobs, "updates_per_second": round(batch / seconds, 1)}
     if log:
         log(f"{sample} ({out['path']}): first run {first_s:.1f} s; {batch:,} updates in {seconds:.1f} s "
