@@ -319,6 +319,8 @@ def bench_reach(
     loop_paths: Annotated[bool, typer.Option(
         "--loop-paths", help="Instead: reach and bfs with each loop path (round by round, partition-local): "
                              "first run time and updates/s of a run of BATCH updates.")] = False,
+    paths: Annotated[str, typer.Option(help="With --loop-paths: the loop paths to measure, comma-separated (round, local).")] = "round,local",
+    pathway: Annotated[bool, typer.Option(help="With --loop-paths: also replay the stream in Pathway when it is installed.")] = True,
     workdir: Annotated[Optional[str], typer.Option("--dir", metavar="DIR", help="Work directory (default: a temp dir, removed).")] = None,
     out_json: Annotated[Optional[str], typer.Option("--out", metavar="FILE.json", help="Write the figures as JSON.")] = None,
     plot: Annotated[Optional[str], typer.Option("--plot", metavar="FILE.png", help="Save the latency plot as PNG.")] = None,
@@ -337,7 +339,8 @@ def bench_reach(
     _check_bench_outputs(out_json, plot)
     from ddcli import bench_pipelines as bp
     if loop_paths:
-        _bench_loop_paths(nodes, edges, roots, batch, workdir, out_json, plot, out, output)
+        _bench_loop_paths(nodes, edges, roots, batch, workdir, out_json, plot, out, output,
+                          paths=tuple(x.strip() for x in paths.split(",") if x.strip()), pathway=pathway)
         return
 
     def save(res: dict) -> None:  # after every figure: a long benchmark stopped early keeps its figures
@@ -361,14 +364,19 @@ def bench_reach(
     render.report(res, "\n".join(lines), out, output)
 
 
-def _bench_loop_paths(nodes, edges, roots, batch, workdir, out_json, plot, out, output) -> None:
+def _bench_loop_paths(nodes, edges, roots, batch, workdir, out_json, plot, out, output, *, paths=("round", "local"),
+                      pathway=True) -> None:
     import shutil
     import tempfile
 
     from ddcli.bench_loops import bench_loop_paths, plot_loop_paths
     work = workdir or tempfile.mkdtemp(prefix="ddcli-bench-loops-")
     try:
-        res = bench_loop_paths(nodes=nodes, edges=edges, roots=roots, batch=batch, work=work, log=_bench_log())
+        bad = [x for x in paths if x not in ("round", "local")]
+        if bad:
+            raise typer.BadParameter(f"--paths: unknown loop path {bad[0]!r}: use round, local")
+        res = bench_loop_paths(nodes=nodes, edges=edges, roots=roots, batch=batch, work=work, log=_bench_log(),
+                               paths=paths, pathway=pathway)
     finally:
         if workdir is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -380,6 +388,13 @@ def _bench_loop_paths(nodes, edges, roots, batch, workdir, out_json, plot, out, 
     lines = [f"{r['sample']} {r['path']}: first run {r['first_run_s']:.1f} s, {r['updates_per_second']:,.0f} updates/s "
              f"({r['spark_jobs']} Spark jobs)" for r in res["runs"]]
     lines += [f"{s}: partition-local / round by round = {x:.2f}x" for s, x in res["local_over_round"].items()]
+    lines += [f"{r['sample']} Pathway {r['pathway']}: first run {r['first_run_s']:.1f} s, "
+              f"{r['updates_per_second']:,.0f} updates/s; same output changes as ddcli: "
+              + ", ".join(f"{k[8:]} {'yes' if v else 'NO'}" for k, v in r.items() if k.startswith("same_as_"))
+              for r in res.get("pathway_runs", [])]
+    lines += [f"{k}: ddcli / Pathway = {x:.3f}x (updates/s)" for k, x in res.get("ddcli_over_pathway", {}).items()]
+    if res.get("pathway_skipped"):
+        lines.append(res["pathway_skipped"])
     render.report(res, "\n".join(lines), out, output)
 
 
