@@ -11,8 +11,8 @@ On a cluster (any master that is not ``local…``):
 * executors run ``DDCLI_SPARK_EXECUTOR_PYTHON``, else ``PYSPARK_PYTHON``, else
   ``python3`` on their PATH (local mode: this process's interpreter); it needs pyarrow,
   numpy and pandas (pyspark itself comes from the workers' Spark);
-* ddcli's packages ``ops`` and ``storage`` are shipped as a zip (built once per content,
-  cached in the temp dir, zips of other versions deleted once unused for a day) unless ``DDCLI_SPARK_SHIP_CODE=0`` says the executors have them;
+* ddcli's packages ``ops`` and ``storage`` are shipped as a zip (ops/code_zip.py) unless
+  ``DDCLI_SPARK_SHIP_CODE=0`` says the executors have them;
 * the master must answer, and the executors run a first task that imports the shipped
   packages, within ``DDCLI_SPARK_CONNECT_TIMEOUT`` seconds (default 120): otherwise one
   :class:`SparkSetupError` line says what is missing, instead of a hang.
@@ -26,7 +26,7 @@ import shutil
 import tempfile
 import warnings
 
-from ops import class_archive
+from ops import class_archive, code_zip
 
 _LOG4J = """\
 rootLogger.level = error
@@ -158,7 +158,7 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
     if not local:
         try:
             if os.environ.get("DDCLI_SPARK_SHIP_CODE", "1") not in ("0", ""):
-                _session.sparkContext.addPyFile(code_zip())
+                _session.sparkContext.addPyFile(code_zip.code_zip())
             check_executors(_session, url, connect_timeout())
         except BaseException:
             stop_spark()
@@ -235,129 +235,13 @@ def executor_python(url: str) -> str:
             or (_python() if is_local(url) else "python3"))
 
 
-SHIPPED_PACKAGES = ("ops", "storage")
-
-
-CODE_ZIP_KEEP_SECONDS = 86400.0  # code zips no process used for a day are deleted
-_held_zips: list = []  # open files of the code zips this process uses (shared locks, kept to the end)
-
-
-def code_zip() -> str:
-    """A zip of ddcli's packages the executors import (``ops``, ``storage``: their ``.py``
-    files), named by the hash of its content and built once into a cache folder of the
-    temp dir; returns its path.
-
-    Executors fetch the zip from the driver while it runs, so a process holds a shared
-    ``flock`` on its zip for its whole life and marks it used (mtime). Other zips of the
-    folder (older versions of the code) are deleted once unused for
-    ``CODE_ZIP_KEEP_SECONDS`` and not locked by any process (:func:`_remove_stale_zips`).
-    """
-    import hashlib
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    files = []
-    for pkg in SHIPPED_PACKAGES:
-        for folder, dirs, names in os.walk(os.path.join(root, pkg)):
-            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-            files += [os.path.join(folder, n) for n in sorted(names) if n.endswith(".py")]
-    digest = hashlib.sha256()
-    contents = []
-    for path in files:
-        with open(path, "rb") as fh:
-            data = fh.read()
-        rel = os.path.relpath(path, root)
-        digest.update(rel.encode() + b"\0" + len(data).to_bytes(8, "big") + data)
-        contents.append((rel, data))
-    cache = os.path.join(tempfile.gettempdir(), f"ddcli-code-{os.getuid()}")
-    os.makedirs(cache, mode=0o700, exist_ok=True)
-    target = os.path.join(cache, f"ddcli-{digest.hexdigest()[:20]}.zip")
-    for _ in range(10):
-        if not os.path.exists(target):
-            _write_zip(cache, target, contents)
-        if _hold(target):
-            break
-    else:  # pragma: no cover - ten cleaners deleting our fresh zip in a row
-        raise OSError(f"cannot keep the code zip {target}: it keeps being deleted")
-    _remove_stale_zips(cache, keep=target)
-    return target
-
-
-def _write_zip(cache: str, target: str, contents: list[tuple[str, bytes]]) -> None:
-    import zipfile
-    fd, tmp = tempfile.mkstemp(dir=cache, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as zf:
-            for rel, data in contents:
-                info = zipfile.ZipInfo(rel, date_time=(1980, 1, 1, 0, 0, 0))
-                info.compress_type = zipfile.ZIP_DEFLATED
-                zf.writestr(info, data)
-        os.replace(tmp, target)  # same content, same name: a racing writer is harmless
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _hold(target: str) -> bool:
-    """Take a shared lock on ``target`` for the rest of this process and mark it used;
-    False when a cleaner deleted it meanwhile (then it is built again)."""
-    import fcntl
-    try:
-        fh = open(target, "rb")
-    except FileNotFoundError:
-        return False
-    fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
-    try:
-        same = os.path.samestat(os.fstat(fh.fileno()), os.stat(target))
-    except FileNotFoundError:
-        same = False
-    if not same:  # deleted (or replaced) between open and lock
-        fh.close()
-        return False
-    os.utime(target)
-    _held_zips.append(fh)
-    return True
-
-
-def _remove_stale_zips(cache: str, keep: str) -> int:
-    """Delete the code zips of ``cache`` other than ``keep`` that no process used for
-    ``CODE_ZIP_KEEP_SECONDS`` and none holds now (an exclusive lock taken without
-    waiting, then the age checked again), and temporary files of builds that died as old.
-    Returns how many files went."""
-    import fcntl
-    import time
-    removed = 0
-    for name in os.listdir(cache):
-        path = os.path.join(cache, name)
-        if path == keep or not (name.startswith("ddcli-") and name.endswith(".zip") or name.endswith(".tmp")):
-            continue
-        try:
-            if time.time() - os.stat(path).st_mtime < CODE_ZIP_KEEP_SECONDS:
-                continue
-            if name.endswith(".tmp"):
-                os.unlink(path)
-                removed += 1
-                continue
-            with open(path, "rb") as fh:
-                try:
-                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    continue  # a running process ships it
-                st = os.stat(path)
-                if os.path.samestat(st, os.fstat(fh.fileno())) and time.time() - st.st_mtime >= CODE_ZIP_KEEP_SECONDS:
-                    os.unlink(path)
-                    removed += 1
-        except OSError:
-            continue  # gone already, or not ours to delete: another day
-    return removed
-
-
 def check_executors(spark, url: str, timeout: float) -> None:
     """Run one small task on the executors that imports what ddcli's tasks import; raise
     :class:`SparkSetupError` (one line) if none ran within ``timeout`` seconds or it failed."""
     import threading
     sc = spark.sparkContext
     python = os.environ.get("PYSPARK_PYTHON", "python3")
-    needs = SHIPPED_PACKAGES + ("pyarrow", "numpy", "pandas")
+    needs = code_zip.SHIPPED_PACKAGES + ("pyarrow", "numpy", "pandas")
 
     def probe(_):  # a nested function: pickled by value, so the executors need not import ops
         import importlib

@@ -84,12 +84,23 @@ def check_cheap(trace: str, path: str, lf) -> None:
     except FileNotFoundError:
         raise CorruptionError(f"{_where(trace, path)} is missing although the newest version of the "
                               f"store refers to it; {_advice()}") from None
+    _check_size_and_footer(trace, path, lf, size, path)
+
+
+def _check_size_and_footer(trace: str, path: str, lf, size: int, footer_of: str) -> None:
+    """``path``'s size and the footer of the file holding its bytes (itself or a local copy)."""
     if size != lf.bytes:
         raise CorruptionError(f"{_where(trace, path)} has {size:,} bytes, the log recorded {lf.bytes:,}; "
                               f"{_advice()}")
-    if lf.footer_sha256 is not None and footer_sha256(path) != lf.footer_sha256:
+    if lf.footer_sha256 is not None and footer_sha256(footer_of) != lf.footer_sha256:
         raise CorruptionError(f"{_where(trace, path)}: its Parquet footer differs from the checksum "
                               f"recorded at commit; {_advice()}")
+
+
+def _check_sha(trace: str, path: str, lf, sha: str) -> None:
+    if lf.sha256 is not None and sha != lf.sha256:
+        raise CorruptionError(f"{_where(trace, path)}: its SHA-256 differs from the one recorded at commit; "
+                              f"{_advice()}")
 
 
 _verified: dict[str, tuple] = {}  # path -> (inode, size, mtime, ctime) whose hash matched
@@ -112,7 +123,8 @@ def check_read(trace: str, path: str, lf) -> str:
     if copy is not None:
         local, size, sha = copy
         try:
-            _check_copy(trace, path, lf, local, size, sha)
+            _check_size_and_footer(trace, path, lf, size, local)
+            _check_sha(trace, path, lf, sha)
         except CorruptionError:
             blobs.forget_copy(path)  # fetched again by the next read, in case it was the transfer
             raise
@@ -127,24 +139,9 @@ def check_read(trace: str, path: str, lf) -> str:
     check_cheap(trace, path, lf)
     if lf.sha256 is None:
         return path
-    if file_sha256(path) != lf.sha256:
-        raise CorruptionError(f"{_where(trace, path)}: its SHA-256 differs from the one recorded at commit; "
-                              f"{_advice()}")
+    _check_sha(trace, path, lf, file_sha256(path))
     _verified[path] = sig
     return path
-
-
-def _check_copy(trace: str, path: str, lf, local: str, size: int, sha: str) -> None:
-    """:func:`check_read` of a local copy of ``path``: size, footer and SHA-256 of its bytes."""
-    if size != lf.bytes:
-        raise CorruptionError(f"{_where(trace, path)} has {size:,} bytes, the log recorded {lf.bytes:,}; "
-                              f"{_advice()}")
-    if lf.footer_sha256 is not None and footer_sha256(local) != lf.footer_sha256:
-        raise CorruptionError(f"{_where(trace, path)}: its Parquet footer differs from the checksum "
-                              f"recorded at commit; {_advice()}")
-    if lf.sha256 is not None and sha != lf.sha256:
-        raise CorruptionError(f"{_where(trace, path)}: its SHA-256 differs from the one recorded at commit; "
-                              f"{_advice()}")
 
 
 def file_sha256(path: str) -> str:

@@ -203,9 +203,9 @@ def test_local_mode_keeps_the_driver_on_loopback_and_a_cluster_gets_a_routable_a
 def test_the_shipped_code_is_one_zip_per_content_of_ops_and_storage():
     import zipfile
 
-    from ops import session
-    path = session.code_zip()
-    assert session.code_zip() == path  # cached: same content, same file
+    from ops import code_zip
+    path = code_zip.code_zip()
+    assert code_zip.code_zip() == path  # cached: same content, same file
     with zipfile.ZipFile(path) as zf:
         names = set(zf.namelist())
     assert {"ops/__init__.py", "ops/writer.py", "storage/__init__.py", "storage/layer.py"} <= names

@@ -1,4 +1,4 @@
-"""The code zip shipped to a cluster's executors (ops/session.py, ``code_zip``): built once
+"""The code zip shipped to a cluster's executors (ops/code_zip.py): built once
 per content, and the zips of older versions deleted once no process used them for a day,
 never one a running process holds."""
 
@@ -10,9 +10,9 @@ import subprocess
 import sys
 import time
 
-from ops import session
+from ops import code_zip
 
-DAY = session.CODE_ZIP_KEEP_SECONDS
+DAY = code_zip.CODE_ZIP_KEEP_SECONDS
 
 
 def _make(path: str, age: float) -> str:
@@ -24,10 +24,10 @@ def _make(path: str, age: float) -> str:
 
 
 def test_stale_code_zips_are_deleted_but_not_the_current_a_recent_or_a_held_one(tmp_path, monkeypatch):
-    monkeypatch.setattr(session.tempfile, "gettempdir", lambda: str(tmp_path))
-    monkeypatch.setattr(session, "_held_zips", [])
+    monkeypatch.setattr(code_zip.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(code_zip, "_held_zips", [])
     cache = tmp_path / f"ddcli-code-{os.getuid()}"
-    first = session.code_zip()
+    first = code_zip.code_zip()
     assert os.path.dirname(first) == str(cache)
     os.utime(first, (time.time() - 2 * DAY,) * 2)  # the current one, unused for two days: kept
     stale = _make(str(cache / "ddcli-00000000000000000000.zip"), 2 * DAY)
@@ -41,7 +41,7 @@ def test_stale_code_zips_are_deleted_but_not_the_current_a_recent_or_a_held_one(
         "print('held', flush=True); sys.stdin.read()"), held], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        assert session.code_zip() == first
+        assert code_zip.code_zip() == first
         left = set(os.listdir(cache))
     finally:
         holder.communicate("")
@@ -49,15 +49,15 @@ def test_stale_code_zips_are_deleted_but_not_the_current_a_recent_or_a_held_one(
     assert time.time() - os.path.getmtime(first) < 60, "the current zip is marked used"
     assert not os.path.exists(stale) and not os.path.exists(dead_build)
     # released and still old: the next process deletes it
-    assert session.code_zip() == first and not os.path.exists(held)
+    assert code_zip.code_zip() == first and not os.path.exists(held)
 
 
 def test_a_process_holds_its_code_zip_so_no_cleaner_deletes_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(session.tempfile, "gettempdir", lambda: str(tmp_path))
-    monkeypatch.setattr(session, "_held_zips", [])
-    path = session.code_zip()
+    monkeypatch.setattr(code_zip.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(code_zip, "_held_zips", [])
+    path = code_zip.code_zip()
     os.utime(path, (time.time() - 2 * DAY,) * 2)
-    removed = session._remove_stale_zips(os.path.dirname(path), keep="")  # another version's cleaner
+    removed = code_zip._remove_stale_zips(os.path.dirname(path), keep="")  # another version's cleaner
     assert removed == 0 and os.path.exists(path)
     with open(path, "rb") as fh:  # the lock is what kept it
         try:
@@ -66,7 +66,7 @@ def test_a_process_holds_its_code_zip_so_no_cleaner_deletes_it(tmp_path, monkeyp
         except BlockingIOError:
             locked = True
     assert locked
-    for fh in session._held_zips:
+    for fh in code_zip._held_zips:
         fh.close()
-    session._held_zips.clear()
-    assert session._remove_stale_zips(os.path.dirname(path), keep="") == 1 and not os.path.exists(path)
+    code_zip._held_zips.clear()
+    assert code_zip._remove_stale_zips(os.path.dirname(path), keep="") == 1 and not os.path.exists(path)
