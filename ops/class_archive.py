@@ -10,8 +10,8 @@ How: the archive lives in the user's cache (``$DDCLI_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/ddcli``, else ``~/.cache/ddcli``), named by what it depends on (the Java
 runtime and the pyspark installation). When it is missing, the command's JVM writes one to
 a file of its own when it exits, and :func:`finish` renames it into place only after that
-JVM exited cleanly; concurrent first runs each write their own and the last rename wins
-(any of them is complete). A damaged or foreign archive is refused by the JVM, which then
+JVM exited cleanly; concurrent first runs each write their own, any of them is complete,
+and each install removes the others. A damaged or foreign archive is refused by the JVM, which then
 loads classes as usual: the archive can make a start faster, never a run wrong. The JVM's
 own messages about it go to its log file, not to ddcli's output. ``DDCLI_SPARK_CDS=0``
 turns it off. Local mode only: on a cluster this is the driver's affair alone, and the
@@ -29,6 +29,9 @@ import time
 # an archive a JVM wrote at its exit but nobody moved into place (its Python was killed
 # first) is removed once no JVM can still be writing it: a dump takes seconds
 STALE_SECONDS = 600
+# an archive of another Java runtime or pyspark is removed when a new one is installed,
+# once it is this old (two installations in use side by side keep theirs meanwhile)
+SUPERSEDED_DAYS = 30
 
 
 def enabled() -> bool:
@@ -123,6 +126,23 @@ def _remove_stale(folder: str) -> None:
             pass
 
 
+def _remove_superseded(final: str, stem: str) -> None:
+    """After installing ``final``: the other archives of its stem (concurrent first runs
+    each install one, under their own sizes), and archives of other stems (an older Java or
+    pyspark) not written for ``SUPERSEDED_DAYS``; each is some 180 MB. A command still
+    mapping one keeps its mapping (removing a file does not unmap it)."""
+    folder = os.path.dirname(stem)
+    for path in glob.glob(os.path.join(folder, "spark-driver-*.jsa")):
+        if path == final:
+            continue
+        try:
+            same_stem = path.startswith(stem + "-")
+            if same_stem or time.time() - os.path.getmtime(path) > SUPERSEDED_DAYS * 24 * 3600:
+                os.remove(path)
+        except OSError:
+            pass
+
+
 def finish(plan_: Plan, jvm_process, timeout: float = 120.0) -> bool:
     """After the session stopped: let the JVM exit (it writes the archive as it does) and
     move a complete archive into place. Returns whether an archive was installed."""
@@ -138,8 +158,10 @@ def finish(plan_: Plan, jvm_process, timeout: float = 120.0) -> bool:
     try:
         size = os.path.getsize(plan_.pending) if code == 0 and os.path.isfile(plan_.pending) else 0
         if size:
-            os.replace(plan_.pending, f"{plan_.path}-{size}.jsa")
+            final = f"{plan_.path}-{size}.jsa"
+            os.replace(plan_.pending, final)
             installed = True
+            _remove_superseded(final, plan_.path)
     except OSError:
         pass
     if not installed and os.path.exists(plan_.pending):

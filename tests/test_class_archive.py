@@ -82,6 +82,30 @@ def test_finish_installs_only_what_a_cleanly_exited_jvm_wrote(cache):
     assert class_archive.installed_archive(class_archive.archive_stem()).endswith("-123.jsa")
 
 
+def test_an_install_removes_the_other_archives_of_its_stem_and_long_superseded_ones(cache):
+    stem = class_archive.archive_stem()
+    os.makedirs(cache, exist_ok=True)
+    racing = f"{stem}-77.jsa"  # a concurrent first run installed its own
+    other = os.path.join(str(cache), "spark-driver-0.0.0-0123456789abcdef")
+    recent, old = f"{other}-5.jsa", f"{other}-6.jsa".replace("0123", "4567")
+    for path, size in ((racing, 77), (recent, 5), (old, 6)):
+        with open(path, "wb") as fh:
+            fh.write(b"z" * size)
+    past = time.time() - (class_archive.SUPERSEDED_DAYS + 1) * 24 * 3600
+    os.utime(old, (past, past))
+    plan = class_archive.plan()
+    assert plan.path == racing  # while one is installed, it is used
+    os.remove(racing)
+    plan = class_archive.plan()
+    with open(plan.pending, "wb") as fh:
+        fh.write(b"b" * 50)
+    with open(racing, "wb") as fh:  # another first run installs meanwhile
+        fh.write(b"z" * 77)
+    assert class_archive.finish(plan, _Exited(0))
+    left = sorted(os.path.basename(p) for p in os.listdir(cache))
+    assert left == sorted([os.path.basename(f"{stem}-50.jsa"), os.path.basename(recent)]), left
+
+
 @pytest.mark.slow
 def test_real_runs_write_the_archive_use_it_and_survive_a_damaged_one(tmp_path):
     """Three real ``ddcli run`` processes on a fresh cache: the first writes the archive as
