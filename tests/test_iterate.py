@@ -66,12 +66,25 @@ GRAPHS = samples_source("reach", "cc", "bfs")  # outputs reach, labels, distance
 REACH = open(os.path.join(SAMPLES, "reach.py")).read()
 
 
-@pytest.fixture(autouse=True, params=["round", "local"])
-def loop_path(request, monkeypatch):
+def pytest_generate_tests(metafunc):
     """Every test here on both ways a loop runs (issue 14, ``ops/loop_plan.py``): round by
-    round on the driver, and partition-local inside tasks wherever the plan allows it."""
+    round on the driver, and partition-local inside tasks wherever the plan allows it. A
+    test whose loops the plan never runs in tasks (``round_only``) would run the same code
+    twice, so it runs once."""
+    if "loop_path" in metafunc.fixturenames:
+        only = metafunc.definition.get_closest_marker("round_only")
+        metafunc.parametrize("loop_path", ["round"] if only else ["round", "local"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def loop_path(request, monkeypatch):
+    """The test's setting of ``DDCLI_LOOP_PATH``; with ``local``, some loop of the test's
+    runs must really have run in tasks (else the setting tested nothing new)."""
     monkeypatch.setenv("DDCLI_LOOP_PATH", request.param)
-    return request.param
+    Bench.paths_taken = []
+    yield request.param
+    if request.param == "local" and Bench.paths_taken:
+        assert "local" in Bench.paths_taken, f"no loop ran partition-local: {Bench.paths_taken}"
 
 
 # ------------------------------------------------------------------ plain references
@@ -210,9 +223,13 @@ class Bench:
             fh.write(textwrap.dedent(source))
         return path
 
+    # the loop paths of every run of the current test (see the ``loop_path`` fixture)
+    paths_taken: list[str] = []
+
     def run(self, path: str, **kw):
         res = run_pipeline(self.store, path, **kw)
         assert not res.nothing_to_do
+        Bench.paths_taken += [s["path"] for s in res.steps if s["step"] == "loop_path"]
         return res
 
     def inputs_at(self, t) -> dict[str, Counter]:
@@ -477,6 +494,7 @@ def digital_roots_ref(inputs) -> dict:
     return {"digital_roots": dict(out)}
 
 
+@pytest.mark.round_only  # a loop holding another loop runs round by round (ops/loop_plan.py)
 @pytest.mark.parametrize("batch_times", [None, 1], ids=["one_batch", "a_batch_per_time"])
 def test_a_nested_loop_computes_digital_roots_by_an_inner_digit_sum_loop(spark, tmp_path, batch_times):
     bench = Bench(tmp_path)
