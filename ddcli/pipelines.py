@@ -443,5 +443,6 @@ def bench_reduce(
     if "one_key" in res:
         o = res["one_key"]
         lines.append(f"one key, {o['updates']:,} updates at {o['times']:,} times: {o['run_s']:.1f} s, "
-                     f"peak {o['peak_memory_bytes'] / 2**30:.2f} GiB")
+                     f"peak {o['peak_memory_bytes'] / 2**30:.2f} GiB, DuckDB {o['duckdb_s']:.2f} s, "
+                     f"equal to it at {min(o['checked_points'].values()):,} times")
     render.report(res, "\n".join(lines), out, output)

@@ -19,6 +19,7 @@ reduce each share of a key's rows to its first k records over time, then reduce 
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +31,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from ops import reduce_kernel as rk
 from ops.arrangement import Arrangement
 from ops.context import EvalContext
+from ops.python_stage import python_stage
 from ops.reduce_summary import old_summary, summarisable
 from ops.session import partitions
 from storage.lattice import time_columns
@@ -124,20 +126,23 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
             yield from out.select(out_arrow.names).cast(out_arrow).to_batches()
 
     if lookup_files is None and two_stage(ctx, reducer):
-        out = _split_keys(both, full_key, values, in_schema, reducer, out_arrow, parts, kernel)
+        source, last = _split_keys(both, full_key, values, in_schema, reducer, out_arrow, parts, kernel,
+                                   ctx.delta_rows or 0)
     else:
         # one partition holds every key: no shuffle needed to bring a key's updates together
-        both = both.coalesce(1) if parts == 1 else both.repartition(parts, *full_key)
-        out = both.mapInArrow(kernel, from_arrow_schema(out_arrow))
+        source, last = (both.coalesce(1) if parts == 1 else both.repartition(parts, *full_key)), kernel
     cols = list(key) + [f.name for f in reducer.output_schema(values_schema)]
-    return out.select(*cols, *ctx.tail())
+    # the writer may run in the same Python stage (ops/python_stage.py); the kernel's
+    # output is consolidated per task (rk.reduce_delta), so the writer only sorts it
+    return python_stage(source, last, from_arrow_schema(out_arrow), cols + ctx.tail(), consolidated=True)
 
 
 def _split_keys(both: DataFrame, key: list[str], values: list[str], in_schema: pa.Schema, reducer: rk.Reducer,
-                out_arrow: pa.Schema, parts: int, kernel) -> DataFrame:
-    """The two stages of a reduce whose keys' value rows are dealt to tasks."""
+                out_arrow: pa.Schema, parts: int, kernel, rows: int) -> tuple[DataFrame, Callable]:
+    """The two stages of a reduce whose keys' value rows are dealt to tasks: the first
+    stage's frame, partitioned by key, and the function of the second."""
     if not values:  # nothing to split a key by
-        return both.repartition(parts, *key).mapInArrow(kernel, from_arrow_schema(out_arrow))
+        return both.repartition(parts, *key), kernel
     key_fields = [in_schema.field(k) for k in key]
     if isinstance(reducer, rk.ABELIAN):
         wtype = rk.partial_weight_type(reducer, pa.schema([in_schema.field(v) for v in values]))
@@ -160,9 +165,10 @@ def _split_keys(both: DataFrame, key: list[str], values: list[str], in_schema: p
 
         stage1 = both.repartition(parts, *key, *values).mapInArrow(partials, from_arrow_schema(partial_schema))
         summed = stage1.groupBy(*key, rk.SIDE, "time").agg(F.sum(rk.DW).alias(rk.DW), F.sum(rk.DN).alias(rk.DN))
-        return summed.repartition(parts, *key).mapInArrow(finish, from_arrow_schema(out_arrow))
-    # min, max, top_k: shares of each key's value rows by a hash of the values
-    salts = max(8, 4 * parts)
+        return summed.repartition(parts, *key), finish
+    # min, max, top_k: shares of each key's value rows by a hash of the values, enough of
+    # them that a share of a single hot key fits one slice of the kernel (rk.ROW_BUDGET)
+    salts = max(8, 4 * parts, 2 * rows // rk.ROW_BUDGET)
     trace_schema = pa.schema(key_fields + [pa.field(rk.SALT, pa.int64())] + [in_schema.field(v) for v in values]
                              + [pa.field("time", pa.int64()), pa.field("diff", pa.int64()), pa.field("_new", pa.bool_())])
 
@@ -175,7 +181,7 @@ def _split_keys(both: DataFrame, key: list[str], values: list[str], in_schema: p
 
     salted = both.withColumn(rk.SALT, F.pmod(F.xxhash64(*values), F.lit(salts)))
     stage1 = salted.repartition(parts, *key, rk.SALT).mapInArrow(traces, from_arrow_schema(trace_schema))
-    return stage1.drop(rk.SALT).repartition(parts, *key).mapInArrow(kernel, from_arrow_schema(out_arrow))
+    return stage1.drop(rk.SALT).repartition(parts, *key), kernel
 
 
 def _table(batches) -> pa.Table | None:

@@ -54,8 +54,9 @@ _RESERVED = {GROUP, COUNT, "diff", "_new"}
 
 #: Dense grid cells (value rows x grid points) handled at once by the grid kernel.
 CELL_BUDGET = 1 << 21
-#: Updates handled at once by the sweeps.
-ROW_BUDGET = 1 << 20
+#: Updates handled at once by the sweeps (a slice of whole keys): measured on the bench's
+#: top_k stage, 2^17 rows of a partition cost a worker ~0.25 GB where 2^20 cost ~0.5 GB.
+ROW_BUDGET = 1 << 17
 #: Bytes a dense grid cell costs the grid kernel, all its arrays together (measured).
 BYTES_PER_CELL = 120
 
@@ -157,20 +158,29 @@ def reduce_delta(
 
 def _sweep_parts(table, key, values, reducer, out_schema, result_schema, max_rows) -> list[pa.Table]:
     """Chunks of whole keys of about ``max_rows`` updates each, swept one by one."""
+    parts = []
+    for sub in key_slices(table, key, max_rows):
+        part = _sweep_chunk(sub, key, values, reducer, out_schema, result_schema)
+        if part is not None:
+            parts.append(part)
+    return parts
+
+
+def key_slices(table: pa.Table, key: list[str], max_rows: int):
+    """``table`` as slices of whole keys of about ``max_rows`` updates each (a key larger
+    than that is a slice of its own): the sweeps' arrays are sized by a slice, not by the
+    task's partition."""
+    if table.num_rows <= max_rows:
+        yield table
+        return
     kid, K = row_ids(table, key, ordered=False)
     counts = np.bincount(kid, minlength=K)
     chunk = np.r_[0, np.cumsum(counts)[:-1]] // max(int(max_rows), 1)
     kbounds = np.flatnonzero(np.r_[True, chunk[1:] != chunk[:-1], True])
     order = np.argsort(kid, kind="stable")
     row_start = np.r_[0, np.cumsum(counts)]
-    parts = []
     for k0, k1 in zip(kbounds[:-1], kbounds[1:]):
-        sel = order[row_start[k0]:row_start[k1]]
-        sub = table.take(pa.array(sel)) if len(kbounds) > 2 else table
-        part = _sweep_chunk(sub, key, values, reducer, out_schema, result_schema)
-        if part is not None:
-            parts.append(part)
-    return parts
+        yield table.take(pa.array(order[row_start[k0]:row_start[k1]]))
 
 
 def _sweep_chunk(table, key, values, reducer, out_schema, result_schema) -> pa.Table | None:
@@ -297,7 +307,8 @@ def abelian_from_partials(table: pa.Table, key: list[str], reducer, out_schema: 
     return part
 
 
-def order_traces(table: pa.Table, key: list[str], values: list[str], reducer) -> pa.Table:
+def order_traces(table: pa.Table, key: list[str], values: list[str], reducer, *,
+                 max_rows: int = ROW_BUDGET) -> pa.Table:
     """Stage one of min/max/top_k for a share of each key's value rows (``key`` includes
     the share's salt): the share's output trace of the old collection (``_new`` false)
     and the trace of the whole minus it (``_new`` true), as value rows. The first k
@@ -305,6 +316,11 @@ def order_traces(table: pa.Table, key: list[str], values: list[str], reducer) ->
     time, so stage two is the same reduce over these rows."""
     if table.num_rows == 0:
         return table
+    slices = [_order_traces_slice(sub, key, values, reducer) for sub in key_slices(table, key, max_rows)]
+    return pa.concat_tables(slices) if len(slices) > 1 else slices[0]
+
+
+def _order_traces_slice(table: pa.Table, key: list[str], values: list[str], reducer) -> pa.Table:
     s, _ = _prepare(table, key, values, advance=False)
     pair, t, diff = sw.top_k(s, reducer, reducer.k if isinstance(reducer, TopK) else 1)
     old = pair % 2 == sw.OLD

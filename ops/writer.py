@@ -16,6 +16,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from ops.linear import advance_and_sum
+from ops.python_stage import stage_of, then
 from storage.lattice import Frontier, beyond_mask, time_columns
 from storage.layer import Layer, LayerFile, consolidate, write_layer_file
 
@@ -65,6 +66,10 @@ def _write_files(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[
     the updates beyond ``upper`` go to a file of their own, marked ``pending``)."""
     data_columns = [f.name for f in schema if f.name not in set(time_columns(d)) | {"diff"}]
     tcols = time_columns(d)
+    stage = stage_of(df)
+    if stage is not None and not (partitioned or partitions == 1):
+        stage = None  # not partitioned as the output's files need: read it as any frame
+    summed = stage is not None and stage.consolidated
 
     def write_partition(batches):
         batches = list(batches)
@@ -73,7 +78,7 @@ def _write_files(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[
         table = pa.Table.from_batches(batches)
         if table.num_rows == 0:
             return
-        table = consolidate(table.select(schema.names).cast(schema), data_columns, key, d, since)
+        table = consolidate(table.select(schema.names).cast(schema), data_columns, key, d, since, presummed=summed)
         parts = [(False, table)]
         if split:
             late = beyond_mask([table.column(c).to_numpy() for c in tcols], upper)
@@ -88,6 +93,9 @@ def _write_files(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[
                                                "sha256": f.sha256, "footer_sha256": f.footer_sha256,
                                                "pending": is_pending}])
 
+    if stage is not None:
+        # a reduce's output: its kernel and this writer in one Python stage per task
+        return then(stage, write_partition, _META_SCHEMA).collect()
     part_key = key or data_columns[:1]
     if partitions == 1:
         df = df.coalesce(1)  # one file: no shuffle needed to keep a key's rows together

@@ -43,7 +43,10 @@ def test_consolidate_equals_a_fold_of_advanced_times_sorted_without_zeros(data):
     since = data.draw(st.none() | st.lists(st.tuples(*[st.integers(0, 4)] * d), max_size=3)
                       .map(lambda ts: Frontier(ts, d)))
     key = data.draw(st.sampled_from([["k"], ["v"], ["k", "v"]]))
-    out = consolidate(as_table(rows, d), ["k", "v"], key, d, since)
+    # presummed (a reduce's output, said to be consolidated) is checked, not trusted:
+    # the result is the same whether the rows really are consolidated or not
+    presummed = data.draw(st.booleans())
+    out = consolidate(as_table(rows, d), ["k", "v"], key, d, since, presummed=presummed)
 
     ref = Counter()
     for k, v, t, diff in rows:
@@ -60,6 +63,16 @@ def test_consolidate_equals_a_fold_of_advanced_times_sorted_without_zeros(data):
     order = sort_columns(["k", "v"], key, d)
     keys = [tuple(r[c] for c in order) for r in got_rows]
     assert keys == sorted(keys)
+
+
+def test_presummed_rows_that_are_not_consolidated_are_still_summed_nulls_included():
+    rows = pa.table({"k": pa.array([1, 1, 2, 2], pa.int64()), "v": pa.array([None, None, "a", "b"], pa.string()),
+                     "time": pa.array([3, 3, 0, 0], pa.int64()), "diff": pa.array([1, 1, 1, -1], pa.int64())})
+    out = consolidate(rows, ["k", "v"], ["k"], 1, presummed=True)
+    assert out.to_pylist() == [{"k": 1, "v": None, "time": 3, "diff": 2}, {"k": 2, "v": "a", "time": 0, "diff": 1},
+                               {"k": 2, "v": "b", "time": 0, "diff": -1}]
+    zero = rows.slice(2, 1).set_column(3, "diff", pa.array([0], pa.int64()))
+    assert consolidate(zero, ["k", "v"], ["k"], 1, presummed=True).num_rows == 0
 
 
 def test_sort_order_is_key_then_other_data_then_time():

@@ -606,6 +606,9 @@ def test_bench_reduce_checks_every_output_against_duckdb_and_saves_json_and_a_pl
         assert f["peak_memory_bytes"] > 0 and len(f["incremental_runs_s"]) == 1
     assert fig["hot_over_uniform"] == pytest.approx(fig["figures"]["hot"]["run_s"] / fig["figures"]["uniform"]["run_s"])
     assert fig["one_key"]["updates"] == 2000 and fig["one_key"]["run_s"] > 0
+    # the one-key outputs are checked against DuckDB too, at every time of the one key
+    assert set(fig["one_key"]["checked_points"]) == {"n", "total", "least", "top3"}
+    assert min(fig["one_key"]["checked_points"].values()) == 40
     assert_png_plot(png)
 
 
