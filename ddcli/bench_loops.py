@@ -19,7 +19,8 @@ import pyarrow as pa
 from ddcli.bench_pipelines import SlidingGraph, _write_parquet
 
 SAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample_data", "pipelines")
-OUTPUTS = {"reach": "reach", "bfs": "distances"}
+OUTPUTS = {"reach": "reach", "bfs": "distances", "cc": "labels"}
+PATHWAY_SAMPLES = ("reach", "bfs")  # the queries ddcli/bench_pathway.py replays
 
 
 def _one(sample: str, path: str, *, nodes: int, edges: int, roots: int, batch: int, warmup: int,
@@ -92,7 +93,7 @@ def bench_loop_paths(*, samples=("reach", "bfs"), paths=("round", "local"), node
             res["runs"].append(_one(sample, path, nodes=nodes, edges=edges, roots=roots, batch=batch,
                                     warmup=warmup, work=d, log=log, keep=keep))
             outputs[(sample, path)] = keep.get("ours")
-        if version is not None and keep:
+        if version is not None and keep and sample in PATHWAY_SAMPLES:
             d = os.path.join(work, f"{sample}_pathway")
             os.makedirs(d, exist_ok=True)
             pr = bench_pathway.bench_pathway(sample, keep["initial"], keep["warm"], keep["batch"], roots=roots,

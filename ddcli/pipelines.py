@@ -321,6 +321,8 @@ def bench_reach(
                              "first run time and updates/s of a run of BATCH updates.")] = False,
     paths: Annotated[str, typer.Option(help="With --loop-paths: the loop paths to measure, comma-separated (round, local).")] = "round,local",
     pathway: Annotated[bool, typer.Option(help="With --loop-paths: also replay the stream in Pathway when it is installed.")] = True,
+    samples: Annotated[str, typer.Option(help="With --loop-paths: the queries to measure, comma-separated (reach, bfs, cc; "
+                                              "Pathway replays reach and bfs).")] = "reach,bfs",
     workdir: Annotated[Optional[str], typer.Option("--dir", metavar="DIR", help="Work directory (default: a temp dir, removed).")] = None,
     out_json: Annotated[Optional[str], typer.Option("--out", metavar="FILE.json", help="Write the figures as JSON.")] = None,
     plot: Annotated[Optional[str], typer.Option("--plot", metavar="FILE.png", help="Save the latency plot as PNG.")] = None,
@@ -340,7 +342,8 @@ def bench_reach(
     from ddcli import bench_pipelines as bp
     if loop_paths:
         _bench_loop_paths(nodes, edges, roots, batch, workdir, out_json, plot, out, output,
-                          paths=tuple(x.strip() for x in paths.split(",") if x.strip()), pathway=pathway)
+                          paths=tuple(x.strip() for x in paths.split(",") if x.strip()), pathway=pathway,
+                          samples=tuple(x.strip() for x in samples.split(",") if x.strip()))
         return
 
     def save(res: dict) -> None:  # after every figure: a long benchmark stopped early keeps its figures
@@ -365,7 +368,7 @@ def bench_reach(
 
 
 def _bench_loop_paths(nodes, edges, roots, batch, workdir, out_json, plot, out, output, *, paths=("round", "local"),
-                      pathway=True) -> None:
+                      pathway=True, samples=("reach", "bfs")) -> None:
     import shutil
     import tempfile
 
@@ -375,8 +378,11 @@ def _bench_loop_paths(nodes, edges, roots, batch, workdir, out_json, plot, out, 
         bad = [x for x in paths if x not in ("round", "local")]
         if bad:
             raise typer.BadParameter(f"--paths: unknown loop path {bad[0]!r}: use round, local")
+        bad = [x for x in samples if x not in ("reach", "bfs", "cc")]
+        if bad:
+            raise typer.BadParameter(f"--samples: unknown query {bad[0]!r}: use reach, bfs, cc")
         res = bench_loop_paths(nodes=nodes, edges=edges, roots=roots, batch=batch, work=work, log=_bench_log(),
-                               paths=paths, pathway=pathway)
+                               paths=paths, pathway=pathway, samples=samples)
     finally:
         if workdir is None:
             shutil.rmtree(work, ignore_errors=True)

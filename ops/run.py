@@ -42,6 +42,7 @@ from ops.load import load_pipeline
 from ops.pipeline import Node, Pipeline, PipelineError
 from ops.progress import RunProgress, cone_of, updates
 from ops.writer import write_layer, write_sealed_and_pending
+from ops.writer_group import LayerWrite, write_layers
 from storage import faults
 from storage.lattice import Frontier, time_columns
 from storage.layer import Layer
@@ -284,6 +285,7 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     held: dict[str, Layer | None] = {}  # output -> its changes beyond the frontier, pending
     protos: dict[str, Trace] = {}
     writes: dict[str, dict] = {}  # trace -> its write step
+    grouped: dict[str, LayerWrite] = {}  # trace -> its share of the one job writing the rest
     ran = {n.id for n in runtime.ran}
     for tname, (node, is_state) in targets.items():
         schema = schemas[node.id]
@@ -312,19 +314,35 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
                       lower=loop_frontier(old_frontier, depth), upper=loop_frontier(new_frontier, depth),
                       seq=proto.next_seq, partitions=partitions(spark),
                       partitioned=one_frame and runtime.key_partitioned.get(node.id) == key)
+        if not layout["partitioned"]:  # written together below, in one job
+            grouped[tname] = LayerWrite(df, layout["directory"], layout["schema"], key, nd, layout["lower"],
+                                        layout["upper"], since if is_state else proto.effective_since(),
+                                        layout["seq"], split=not is_state, precombine=is_state and not one_frame)
+            continue
         with progress.step("write", trace=tname, state=is_state) as w:
             if is_state:
                 written[tname] = write_layer(df, since=since, precombine=not one_frame, **layout)
             else:
                 written[tname], held[tname] = write_sealed_and_pending(df, since=proto.effective_since(), **layout)
-            w["rows"] = written[tname].rows if written[tname] else 0
-            if held.get(tname):  # changes beyond the frontier, written to wait until it passes them
-                w["pending_rows"] = held[tname].rows
-            if not is_state and proto.pending:
-                w["with_earlier_pending"] = True  # not only this run's changes
-            w["operators"] = [n.describe() for n in cone_of(node, ran)]
+            _describe_write(w, tname, targets, written, held, protos, ran)
         writes[tname] = w
         _report_write(progress, w)
+    if grouped:
+        names = list(grouped)
+        with progress.step("write", trace=names[0], state=targets[names[0]][1], together=names) as w:
+            layers = write_layers(list(grouped.values()), partitions=partitions(spark))
+            for tname, (sealed, pending) in zip(names, layers):
+                written[tname] = sealed
+                if grouped[tname].split:
+                    held[tname] = pending
+        for i, tname in enumerate(names):  # one step per trace, the job and seconds on the first
+            rec = w if i == 0 else {"step": "write", "trace": tname, "state": targets[tname][1],
+                                    "seconds": w["seconds"], "jobs": 0, "together": names}
+            _describe_write(rec, tname, targets, written, held, protos, ran)
+            if i > 0:
+                progress.steps.append(rec)
+            writes[tname] = rec
+            _report_write(progress, rec)
     progress.operators(list({n.id: n for n in runtime.ran}.values()), writes,
                        lambda t: cone_of(targets[t][0], ran), _counted(p, runtime, writes))
 
@@ -402,10 +420,24 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     return result
 
 
+def _describe_write(w: dict, tname: str, targets: dict, written: dict, held: dict, protos: dict, ran: set) -> None:
+    """A write step's figures: rows written (and pending), and the operators it computed."""
+    node, is_state = targets[tname]
+    w["rows"] = written[tname].rows if written[tname] else 0
+    if held.get(tname):  # changes beyond the frontier, written to wait until it passes them
+        w["pending_rows"] = held[tname].rows
+    if not is_state and protos[tname].pending:
+        w["with_earlier_pending"] = True  # not only this run's changes
+    w["operators"] = [n.describe() for n in cone_of(node, ran)]
+
+
 def _report_write(progress: RunProgress, w: dict) -> None:
     what = " (state)" if w["state"] else ""
     ops = f"; computed {', '.join(w['operators'])}" if w["operators"] else ""
     jobs = f"{w['jobs']} Spark job{'s' if w['jobs'] != 1 else ''}"
+    together = w.get("together") or []
+    if len(together) > 1:  # one job wrote several traces
+        jobs = f"{jobs} for {len(together)} traces" if w["jobs"] else f"in the job of {together[0]}"
     pending = f" (+{w['pending_rows']:,} pending beyond the frontier)" if w.get("pending_rows") else ""
     progress(f"wrote {w['trace']}{what}: {updates(w['rows'])}{pending} in {w['seconds']:.2f} s ({jobs}){ops}")
 

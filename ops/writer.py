@@ -36,10 +36,10 @@ def write_layer(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[s
     """
     data_columns = [f.name for f in schema if f.name not in set(time_columns(d)) | {"diff"}]
     if precombine and not partitioned:
-        df = _precombined(df, data_columns, d, since)
+        df = precombined(df, data_columns, d, since)
     rows = _write_files(df, directory=directory, schema=schema, key=key, d=d, lower=lower, upper=upper,
                         since=since, partitions=partitions, partitioned=partitioned, split=False)
-    return _layer(rows, lower, upper, since, seq, seq + 1)
+    return layer_of(rows, lower, upper, since, seq, seq + 1)
 
 
 def write_sealed_and_pending(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[str], d: int,
@@ -54,8 +54,8 @@ def write_sealed_and_pending(df: DataFrame, *, directory: str, schema: pa.Schema
     """
     rows = _write_files(df, directory=directory, schema=schema, key=key, d=d, lower=lower, upper=upper,
                         since=since, partitions=partitions, partitioned=partitioned, split=True)
-    sealed = _layer([r for r in rows if not r["pending"]], lower, upper, since, seq, seq + 1)
-    pending = _layer([r for r in rows if r["pending"]], upper, upper, since, -1, -1)
+    sealed = layer_of([r for r in rows if not r["pending"]], lower, upper, since, seq, seq + 1)
+    pending = layer_of([r for r in rows if r["pending"]], upper, upper, since, -1, -1)
     return sealed, pending
 
 
@@ -65,7 +65,6 @@ def _write_files(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[
     """Each task writes its partition's files; the files' metadata comes back (``split``:
     the updates beyond ``upper`` go to a file of their own, marked ``pending``)."""
     data_columns = [f.name for f in schema if f.name not in set(time_columns(d)) | {"diff"}]
-    tcols = time_columns(d)
     stage = stage_of(df)
     if stage is not None and not (partitioned or partitions == 1):
         stage = None  # not partitioned as the output's files need: read it as any frame
@@ -76,22 +75,9 @@ def _write_files(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[
         if not batches:
             return
         table = pa.Table.from_batches(batches)
-        if table.num_rows == 0:
-            return
-        table = consolidate(table.select(schema.names).cast(schema), data_columns, key, d, since, presummed=summed)
-        parts = [(False, table)]
-        if split:
-            late = beyond_mask([table.column(c).to_numpy() for c in tcols], upper)
-            parts = [(False, table.filter(pa.array(~late))), (True, table.filter(pa.array(late)))]
-        for is_pending, part in parts:
-            if part.num_rows == 0:
-                continue
-            f = write_layer_file(part, directory, key=key, lower=upper if is_pending else lower,
-                                 upper=upper, since=since)
-            yield pa.RecordBatch.from_pylist([{"name": f.name, "rows": f.rows, "bytes": f.bytes,
-                                               "key_min": json.dumps(f.key_min), "key_max": json.dumps(f.key_max),
-                                               "sha256": f.sha256, "footer_sha256": f.footer_sha256,
-                                               "pending": is_pending}])
+        if table.num_rows:
+            yield from write_table_files(table, directory=directory, schema=schema, key=key, d=d, lower=lower,
+                                         upper=upper, since=since, split=split, presummed=summed)
 
     if stage is not None:
         # a reduce's output: its kernel and this writer in one Python stage per task
@@ -104,7 +90,31 @@ def _write_files(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[
     return df.mapInArrow(write_partition, _META_SCHEMA).collect()
 
 
-def _layer(rows: list, lower: Frontier, upper: Frontier, since: Frontier, seq_lo: int, seq_hi: int) -> Layer | None:
+def write_table_files(table: pa.Table, *, directory: str, schema: pa.Schema, key: list[str], d: int,
+                      lower: Frontier, upper: Frontier, since: Frontier, split: bool, presummed: bool = False):
+    """Inside a task: one partition's updates of a trace, consolidated, sorted and written
+    as a file (two with ``split``: the updates beyond ``upper`` in a pending one); yields
+    one metadata batch (``_META_SCHEMA``) per file. ``presummed``: the rows are consolidated
+    already (a reduce's output), so consolidation only sorts and checks them."""
+    data_columns = [f.name for f in schema if f.name not in set(time_columns(d)) | {"diff"}]
+    tcols = time_columns(d)
+    table = consolidate(table.select(schema.names).cast(schema), data_columns, key, d, since, presummed=presummed)
+    parts = [(False, table)]
+    if split:
+        late = beyond_mask([table.column(c).to_numpy() for c in tcols], upper)
+        parts = [(False, table.filter(pa.array(~late))), (True, table.filter(pa.array(late)))]
+    for is_pending, part in parts:
+        if part.num_rows == 0:
+            continue
+        f = write_layer_file(part, directory, key=key, lower=upper if is_pending else lower,
+                             upper=upper, since=since)
+        yield pa.RecordBatch.from_pylist([{"name": f.name, "rows": f.rows, "bytes": f.bytes,
+                                           "key_min": json.dumps(f.key_min), "key_max": json.dumps(f.key_max),
+                                           "sha256": f.sha256, "footer_sha256": f.footer_sha256,
+                                           "pending": is_pending}])
+
+
+def layer_of(rows: list, lower: Frontier, upper: Frontier, since: Frontier, seq_lo: int, seq_hi: int) -> Layer | None:
     if not rows:
         return None
     files = sorted((LayerFile(r["name"], r["rows"], r["bytes"], json.loads(r["key_min"]), json.loads(r["key_max"]),
@@ -114,7 +124,7 @@ def _layer(rows: list, lower: Frontier, upper: Frontier, since: Frontier, seq_lo
                  sum(f.rows for f in files), sum(f.bytes for f in files))
 
 
-def _precombined(df: DataFrame, data_columns: list[str], d: int, since: Frontier) -> DataFrame:
+def precombined(df: DataFrame, data_columns: list[str], d: int, since: Frontier) -> DataFrame:
     """Times advanced to ``since`` (as ``storage.layer.consolidate`` does), equal updates
     summed by Spark's aggregation, whose map-side partial sums run before its shuffle."""
     tcols = time_columns(d)

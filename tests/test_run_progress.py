@@ -33,7 +33,7 @@ def _ingest(store: str) -> None:
 def _check_lines(name: str, lines: list[str]) -> None:
     text = "\n".join(lines)
     if name == "join_example":
-        assert re.search(rf"^wrote revenue: \d+ updates .*in {SECONDS} \(\d+ Spark jobs?\); computed join "
+        assert re.search(rf"^wrote revenue: \d+ updates .*in {SECONDS} \(\d+ Spark jobs?(?: for \d+ traces)?\); computed join "
                          r"\(join_example\.py:13\), reduce \(join_example\.py:14\)$", text, re.M), text
         assert re.search(rf"^wrote join_example\.join_2 \(state\): \d+ updates? in {SECONDS}", text, re.M), text
         assert re.search(rf"^join \(join_example\.py:13\): \d+ updates? \(written to join_example\.join_2\); "
@@ -43,13 +43,13 @@ def _check_lines(name: str, lines: list[str]) -> None:
     elif re.search(r"^loop loop_\d+: partition-local by root \(broadcast: 1 collection, [\d,]+ rows\)$", text, re.M):
         # the default for reach (issue 14): one job runs every round inside the tasks
         assert re.search(rf"^loop loop_\d+: \d+ rounds inside tasks in {SECONDS}$", text, re.M), text
-        assert re.search(rf"^wrote reach: \d+ updates? in {SECONDS} \(1 Spark job\)$", text, re.M), text
+        assert re.search(rf"^wrote reach: \d+ updates? in {SECONDS} \(1 Spark job(?: for \d+ traces)?\)$", text, re.M), text
     else:
         rounds = re.findall(rf"^loop loop_\d+: round (\d+) \(iteration \d+\) in {SECONDS}; "
                             r"(?:\d+ updates? pending at iteration \d+|fixed point reached)$", text, re.M)
         assert rounds == [str(i) for i in range(len(rounds))] and len(rounds) >= 2, text
         assert text.count("fixed point reached") == 1, text
-        assert re.search(rf"^wrote reach: \d+ updates? in {SECONDS} \(1 Spark job\)$", text, re.M), text
+        assert re.search(rf"^wrote reach: \d+ updates? in {SECONDS} \(1 Spark job(?: for \d+ traces)?\)$", text, re.M), text
 
 
 def test_progress_figures_cost_no_spark_job(spark, spark_jobs, tmp_path):
