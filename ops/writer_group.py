@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -73,7 +74,7 @@ def write_layers(writes: list[LayerWrite], *, partitions: int) -> list[tuple[Lay
         if not batches:
             return
         table = pa.Table.from_batches(batches)
-        for tag in sorted(set(table.column(TAG).to_pylist())):
+        for tag in pc.unique(table.column(TAG)).sort().to_pylist():  # the traces this task holds
             mine = unpack_table(table, tag, specs[tag]["schema"])
             for meta in write_table_files(mine, **specs[tag]):
                 yield meta.append_column(TAG, pa.array([tag] * meta.num_rows, pa.int64()))
