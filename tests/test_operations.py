@@ -591,6 +591,17 @@ def test_bench_reach_saves_json_and_a_cdf_plot(tmp_path):
     assert_png_plot(png)
 
 
+def test_bench_reach_loop_paths_refuses_an_unknown_path_or_query_in_one_line(tmp_path, monkeypatch):
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where its work folder would be left
+    for args, said in ((["--paths", "local,fast"], "--paths: unknown loop path 'fast': use round, local"),
+                       (["--samples", "reach,pagerank"], "--samples: unknown query 'pagerank': use reach, bfs, cc")):
+        res = runner.invoke(app, ["bench", "reach", "--loop-paths", "--no-pathway", *args])
+        assert res.exit_code == 2, res.stderr
+        assert res.stderr.startswith("error: ") and said in res.stderr and res.stderr.count("\n") == 1, res.stderr
+    assert os.listdir(tmp_path) == []  # its work folder is removed
+
+
 def test_bench_reduce_checks_every_output_against_duckdb_and_saves_json_and_a_plot(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib is in the test extra: pip install -e '.[test]'")
     out, png = tmp_path / "reduce.json", tmp_path / "reduce.png"
