@@ -11,6 +11,10 @@ For a loop that ``ops/loop_plan.py`` finds partitionable by columns ``P``, a bat
    leaves' changes and the arrangements' processed updates, materialised by one local
    checkpoint; a tiny second job reads the rounds and checks convergence.
 
+A loop that no columns deal (``P`` empty) runs in one task, all its rows together, when
+they are at most :data:`ONE_TASK_ROWS`; the task refuses more (before running a round)
+and the loop then runs round by round, for this batch and the rest of the run.
+
 The processed updates are recorded in the runtime's arrangements exactly as the rounds
 of ``ops/iterate.py`` record theirs, so the state written, later batches and later runs
 (either path) see the same thing.
@@ -31,6 +35,8 @@ from ops.loop_task import Body, TaskNode, fixed_point, update_schema
 from ops.pipeline import Node, Pipeline, PipelineError
 
 BROADCAST_ROWS = 500_000  # rows (old + new) up to which an entered collection is broadcast
+ONE_TASK_ROWS = BROADCAST_ROWS  # rows (state + new) up to which a loop without partition columns runs in one task
+TOO_BIG = -1  # ``converged`` of a task that refused its rows (more than ONE_TASK_ROWS)
 STATS = 0  # the tag of the per-task statistics rows
 STATS_SCHEMA = pa.schema([("rounds", pa.int64()), ("updates", pa.int64()), ("converged", pa.int64())])
 
@@ -93,6 +99,8 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
 
     scope = loop_node.args["scope"]
     schemas, spark = runtime.schemas, ictx.spark
+    if runtime.loop_paths.get(plan.loop, {}).get("path") == "round":  # refused earlier in this run
+        return None
     body = build_body(p, loop_node, plan, schemas, runtime.arranged, ictx.d)
     if isinstance(body, str):
         report(runtime, plan, body)
@@ -129,7 +137,6 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
         with pa.ipc.new_stream(sink, table.schema) as w:
             w.write_table(table)
         bc = spark.sparkContext.broadcast(sink.getvalue().to_pybytes())
-    report(runtime, plan, "", rows)
 
     v0 = scope.variables[0]
     pfields = [schemas[v0.id].field(c) for c in plan.by]
@@ -146,12 +153,20 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
     out_wide = wide_schema(out_schemas)
 
     in_wide_tags = set(parts)
+    row_limit = ONE_TASK_ROWS if not plan.by and loop_path() != "local" else None
 
     def task(batches):
-        batches = list(batches)
-        if not batches:
+        held, n = [], 0
+        for b in batches:
+            held.append(b)
+            n += b.num_rows
+            if row_limit is not None and n > row_limit:  # refused before any round: too many for one task
+                refused = pa.table({"rounds": [0], "updates": [0], "converged": [TOO_BIG]}, schema=STATS_SCHEMA)
+                yield from pack_tables({STATS: refused}, out_wide).to_batches()
+                return
+        if not held:
             return
-        table = pa.Table.from_batches(batches).cast(in_wide)
+        table = pa.Table.from_batches(held).cast(in_wide)
         if table.num_rows == 0:
             return
         small = None
@@ -175,13 +190,19 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
             yield from wide.to_batches()
 
     packed = pack_frames(parts, {t: in_schemas[t] for t in parts}, pfields)
-    out = packed.repartition(partitions(spark), *[f"_p{j}" for j in range(len(pfields))]) \
-        .mapInArrow(task, from_arrow_schema(out_wide)).localCheckpoint(eager=True)
+    dealt = packed.repartition(partitions(spark), *[f"_p{j}" for j in range(len(pfields))]) if pfields \
+        else packed.coalesce(1)
+    out = dealt.mapInArrow(task, from_arrow_schema(out_wide)).localCheckpoint(eager=True)
     stats = unpack_frame(out, STATS, STATS_SCHEMA).agg(
         F.max("rounds").alias("rounds"), F.sum("updates").alias("updates"),
         F.min("converged").alias("converged")).collect()[0]
     if bc is not None:
         bc.unpersist()
+    if stats["converged"] == TOO_BIG:
+        report(runtime, plan, f"no columns deal it to tasks, and it holds more than {ONE_TASK_ROWS:,} rows "
+                              f"for one task ({plan.unpartitioned})")
+        return None
+    report(runtime, plan, "", rows)
     if stats["converged"] == 0:
         raise PipelineError(f"loop {scope.name} ({loop_node.where}) did not reach a fixed point within "
                             f"{body.max_rounds} rounds; raise max_rounds or check that the body converges")
@@ -214,6 +235,9 @@ def report(runtime, plan: LoopPlan, why: str, broadcast_rows: int = 0) -> None:
         what = f" (broadcast: {len(b)} collection{'s' if len(b) != 1 else ''}, {broadcast_rows:,} rows)" if b else ""
         line = f"loop {plan.loop}: partition-local by {', '.join(plan.by)}{what}"
         runtime.loop_paths[plan.loop] = {"path": "local", "by": list(plan.by), "broadcast_rows": broadcast_rows}
+        if not plan.by:
+            line = f"loop {plan.loop}: in one task, every row of it together (no columns deal it: {plan.unpartitioned})"
+            runtime.loop_paths[plan.loop]["why"] = plan.unpartitioned
     if runtime.progress is not None:
         runtime.progress.steps.append({"step": "loop_path", "loop": plan.loop, **runtime.loop_paths[plan.loop]})
         runtime.progress(line)

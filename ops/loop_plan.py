@@ -15,10 +15,15 @@ every operator of the body only ever combines rows of the same task:
 * every variable, and what it is set to, is dealt by ``P``.
 
 ``P`` is declared (``iterate(body, partition_by="root")``) or inferred by trying each
-column of the loop variable. The plan is a pure function of the pipeline graph and the
-planned schemas; a loop that does not qualify gets a reason, shown in the run's report.
-``DDCLI_LOOP_PATH=round`` turns the partition-local path off (``auto``, the default, and
-``local`` take it wherever the plan allows; ``local`` also ignores the broadcast limit).
+column of the loop variable. A loop that no columns deal (connected components: labels
+cross every partition) still runs inside a task when all its rows are few: ``P`` is
+then empty, one task holds every row (``ops/loop_local.py`` checks the size at run time,
+up to :data:`~ops.loop_local.ONE_TASK_ROWS`, and otherwise runs the loop round by round).
+
+The plan is a pure function of the pipeline graph and the planned schemas; a loop that
+does not qualify gets a reason, shown in the run's report. ``DDCLI_LOOP_PATH=round`` turns
+the partition-local path off (``auto``, the default, and ``local`` take it wherever the
+plan allows; ``local`` also ignores the broadcast and one-task limits).
 """
 
 from __future__ import annotations
@@ -48,12 +53,14 @@ def loop_path() -> str:
 class LoopPlan:
     """How a loop runs. ``by``: the partition columns (as the variables name them);
     ``placed``: node id -> the columns that carry ``P`` in that node (None: broadcast);
-    ``reason``: why the loop runs round by round (empty when partition-local)."""
+    ``reason``: why the loop runs round by round (empty when partition-local);
+    ``unpartitioned``: why no columns deal it (``by`` is then empty: one task, if small)."""
 
     loop: str
     by: list[str] = field(default_factory=list)
     placed: dict[int, tuple[str, ...] | None] = field(default_factory=dict)
     reason: str = ""
+    unpartitioned: str = ""
 
     @property
     def local(self) -> bool:
@@ -100,7 +107,12 @@ def plan_loop(p: Pipeline, loop_node: Node, schemas: dict[int, pa.Schema] | None
             plan.by, plan.placed = by, placed
             return plan
         reasons.append(f"by {', '.join(by)}: {why}")
-    plan.reason = "; ".join(reasons) if reasons else "the variable has no columns"
+    plan.unpartitioned = "; ".join(reasons) if reasons else "the variable has no columns"
+    placed, why = _place(nodes, variables, [], schemas, p)  # P empty: every row in one task
+    if why:
+        plan.reason = f"{plan.unpartitioned}; in one task: {why}"
+    else:
+        plan.placed = placed
     return plan
 
 

@@ -1,12 +1,12 @@
 """Partition-local fixed points (issue 14): which loops take the path, and that it changes nothing.
 
 Reachability and hop counts only ever combine rows of one root, with the edges broadcast,
-so their loops run inside Spark tasks; connected components spread labels across nodes
-and run round by round. On the same random streams (sliding windows with retractions,
+so their loops run inside Spark tasks, dealt by root; connected components spread labels
+across nodes, so no columns deal them: cc runs in one task while its rows are few and
+round by round beyond that. On the same random streams (sliding windows with retractions,
 many times per run, several runs, compaction between them) both paths must write the same
 output traces for reach and bfs, and both must equal breadth-first search at every time
-(cc, round by round either way, is checked against union-find on both paths by
-tests/test_iterate.py).
+(cc is checked against union-find on both paths by tests/test_iterate.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def loop_paths(result) -> list[dict]:
 
 
 @pytest.mark.parametrize("sample,local", [("reach", True), ("bfs", True), ("cc", False)])
-def test_reach_and_bfs_run_partition_local_by_root_and_cc_round_by_round(spark, tmp_path, monkeypatch, sample, local):
+def test_reach_and_bfs_run_partition_local_by_root_and_cc_in_one_task(spark, tmp_path, monkeypatch, sample, local):
     monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
     bench = Bench(tmp_path)
     path = bench.pipeline(sample, samples_source(sample))
@@ -40,11 +40,26 @@ def test_reach_and_bfs_run_partition_local_by_root_and_cc_round_by_round(spark, 
     if local:
         assert step["path"] == "local" and step["by"] == ["root"], step
         assert step["broadcast_rows"] > 0  # the edges
-    else:
-        assert step["path"] == "round", step
+    else:  # no partition columns: every row in one task
+        assert step["path"] == "local" and step["by"] == [], step
         assert "by node" in step["why"] and "by label" in step["why"], step["why"]
     out = OUTPUT[sample]
     bench.check(graphs_ref, {out: GRAPH_COLUMNS[out]})
+
+
+def test_cc_runs_round_by_round_when_its_rows_are_too_many_for_one_task(spark, tmp_path, monkeypatch):
+    import ops.loop_local
+
+    monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
+    monkeypatch.setattr(ops.loop_local, "ONE_TASK_ROWS", 10)
+    bench = Bench(tmp_path)
+    path = bench.pipeline("cc", samples_source("cc"))
+    for eu, ru, upper in sliding_window_runs(5, nodes=12, edges=20, steps=[3, 4]):
+        bench.ingest("edges", EDGES, eu, upper=upper)
+        bench.ingest("roots", ROOTS, ru, upper=upper)
+        [step] = loop_paths(run_pipeline(bench.store, path))
+        assert step["path"] == "round" and "more than 10 rows for one task" in step["why"], step
+    bench.check(graphs_ref, {"labels": GRAPH_COLUMNS["labels"]})
 
 
 def test_round_by_round_when_forced_by_the_switch(spark, tmp_path, monkeypatch):
