@@ -33,12 +33,14 @@ from ops.loop_pack import pack_frames, pack_tables, unpack_frame, unpack_table, 
 from ops.loop_plan import LoopPlan, loop_path, portable_sql
 from ops.loop_task import Body, TaskNode, fixed_point, update_schema
 from ops.pipeline import Node, Pipeline, PipelineError
+from ops.priority import check_iteration, node_priority
 
 BROADCAST_ROWS = 500_000  # rows (old + new) up to which an entered collection is broadcast
 ONE_TASK_ROWS = BROADCAST_ROWS  # rows (state + new) up to which a loop without partition columns runs in one task
 TOO_BIG = -1  # ``converged`` of a task that refused its rows (more than ONE_TASK_ROWS)
 STATS = 0  # the tag of the per-task statistics rows
-STATS_SCHEMA = pa.schema([("rounds", pa.int64()), ("updates", pa.int64()), ("converged", pa.int64())])
+STATS_SCHEMA = pa.schema([("rounds", pa.int64()), ("updates", pa.int64()), ("converged", pa.int64()),
+                          ("refused_node", pa.int64()), ("refused_iteration", pa.int64())])
 
 
 def build_body(p: Pipeline, loop_node: Node, plan: LoopPlan, schemas: dict, arranged: dict, d: int) -> Body | str:
@@ -72,6 +74,13 @@ def build_body(p: Pipeline, loop_node: Node, plan: LoopPlan, schemas: dict, arra
             t.on = list(a["on"])
         elif n.op in ("reduce", "distinct", "threshold"):
             t.key, t.reducer = reduce_spec(n, schemas[n.inputs[0].id].names)
+        elif n.op == "enter":
+            t.at_priority = node_priority(n) is not None  # its updates arrive at their iterations already
+        elif n.op == "variable" and node_priority(n) is not None:
+            sql = portable_sql(node_priority(n), schemas[n.id].names)
+            if sql is None or not pa.types.is_integer(_duck_type(sql, schemas[n.id]) or pa.null()):
+                return f"{n.describe()}: priority {node_priority(n)!r} is not one DuckDB evaluates as Spark does"
+            t.priority = sql
         nodes.append(t)
     variables = [(v.id, v.inputs[0].id, v.args["result"].id) for v in scope.variables]
     leaves = [(l.id, l.inputs[1].id) for l in p.nodes if l.op == "leave" and l.inputs[0] is loop_node]
@@ -161,7 +170,8 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
             held.append(b)
             n += b.num_rows
             if row_limit is not None and n > row_limit:  # refused before any round: too many for one task
-                refused = pa.table({"rounds": [0], "updates": [0], "converged": [TOO_BIG]}, schema=STATS_SCHEMA)
+                refused = pa.table({"rounds": [0], "updates": [0], "converged": [TOO_BIG], "refused_node": [None],
+                                    "refused_iteration": [None]}, schema=STATS_SCHEMA)
                 yield from pack_tables({STATS: refused}, out_wide).to_batches()
                 return
         if not held:
@@ -178,8 +188,9 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
             t = unpack_table(src, tag, in_schemas[tag])
             (new if kind == "new" else old)[nid] = t
         got = fixed_point(body, new, old)
-        out = {STATS: pa.table({"rounds": [got.rounds], "updates": [got.updates],
-                                "converged": [int(got.converged)]}, schema=STATS_SCHEMA)}
+        bad = got.refused or (None, None)
+        out = {STATS: pa.table({"rounds": [got.rounds], "updates": [got.updates], "converged": [int(got.converged)],
+                                "refused_node": [bad[0]], "refused_iteration": [bad[1]]}, schema=STATS_SCHEMA)}
         for (kind, nid), tag in out_tags.items():
             if kind == "leave" and nid in got.leaves:
                 out[tag] = got.leaves[nid]
@@ -195,9 +206,13 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
     out = dealt.mapInArrow(task, from_arrow_schema(out_wide)).localCheckpoint(eager=True)
     stats = unpack_frame(out, STATS, STATS_SCHEMA).agg(
         F.max("rounds").alias("rounds"), F.sum("updates").alias("updates"),
-        F.min("converged").alias("converged")).collect()[0]
+        F.min("converged").alias("converged"),
+        F.min_by("refused_node", "refused_iteration").alias("refused_node"),
+        F.min("refused_iteration").alias("refused_iteration")).collect()[0]
     if bc is not None:
         bc.unpersist()
+    if stats["refused_iteration"] is not None:  # a record's priority is null or negative
+        check_iteration(stats["refused_iteration"], scope.name, {n.id: n for n in nodes}[stats["refused_node"]])
     if stats["converged"] == TOO_BIG:
         report(runtime, plan, f"no columns deal it to tasks, and it holds more than {ONE_TASK_ROWS:,} rows "
                               f"for one task ({plan.unpartitioned})")

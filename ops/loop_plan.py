@@ -90,9 +90,6 @@ def plan_loop(p: Pipeline, loop_node: Node, schemas: dict[int, pa.Schema] | None
         if n.op not in LOCAL_OPS:
             plan.reason = f"{n.describe()} is not supported inside tasks"
             return plan
-        if n.op in ("enter", "variable") and n.args.get("priority") is not None:
-            plan.reason = f"{n.describe()} enters records at a priority"
-            return plan
         if n.id not in schemas:
             plan.reason = f"{n.describe()} has no planned schema"
             return plan

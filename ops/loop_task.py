@@ -5,7 +5,9 @@ of its partition values, plus every broadcast collection): round ``i`` pushes th
 updates pending at iteration ``i`` through the body; each stateful operator meets a new
 update with everything processed before it (its arrangement: old state from earlier runs
 and batches, then every earlier round) exactly once; what a variable's value changes by
-is fed back one iteration later; the loop stops when nothing is pending. Reduces call the
+is fed back one iteration later (a prioritized variable's at its priority if that is later);
+collections entered at a priority wait in pools until their iteration comes, as in
+``ops/iterate.py``; the loop stops when nothing is pending. Reduces call the
 engine's own kernel (``ops.reduce_kernel.reduce_delta``), joins and SQL expressions run
 in an in-process DuckDB, consolidation in pyarrow: no Python loop over rows.
 
@@ -28,6 +30,7 @@ from storage.lattice import time_columns
 
 _PLAIN = re.compile(r'^"[A-Za-z_][A-Za-z0-9_]*"$')  # portable_sql's form of a bare column
 FOLD_EVERY = 8  # chunks an arrangement collects before it is advanced and consolidated
+NULL_MARK = -(2 ** 63)  # the iteration of a record whose priority is null (as ops/priority.py marks it)
 
 
 @dataclass
@@ -45,6 +48,8 @@ class TaskNode:
     on: list[str] = field(default_factory=list)  # join keys
     key: list[str] = field(default_factory=list)  # reduce keys
     reducer: object = None
+    at_priority: bool = False  # enter: its updates come at their own iterations (enter_at)
+    priority: str | None = None  # variable: DuckDB SQL of its priority (feedback waits for it)
 
 
 @dataclass
@@ -67,6 +72,7 @@ class Outcome:
     rounds: int
     updates: int
     converged: bool
+    refused: tuple[int, int] | None = None  # (node id, iteration): a null or negative priority
 
 
 def update_schema(data: pa.Schema, d: int) -> pa.Schema:
@@ -139,6 +145,15 @@ class _Round:
             chunks = self.arr[nid] = [folded] if folded.num_rows else []
         return pa.concat_tables(chunks) if chunks else None
 
+    def delay_at(self, t: pa.Table, priority: str) -> pa.Table:
+        """Feedback of a prioritized variable: to the next iteration or to the record's
+        priority, whichever is later; a null or negative priority is marked (``ops/priority.py``)."""
+        last = _quote(self.tcols[-1])
+        p = "CAST((" + priority + ") AS BIGINT)"
+        mark = f"CASE WHEN {p} IS NULL THEN {NULL_MARK} WHEN {p} < 0 THEN {p} ELSE greatest({last} + 1, {p}) END"
+        items = [f"{mark} AS {last}" if c == self.tcols[-1] else _quote(c) for c in t.column_names]
+        return self.sql(f"SELECT {', '.join(items)} FROM t", t=t).cast(t.schema)
+
     # ---- operators: each takes and returns update tables (None: no changes)
 
     def select(self, n: TaskNode, t: pa.Table) -> pa.Table:
@@ -210,10 +225,18 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
     batch's updates entering the loop) and ``old`` (arranged node id -> its old updates)."""
     r = _Round(body, old)
     last = r.tcols[-1]
+    by_id = {n.id: n for n in body.nodes}
     pending: dict[int, pa.Table | None] = {v: None for v, _, _ in body.variables}
+    # collections entered at a priority: pools released iteration by iteration
+    pools = {n.id: _present(entered.get(n.id)) for n in body.nodes if n.op == "enter" and n.at_priority}
+    plain = any(_present(entered.get(n.id)) is not None for n in body.nodes if n.op == "enter" and not n.at_priority)
     records: dict[int, list[pa.Table]] = {n.id: [] for n in body.nodes if n.arranged and n.op != "enter"}
     collected: dict[int, list[pa.Table]] = {l: [] for l, _ in body.leaves}
-    first, rounds, updates, iteration = True, 0, 0, 0
+    first, rounds, updates = True, 0, 0
+    mins = _least_iterations(pools, last)
+    iteration = min([0] * plain + list(mins.values()) or [0])
+    if iteration < 0:
+        return _refused(mins)
     while True:
         r.iteration = iteration
         fr: dict[int, pa.Table | None] = {}
@@ -221,7 +244,14 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
             ins = [fr.get(i) for i in n.inputs]
             out = None
             if n.op == "enter":
-                out = _present(entered.get(n.id)) if first else None
+                if n.id in pools:
+                    p = pools[n.id]
+                    if p is not None:
+                        at = pc.equal(p.column(last), iteration)
+                        out = _present(p.filter(at))
+                        pools[n.id] = _present(p.filter(pc.invert(at)))
+                else:
+                    out = _present(entered.get(n.id)) if first else None
             elif n.op == "variable":
                 p = pending[n.id]
                 fb = None
@@ -264,21 +294,26 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
                                                           pc.negate(ini.column("diff")))
             change = _union([res, neg], r.schemas[v])
             if change is not None:
-                change = change.set_column(change.schema.get_field_index(last), last,
-                                           pc.add(change.column(last), 1))
+                if by_id[v].priority is None:
+                    change = change.set_column(change.schema.get_field_index(last), last,
+                                               pc.add(change.column(last), 1))
+                else:
+                    change = r.delay_at(change, by_id[v].priority)
                 updates += change.num_rows
             merged = _union([pending[v], change], r.schemas[v])
             pending[v] = None if merged is None else _present(consolidate(merged))
         for l, inner in body.leaves:
             if fr.get(inner) is not None:
                 collected[l].append(fr[inner])
-        nxt = [pc.min(p.column(last)).as_py() for p in pending.values() if p is not None]
-        if not nxt:
+        mins = _least_iterations({**pending, **pools}, last)
+        if not mins:
             break
+        if min(mins.values()) < 0:
+            return _refused(mins)
         rounds += 1
         if rounds >= body.max_rounds:
             return Outcome({}, {}, rounds, updates, False)
-        first, iteration = False, min(nxt)
+        first, iteration = False, min(mins.values())
     outer = time_columns(body.d - 1)
     leaves = {}
     for l, inner in body.leaves:
@@ -292,3 +327,15 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
     r.con.close()
     return Outcome({k: v for k, v in leaves.items() if v is not None}, {k: v for k, v in recs.items() if v is not None},
                    rounds + 1, updates, True)
+
+
+def _least_iterations(pools: dict[int, pa.Table | None], last: str) -> dict[int, int]:
+    """Node id -> the least iteration its pool holds (pools holding nothing left out)."""
+    return {k: pc.min(t.column(last)).as_py() for k, t in pools.items() if t is not None}
+
+
+def _refused(mins: dict[int, int]) -> Outcome:
+    """A pool holds a record whose priority was null or negative: the loop stops at once,
+    and the driver says which node and value (``ops.priority.check_iteration``)."""
+    nid, value = min(mins.items(), key=lambda kv: kv[1])
+    return Outcome({}, {}, 0, 0, True, refused=(nid, value))

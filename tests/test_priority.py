@@ -177,6 +177,10 @@ def test_prioritized_and_plain_versions_write_identical_output_traces(weighted_w
     # and the loops really were prioritized: records entered at iterations far apart
     loops = {s["loop"] for run in stats for s in run}
     assert loops == {"cc_prioritized", "cc", "sssp", "sssp_plain"}, loops
+    # sssp's priority (``dist``) is SQL the tasks evaluate: its whole fixed point ran inside
+    # them; cc_prioritized's (``length(bin(label))``) is not, so it ran round by round
+    paths = {s["loop"]: s.get("path", "round") for run in stats for s in run}
+    assert paths["sssp"] == "local" and paths["cc_prioritized"] == "round", paths
 
 
 # ------------------------------------------------------------------ hand-made
@@ -254,10 +258,12 @@ def pipeline(p):
 '''
 
 
+@pytest.mark.parametrize("loop_path", ["round", "local"])  # checked on the driver, or inside the tasks
 @pytest.mark.parametrize("expr, shown", [("n - 3", "-1"), ("CASE WHEN n = 2 THEN NULL ELSE n END", "null")],
                          ids=["negative", "null"])
-def test_a_null_or_negative_iteration_is_refused_naming_the_loop_and_the_value(spark, tmp_path, digest,
-                                                                                 expr, shown):
+def test_a_null_or_negative_iteration_is_refused_naming_the_loop_and_the_value(spark, tmp_path, digest, monkeypatch,
+                                                                                 expr, shown, loop_path):
+    monkeypatch.setenv("DDCLI_LOOP_PATH", loop_path)
     bench = Bench(tmp_path)
     path = bench.pipeline("bad", BAD.format(expr=expr))
     bench.ingest("seeds", SEEDS, [((1, 5), (0,), 1), ((2, 2), (0,), 1), ((3, 4), (1,), 1)], upper=(2,))
