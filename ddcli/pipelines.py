@@ -373,14 +373,14 @@ def _bench_loop_paths(nodes, edges, roots, batch, workdir, out_json, plot, out, 
     import tempfile
 
     from ddcli.bench_loops import bench_loop_paths, plot_loop_paths
+    bad = [x for x in paths if x not in ("round", "local")]
+    if bad:
+        raise typer.BadParameter(f"--paths: unknown loop path {bad[0]!r}: use round, local")
+    bad = [x for x in samples if x not in ("reach", "bfs", "cc")]
+    if bad:
+        raise typer.BadParameter(f"--samples: unknown query {bad[0]!r}: use reach, bfs, cc")
     work = workdir or tempfile.mkdtemp(prefix="ddcli-bench-loops-")
     try:
-        bad = [x for x in paths if x not in ("round", "local")]
-        if bad:
-            raise typer.BadParameter(f"--paths: unknown loop path {bad[0]!r}: use round, local")
-        bad = [x for x in samples if x not in ("reach", "bfs", "cc")]
-        if bad:
-            raise typer.BadParameter(f"--samples: unknown query {bad[0]!r}: use reach, bfs, cc")
         res = bench_loop_paths(nodes=nodes, edges=edges, roots=roots, batch=batch, work=work, log=_bench_log(),
                                paths=paths, pathway=pathway, samples=samples)
     finally:
