@@ -51,14 +51,21 @@ def _order(reducer: Reducer) -> tuple[list[str], str, int]:
     return [reducer.col], "DESC" if isinstance(reducer, Max) else "ASC", 1
 
 
-def old_summary(con, old_sql: str, key: list[str], values: list[str], schema: pa.Schema,
-                reducer: Reducer, time_col: str, at: int) -> pa.Table | None:
-    """The summary of the old updates ``old_sql`` selects (key, values, time, diff), as
-    updates at time ``at``; None when it would not be exact (read the updates whole)."""
-    k = ", ".join(quote(c) for c in key)
+def accumulate_old_rows(con, old_sql: str, key: list[str], values: list[str]) -> None:
+    """The old updates ``old_sql`` selects, accumulated per row, as the temporary table
+    ``old_rows`` of ``con`` (what :func:`old_summary` reads; the reduces of one task that
+    share a shuffle, ``ops/reduce_shared.py``, build it once for all of them)."""
     kv = ", ".join(quote(c) for c in key + values)
     con.execute(f"CREATE OR REPLACE TEMP TABLE old_rows AS SELECT {kv}, SUM(diff)::BIGINT AS m "
                 f"FROM ({old_sql}) GROUP BY ALL HAVING SUM(diff) <> 0")
+
+
+def old_summary(con, key: list[str], values: list[str], schema: pa.Schema,
+                reducer: Reducer, time_col: str, at: int) -> pa.Table | None:
+    """The summary of the accumulated old rows (``old_rows``, :func:`accumulate_old_rows`),
+    as updates at time ``at``; None when it would not be exact (read the updates whole)."""
+    k = ", ".join(quote(c) for c in key)
+    kv = ", ".join(quote(c) for c in key + values)
     bad = ["m < 0"]
     if not isinstance(reducer, (Count, Sum)):
         cols, _, _ = _order(reducer)
@@ -83,8 +90,18 @@ def old_summary(con, old_sql: str, key: list[str], values: list[str], schema: pa
         order = [f"{quote(c)} {direction}" for c in cols]
         if isinstance(reducer, TopK):  # ties broken by the other value columns, ascending
             order += [f"{quote(c)} ASC NULLS LAST" for c in values if c not in cols]
+        # every row counts at least once (m > 0), so the first `limit` records lie among
+        # the rows whose first order column reaches the key's `limit`-th value of it: the
+        # window below sorts those few candidates, not the key's every row
+        first, best = quote(cols[0]), "max" if direction == "DESC" else "min"
+        reach = ">=" if direction == "DESC" else "<="
+        bounds = f"SELECT {k}, list_{'min' if direction == 'DESC' else 'max'}({best}({first}, {int(limit)})) AS _bound " \
+                 f"FROM old_rows GROUP BY {k}"
+        same_key = " AND ".join(f"o.{quote(c)} IS NOT DISTINCT FROM b.{quote(c)}" for c in key)  # null keys too
+        candidates = f"SELECT o.* FROM old_rows o JOIN ({bounds}) b ON {same_key} WHERE o.{first} {reach} b._bound"
         before = f"SUM(m) OVER (PARTITION BY {k} ORDER BY {', '.join(order)} ROWS UNBOUNDED PRECEDING) - m"
-        sql = f"SELECT {kv}, m AS diff FROM (SELECT *, {before} AS before FROM old_rows) WHERE before < {int(limit)}"
+        sql = (f"SELECT {kv}, m AS diff FROM (SELECT *, {before} AS before FROM ({candidates})) "
+               f"WHERE before < {int(limit)}")
     table = con.sql(sql).to_arrow_table()
     n = table.num_rows
     table = table.append_column(time_col, pa.array(np.full(n, at, np.int64)))
