@@ -30,14 +30,17 @@ class PythonStage:
     fn: Callable[[Batches], Batches]  # what the stage computes, batch by batch
     columns: list[str]  # the columns of the stage's frame (a subset of ``fn``'s output)
     consolidated: bool = False  # no two rows of a task share (data, time), no diff is 0
+    shared: object = None  # equal for stages whose sources are the same shuffle (ops/writer_shared.py)
 
 
 def python_stage(source: DataFrame, fn: Callable[[Batches], Batches], schema, columns: list[str], *,
-                 consolidated: bool = False) -> DataFrame:
+                 consolidated: bool = False, shared: object = None) -> DataFrame:
     """``source.mapInArrow(fn, schema)`` keeping ``columns``, with its stage remembered
-    (``consolidated``: what each task yields is consolidated, so a writer need only sort)."""
+    (``consolidated``: what each task yields is consolidated, so a writer need only sort;
+    ``shared``: a token equal for stages whose ``source`` is the same shuffle of the same
+    input, so that one job may run them all)."""
     frame = source.mapInArrow(fn, schema).select(*columns)
-    setattr(frame, _ATTRIBUTE, PythonStage(source, fn, list(columns), consolidated))
+    setattr(frame, _ATTRIBUTE, PythonStage(source, fn, list(columns), consolidated, shared))
     return frame
 
 

@@ -51,14 +51,27 @@ def _order(reducer: Reducer) -> tuple[list[str], str, int]:
     return [reducer.col], "DESC" if isinstance(reducer, Max) else "ASC", 1
 
 
-def old_summary(con, old_sql: str, key: list[str], values: list[str], schema: pa.Schema,
-                reducer: Reducer, time_col: str, at: int) -> pa.Table | None:
-    """The summary of the old updates ``old_sql`` selects (key, values, time, diff), as
-    updates at time ``at``; None when it would not be exact (read the updates whole)."""
-    k = ", ".join(quote(c) for c in key)
+def accumulate_old_rows(con, old_sql: str, key: list[str], values: list[str]) -> None:
+    """The old updates ``old_sql`` selects, accumulated per row, as the temporary table
+    ``old_rows`` of ``con`` (what :func:`old_summary` reads; the reduces of one task that
+    share a shuffle, ``ops/reduce_shared.py``, build it once for all of them)."""
     kv = ", ".join(quote(c) for c in key + values)
+    if con.sql(f"SELECT min(diff) > 0 FROM ({old_sql})").fetchall()[0][0]:
+        # every stored update inserts (an append-only table): every row's sum is positive,
+        # so the updates stand for their rows as they are (a row may appear several times)
+        # and the hash aggregation of the keys' whole history (most of the cost) is skipped
+        con.execute(f"CREATE OR REPLACE TEMP TABLE old_rows AS SELECT {kv}, diff::BIGINT AS m FROM ({old_sql})")
+        return
     con.execute(f"CREATE OR REPLACE TEMP TABLE old_rows AS SELECT {kv}, SUM(diff)::BIGINT AS m "
                 f"FROM ({old_sql}) GROUP BY ALL HAVING SUM(diff) <> 0")
+
+
+def old_summary(con, key: list[str], values: list[str], schema: pa.Schema,
+                reducer: Reducer, time_col: str, at: int) -> pa.Table | None:
+    """The summary of the accumulated old rows (``old_rows``, :func:`accumulate_old_rows`),
+    as updates at time ``at``; None when it would not be exact (read the updates whole)."""
+    k = ", ".join(quote(c) for c in key)
+    kv = ", ".join(quote(c) for c in key + values)
     bad = ["m < 0"]
     if not isinstance(reducer, (Count, Sum)):
         cols, _, _ = _order(reducer)
@@ -83,8 +96,20 @@ def old_summary(con, old_sql: str, key: list[str], values: list[str], schema: pa
         order = [f"{quote(c)} {direction}" for c in cols]
         if isinstance(reducer, TopK):  # ties broken by the other value columns, ascending
             order += [f"{quote(c)} ASC NULLS LAST" for c in values if c not in cols]
+        # every row (or update of it) counts at least once (m > 0), so the first `limit`
+        # records lie among the rows whose first order column reaches the key's `limit`-th
+        # value of it: the window below sorts those few candidates, not the key's every row
+        first, best = quote(cols[0]), "max" if direction == "DESC" else "min"
+        reach = ">=" if direction == "DESC" else "<="
+        bounds = f"SELECT {k}, list_{'min' if direction == 'DESC' else 'max'}({best}({first}, {int(limit)})) AS _bound " \
+                 f"FROM old_rows GROUP BY {k}"
+        same_key = " AND ".join(f"o.{quote(c)} IS NOT DISTINCT FROM b.{quote(c)}" for c in key)  # null keys too
+        okv = ", ".join(f"o.{quote(c)}" for c in key + values)  # a row's updates summed (see accumulate_old_rows)
+        candidates = (f"SELECT {okv}, SUM(o.m)::BIGINT AS m FROM old_rows o JOIN ({bounds}) b ON {same_key} "
+                      f"WHERE o.{first} {reach} b._bound GROUP BY ALL")
         before = f"SUM(m) OVER (PARTITION BY {k} ORDER BY {', '.join(order)} ROWS UNBOUNDED PRECEDING) - m"
-        sql = f"SELECT {kv}, m AS diff FROM (SELECT *, {before} AS before FROM old_rows) WHERE before < {int(limit)}"
+        sql = (f"SELECT {kv}, m AS diff FROM (SELECT *, {before} AS before FROM ({candidates})) "
+               f"WHERE before < {int(limit)}")
     table = con.sql(sql).to_arrow_table()
     n = table.num_rows
     table = table.append_column(time_col, pa.array(np.full(n, at, np.int64)))

@@ -41,6 +41,7 @@ from ops.linear import union_coalesced
 from ops.load import load_pipeline
 from ops.pipeline import Node, Pipeline, PipelineError
 from ops.progress import RunProgress, cone_of, updates
+from ops.reduce_shared import shared_token, write_shared
 from ops.writer import write_layer, write_sealed_and_pending
 from ops.writer_group import LayerWrite, write_layers
 from storage import faults
@@ -286,6 +287,7 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     protos: dict[str, Trace] = {}
     writes: dict[str, dict] = {}  # trace -> its write step
     grouped: dict[str, LayerWrite] = {}  # trace -> its share of the one job writing the rest
+    shared: dict[object, dict[str, LayerWrite]] = {}  # reduces' outputs by the shuffle they share
     ran = {n.id for n in runtime.ran}
     for tname, (node, is_state) in targets.items():
         schema = schemas[node.id]
@@ -319,6 +321,12 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
                                         layout["upper"], since if is_state else proto.effective_since(),
                                         layout["seq"], split=not is_state, precombine=is_state and not one_frame)
             continue
+        token = None if is_state else shared_token(df)
+        if token is not None:  # a reduce's output: others may share its shuffle (ops/reduce_shared.py)
+            shared.setdefault(token, {})[tname] = LayerWrite(df, layout["directory"], layout["schema"], key, nd,
+                                                             layout["lower"], layout["upper"],
+                                                             proto.effective_since(), layout["seq"], split=True)
+            continue
         with progress.step("write", trace=tname, state=is_state) as w:
             if is_state:
                 written[tname] = write_layer(df, since=since, precombine=not one_frame, **layout)
@@ -327,13 +335,16 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
             _describe_write(w, tname, targets, written, held, protos, ran)
         writes[tname] = w
         _report_write(progress, w)
+    together = [(shared_writes, write_shared) for shared_writes in shared.values()]  # one job per shuffle
     if grouped:
-        names = list(grouped)
+        together.append((grouped, lambda ws: write_layers(ws, partitions=partitions(spark))))
+    for group, write_all in together:
+        names = list(group)
         with progress.step("write", trace=names[0], state=targets[names[0]][1], together=names) as w:
-            layers = write_layers(list(grouped.values()), partitions=partitions(spark))
+            layers = write_all(list(group.values()))
             for tname, (sealed, pending) in zip(names, layers):
                 written[tname] = sealed
-                if grouped[tname].split:
+                if group[tname].split:
                     held[tname] = pending
         for i, tname in enumerate(names):  # one step per trace, the job and seconds on the first
             rec = w if i == 0 else {"step": "write", "trace": tname, "state": targets[tname][1],

@@ -127,3 +127,49 @@ def test_where_a_summary_would_not_be_exact_the_old_updates_are_read_whole(tmp_p
         if applies and (name not in order_cols or (case.startswith("a NaN") and order_cols[name] != "f")):
             continue  # the null or NaN is not in this reducer's order column: the summary may be taken
         assert summary_rows == full_rows, f"{case}: {name} summarised the old updates"
+
+
+def test_the_reduces_of_one_task_read_and_accumulate_the_old_rows_once(tmp_path, monkeypatch):
+    """The reduces sharing a shuffle (ops/reduce_shared.py) look up the same keys in the same
+    files: the first accumulates their old rows, the others reuse them, with the same
+    output changes as a lookup of their own; other keys or files are read afresh."""
+    import ops.reduce
+    calls = []
+    real = ops.reduce.accumulate_old_rows
+    monkeypatch.setattr(ops.reduce, "accumulate_old_rows", lambda *a: calls.append(a[2]) or real(*a))
+    monkeypatch.setattr(ops.reduce._OldLookup, "last", None)
+    rng = random.Random(5)
+    files = old_layers(tmp_path, rng, keys=6, n=1500, tmax=50)
+    new = new_updates(rng, [0, 2, 3, 9], 60, 50, 80)
+    shared = {name: outputs(new, files, r, summary=True) for name, r in REDUCERS.items()}
+    assert len(calls) == 1, calls
+    for name, r in REDUCERS.items():  # each alone: a fresh lookup every time
+        monkeypatch.setattr(ops.reduce._OldLookup, "last", None)
+        assert outputs(new, files, r, summary=True) == shared[name], name
+    assert len(calls) == 1 + len(REDUCERS)
+    other = new_updates(rng, [1, 4], 20, 50, 80)  # other touched keys: not the cached rows
+    summarised, summary_rows = outputs(other, files, REDUCERS["count"], summary=True)
+    assert summarised == outputs(other, files, REDUCERS["count"], summary=False)[0] and summary_rows == 2
+    assert len(calls) == 2 + len(REDUCERS)
+
+
+@pytest.mark.parametrize("name", sorted(REDUCERS))
+def test_an_append_only_history_is_summarised_without_summing_it_per_row(tmp_path, name):
+    """Old updates that only insert, the same row several times at several times (diffs 1
+    and 2), with ties: the summary, taken from the updates as they are, gives the same
+    output changes as the old updates read whole."""
+    rng = random.Random(17)
+    rows = []
+    for _ in range(400):
+        r = _row(rng, rng.randrange(4))
+        for _ in range(rng.choice((1, 1, 2, 3))):  # the same row inserted again later
+            rows.append({**r, "time": rng.randrange(50), "diff": rng.choice((1, 2))})
+    files = []
+    for i, part in enumerate((rows[::2], rows[1::2])):
+        files.append(str(tmp_path / f"append{i}.parquet"))
+        pq.write_table(pa.Table.from_pylist(part, SCHEMA).sort_by("k"), files[-1])
+    new = new_updates(rng, [0, 1, 7], 40, 50, 80)
+    full, full_rows = outputs(new, files, REDUCERS[name], summary=False)
+    summarised, summary_rows = outputs(new, files, REDUCERS[name], summary=True)
+    assert full and summarised == full
+    assert full_rows > 300 and summary_rows <= 3 * 2, (full_rows, summary_rows)
