@@ -11,6 +11,8 @@ Which kernel computes it depends on the reducer and the time dimension:
   (distinct, threshold), abelian (count, sum, count_distinct) or order (min, max, top_k)
   -- cost O(updates · log) per key plus the output changes, for any number of distinct
   value rows and times;
+* ``d >= 2``, keys whose updates all share their last time coordinate (most keys of a
+  loop round): one dimension lower, by ``ops.reduce_flat``;
 * otherwise (user reducers, ``d >= 2``): the grid kernel of ``ops.reduce_grid``.
   ``Distinct`` and ``Threshold`` look at one value row at a time, so for ``d >= 2`` they
   run on the grid of each (key, value row) rather than of each key.
