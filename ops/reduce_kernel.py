@@ -11,6 +11,8 @@ Which kernel computes it depends on the reducer and the time dimension:
   (distinct, threshold), abelian (count, sum, count_distinct) or order (min, max, top_k)
   -- cost O(updates · log) per key plus the output changes, for any number of distinct
   value rows and times;
+* ``d >= 2``, keys whose updates all share their last time coordinate (most keys of a
+  loop round): one dimension lower, by ``ops.reduce_flat``;
 * otherwise (user reducers, ``d >= 2``): the grid kernel of ``ops.reduce_grid``.
   ``Distinct`` and ``Threshold`` look at one value row at a time, so for ``d >= 2`` they
   run on the grid of each (key, value row) rather than of each key.
@@ -27,6 +29,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
+from ops import reduce_flat as rf
 from ops import reduce_lattice as lattice
 from ops import reduce_sweep as sw
 from ops.reduce_grid import KeyTooLarge, grid_delta
@@ -127,6 +130,27 @@ def reduce_delta(
     if table.num_rows == 0:
         return empty_table(result_schema)
 
+    flat_parts = []
+    if d >= 2:  # keys with few distinct last coordinates (a loop round's): one dimension lower
+        slabs, table = rf.split(table, key, d)
+        if slabs is not None:
+            low = reduce_delta(slabs, key + list(rf.slab_key(d)), values, d - 1, reducer, max_cells=max_cells,
+                               max_rows=max_rows, limit_bytes=limit_bytes)
+            flat_parts = [rf.lift(low, key, d, result_schema)] if low.num_rows else []
+    parts = [] if table is None else _dispatch(table, key, values, d, reducer, out_schema, result_schema,
+                                               max_cells, max_rows, limit_bytes)
+    parts = [*flat_parts, *parts]
+    if not parts:
+        return empty_table(result_schema)
+    out = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+    try:
+        return out.sort_by([(c, "ascending") for c in key + out_schema.names + tcols])
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+        return out  # unsortable column types: consolidated, just not ordered
+
+
+def _dispatch(table, key, values, d, reducer, out_schema, result_schema, max_cells, max_rows, limit_bytes):
+    """The kernel for ``reducer`` at ``d``: unsorted parts of the result."""
     limit = (memory_budget() if limit_bytes is None else limit_bytes) // BYTES_PER_CELL
     if d == 1 and isinstance(reducer, SWEEPABLE):
         parts = _sweep_parts(table, key, values, reducer, out_schema, result_schema, max_rows)
@@ -144,13 +168,7 @@ def reduce_delta(
     else:  # user reducers (and sums of floats): the whole collection at every grid point
         parts = grid_delta(table, key, values, d, reducer, out_schema, result_schema, max_cells,
                            None if isinstance(reducer, Sum) else limit)
-    if not parts:
-        return empty_table(result_schema)
-    out = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-    try:
-        return out.sort_by([(c, "ascending") for c in key + out_schema.names + tcols])
-    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
-        return out  # unsortable column types: consolidated, just not ordered
+    return parts
 
 
 # ------------------------------------------------------------------ one-dimensional sweeps

@@ -413,3 +413,44 @@ def test_insertions_only_top_k_drops_rows_but_not_answers():
     keep = sw._ever_first_k(np.zeros(n, np.int64), np.sort(np.asarray(table.column("time"))), np.arange(n) * 2,
                             np.ones(n, np.int64), np.ones(n, bool), np.argsort(np.argsort(-kv, kind="stable")), 3, 2)
     assert 0 < keep.sum() < n // 10
+
+
+def loop_round_rows(rng: random.Random, d: int, tmax: int):
+    """A loop round's shape: most keys have every update at one last coordinate (their own
+    iteration), a few also hold updates at other iterations; many outer times, retractions."""
+    rows = []
+    for k in range(6):
+        key = (k, rng.choice(["p", "q"]))
+        it = rng.randint(0, tmax)
+        mixed = k % 3 == 0
+        vals = [(rng.randrange(-2, 4), rng.choice(["a", "b", None]), rng.choice([0.5, -2.0, None]))
+                for _ in range(rng.randint(1, 3))]
+        for _ in range(rng.randint(1, 8)):
+            last = rng.randint(0, tmax) if mixed and rng.random() < 0.4 else it
+            outer = tuple(rng.randint(0, tmax + 2) for _ in range(d - 1))
+            rows.append((key, rng.choice(vals), outer + (last,), rng.choice([1, 1, 2, -1, -1]), rng.random() < 0.5))
+        if rng.random() < 0.5:  # a retraction cancelling an earlier update of the key exactly
+            kk, v, t, df, nw = rng.choice([r for r in rows if r[0] == key])
+            rows.append((kk, v, t, -df, rng.random() < 0.5))
+    return rows
+
+
+@pytest.mark.parametrize("max_slabs", [0, 1, 8])
+@pytest.mark.parametrize("d", [2, 3])
+@pytest.mark.parametrize("name", ["distinct", "threshold", "count", "sum_int", "min", "topk", "perkey"])
+def test_keys_with_few_last_coordinates_match_the_reference(name, d, max_slabs, monkeypatch):
+    """Keys with at most MAX_SLABS distinct last time coordinates are reduced one dimension
+    lower, slab by slab (ops/reduce_flat.py), the others by the grid: 0 sends every key to
+    the grid, 1 only the flat keys to the slabs, 8 (the default) all of these."""
+    import ops.reduce_flat
+
+    monkeypatch.setattr(ops.reduce_flat, "MAX_SLABS", max_slabs)
+    make, plain = REDUCERS[name]
+    rng = random.Random(f"flat-{name}-{d}")
+    for _ in range({2: 12, 3: 4}[d]):
+        rows = loop_round_rows(rng, d, 2)
+        table = make_table(rows, KEYS, VALUES, d, KTYPES, VTYPES)
+        reducer = make()
+        out = reduce_delta(table, KEYS, VALUES, d, reducer)
+        check_shape(out, table, d, reducer)
+        check_accumulation(rows, out, d, plain)
