@@ -249,6 +249,7 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
     mins = _least_iterations(pools, last)
     iteration = min([0] * plain + list(mins.values()) or [0])
     if iteration < 0:
+        r.con.close()
         return _refused(mins)
     while True:
         r.iteration = iteration
@@ -322,9 +323,11 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
         if not mins:
             break
         if min(mins.values()) < 0:
+            r.con.close()
             return _refused(mins)
         rounds += 1
         if rounds >= body.max_rounds:
+            r.con.close()
             return Outcome({}, {}, rounds, updates, False)
         first, iteration = False, min(mins.values())
     outer = time_columns(body.d - 1)

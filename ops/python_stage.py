@@ -30,7 +30,7 @@ class PythonStage:
     fn: Callable[[Batches], Batches]  # what the stage computes, batch by batch
     columns: list[str]  # the columns of the stage's frame (a subset of ``fn``'s output)
     consolidated: bool = False  # no two rows of a task share (data, time), no diff is 0
-    shared: object = None  # equal for stages whose sources are the same shuffle (ops/writer_shared.py)
+    shared: object = None  # equal for stages whose sources are the same shuffle (ops/reduce_shared.py)
 
 
 def python_stage(source: DataFrame, fn: Callable[[Batches], Batches], schema, columns: list[str], *,

@@ -19,7 +19,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from ops.python_stage import PythonStage, stage_of
-from ops.writer import _META_SCHEMA, layer_of, write_table_files
+from ops.writer import META_SCHEMA, layer_of, write_table_files
 from ops.writer_group import LayerWrite
 from storage.layer import Layer
 
@@ -71,7 +71,7 @@ def write_shared(writes: list[LayerWrite]) -> list[tuple[Layer | None, Layer | N
             for meta in write_table_files(table, presummed=summed, **spec):
                 yield meta.append_column(_TAG, pa.array([tag] * meta.num_rows, pa.int64()))
 
-    rows = stages[0].source.mapInArrow(run_all, _META_SCHEMA + f", {_TAG} long").collect()
+    rows = stages[0].source.mapInArrow(run_all, META_SCHEMA + f", {_TAG} long").collect()
     out = []
     for tag, w in enumerate(writes, start=1):
         mine = [r for r in rows if r[_TAG] == tag]

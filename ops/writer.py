@@ -20,8 +20,10 @@ from ops.python_stage import stage_of, then
 from storage.lattice import Frontier, beyond_mask, time_columns
 from storage.layer import Layer, LayerFile, consolidate, write_layer_file
 
-_META_SCHEMA = ("name string, rows long, bytes long, key_min string, key_max string, "
-                "sha256 string, footer_sha256 string, pending boolean")
+#: the metadata row a task yields per layer file it wrote (the writers of ops/writer_group.py and
+#: ops/reduce_shared.py yield it too)
+META_SCHEMA = ("name string, rows long, bytes long, key_min string, key_max string, "
+               "sha256 string, footer_sha256 string, pending boolean")
 
 
 def write_layer(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[str], d: int,
@@ -81,20 +83,20 @@ def _write_files(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[
 
     if stage is not None:
         # a reduce's output: its kernel and this writer in one Python stage per task
-        return then(stage, write_partition, _META_SCHEMA).collect()
+        return then(stage, write_partition, META_SCHEMA).collect()
     part_key = key or data_columns[:1]
     if partitions == 1:
         df = df.coalesce(1)  # one file: no shuffle needed to keep a key's rows together
     elif not partitioned:
         df = df.repartition(partitions, *part_key)
-    return df.mapInArrow(write_partition, _META_SCHEMA).collect()
+    return df.mapInArrow(write_partition, META_SCHEMA).collect()
 
 
 def write_table_files(table: pa.Table, *, directory: str, schema: pa.Schema, key: list[str], d: int,
                       lower: Frontier, upper: Frontier, since: Frontier, split: bool, presummed: bool = False):
     """Inside a task: one partition's updates of a trace, consolidated, sorted and written
     as a file (two with ``split``: the updates beyond ``upper`` in a pending one); yields
-    one metadata batch (``_META_SCHEMA``) per file. ``presummed``: the rows are consolidated
+    one metadata batch (``META_SCHEMA``) per file. ``presummed``: the rows are consolidated
     already (a reduce's output), so consolidation only sorts and checks them."""
     data_columns = [f.name for f in schema if f.name not in set(time_columns(d)) | {"diff"}]
     tcols = time_columns(d)

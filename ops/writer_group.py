@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from ops.loop_pack import TAG, pack_frames, unpack_table
-from ops.writer import (_META_SCHEMA, layer_of, precombined, write_layer, write_sealed_and_pending,
+from ops.writer import (META_SCHEMA, layer_of, precombined, write_layer, write_sealed_and_pending,
                         write_table_files)
 from storage.lattice import Frontier, time_columns
 from storage.layer import Layer
@@ -81,7 +81,7 @@ def write_layers(writes: list[LayerWrite], *, partitions: int) -> list[tuple[Lay
 
     wide = pack_frames(parts, schemas, [pa.field("h", pa.int32())])
     wide = wide.coalesce(1) if partitions == 1 else wide.repartition(partitions, "_p0")
-    rows = wide.mapInArrow(write_partition, _META_SCHEMA + f", {TAG} long").collect()
+    rows = wide.mapInArrow(write_partition, META_SCHEMA + f", {TAG} long").collect()
     out = []
     for tag, w in enumerate(writes, start=1):
         mine = [r for r in rows if r[TAG] == tag]
