@@ -11,8 +11,9 @@ Which kernel computes it depends on the reducer and the time dimension:
   (distinct, threshold), abelian (count, sum, count_distinct) or order (min, max, top_k)
   -- cost O(updates · log) per key plus the output changes, for any number of distinct
   value rows and times;
-* ``d >= 2``, keys whose updates all share their last time coordinate (most keys of a
-  loop round): one dimension lower, by ``ops.reduce_flat``;
+* ``d >= 2``: a key's slabs of equal last coordinate, from its first new update on, one
+  dimension lower (``ops.reduce_flat``), when they cost less than its grid -- always for
+  a key with one such slab (most keys of a loop round);
 * otherwise (user reducers, ``d >= 2``): the grid kernel of ``ops.reduce_grid``.
   ``Distinct`` and ``Threshold`` look at one value row at a time, so for ``d >= 2`` they
   run on the grid of each (key, value row) rather than of each key.
@@ -131,12 +132,14 @@ def reduce_delta(
         return empty_table(result_schema)
 
     flat_parts = []
-    if d >= 2:  # keys with few distinct last coordinates (a loop round's): one dimension lower
-        slabs, table = rf.split(table, key, d)
-        if slabs is not None:
-            low = reduce_delta(slabs, key + list(rf.slab_key(d)), values, d - 1, reducer, max_cells=max_cells,
-                               max_rows=max_rows, limit_bytes=limit_bytes)
-            flat_parts = [rf.lift(low, key, d, result_schema)] if low.num_rows else []
+    if d >= 2:  # keys whose slabs cost less than their grid: one dimension lower
+        chunks, table = rf.split(table, key, d, grid_cells=_grid_cells(reducer, values, d))
+        if chunks is not None:
+            lows = [reduce_delta(c, key + list(rf.slab_key(d)), values, d - 1, reducer, max_cells=max_cells,
+                                 max_rows=max_rows, limit_bytes=limit_bytes) for c in chunks]
+            lows = [t for t in lows if t.num_rows]
+            if lows:
+                flat_parts = [rf.lift(pa.concat_tables(lows) if len(lows) > 1 else lows[0], key, d, result_schema)]
     parts = [] if table is None else _dispatch(table, key, values, d, reducer, out_schema, result_schema,
                                                max_cells, max_rows, limit_bytes)
     parts = [*flat_parts, *parts]
@@ -147,6 +150,29 @@ def reduce_delta(
         return out.sort_by([(c, "ascending") for c in key + out_schema.names + tcols])
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
         return out  # unsortable column types: consolidated, just not ordered
+
+
+def _grid_cells(reducer: Reducer, values: list[str], d: int):
+    """The grid kernel's dense cells per key, as ``_dispatch`` would run it: the grid of
+    each (key, value row) for the reducers that look at one row at a time (or, abelian,
+    at a row's presence), ``value rows x grid points`` for the others."""
+    per_row = isinstance(reducer, (Distinct, Threshold, Count, Sum, CountDistinct))
+
+    def cells(table: pa.Table, kid: np.ndarray, K: int) -> np.ndarray:
+        kv, P = row_ids(table, values, base=kid, ordered=False)
+        unit, U = (kv, P) if per_row else (kid, K)
+        size = np.ones(U, np.float64)
+        for c in time_columns(d):
+            pairs = np.unique(np.stack([unit, np_int(table.column(c))]), axis=1)
+            size *= np.bincount(pairs[0], minlength=U)
+        if per_row:
+            unit_key = np.zeros(P, np.int64)
+            unit_key[kv] = kid
+            return np.bincount(unit_key, weights=size, minlength=K)
+        rows = np.bincount(kid[np.unique(kv, return_index=True)[1]], minlength=K)
+        return size * rows
+
+    return cells
 
 
 def _dispatch(table, key, values, d, reducer, out_schema, result_schema, max_cells, max_rows, limit_bytes):

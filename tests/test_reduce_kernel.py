@@ -435,16 +435,25 @@ def loop_round_rows(rng: random.Random, d: int, tmax: int):
     return rows
 
 
-@pytest.mark.parametrize("max_slabs", [0, 1, 8])
+SLAB_CHOICES = {  # (MAX_SLABS, SLAB_ROW_COST, COPY_BUDGET)
+    "grid": (0, float("inf"), 1 << 20),  # every key to the grid
+    "flat": (1, float("inf"), 1 << 20),  # keys with one slab to compute, the others to the grid
+    "costed": (1, 8, 1 << 20),  # the default: the others by cost
+    "slabs": (0, 0, 5),  # every key to the slabs, copied a few rows at a time
+}
+
+
+@pytest.mark.parametrize("choice", sorted(SLAB_CHOICES))
 @pytest.mark.parametrize("d", [2, 3])
 @pytest.mark.parametrize("name", ["distinct", "threshold", "count", "sum_int", "min", "topk", "perkey"])
-def test_keys_with_few_last_coordinates_match_the_reference(name, d, max_slabs, monkeypatch):
-    """Keys with at most MAX_SLABS distinct last time coordinates are reduced one dimension
-    lower, slab by slab (ops/reduce_flat.py), the others by the grid: 0 sends every key to
-    the grid, 1 only the flat keys to the slabs, 8 (the default) all of these."""
+def test_keys_cut_into_slabs_match_the_reference(name, d, choice, monkeypatch):
+    """Keys whose slabs of equal last coordinate cost less than their grid are reduced one
+    dimension lower (ops/reduce_flat.py), the others by the grid: each choice, forced,
+    gives the exact answer on loop-round-shaped inputs."""
     import ops.reduce_flat
 
-    monkeypatch.setattr(ops.reduce_flat, "MAX_SLABS", max_slabs)
+    for name_, value in zip(("MAX_SLABS", "SLAB_ROW_COST", "COPY_BUDGET"), SLAB_CHOICES[choice]):
+        monkeypatch.setattr(ops.reduce_flat, name_, value)
     make, plain = REDUCERS[name]
     rng = random.Random(f"flat-{name}-{d}")
     for _ in range({2: 12, 3: 4}[d]):
@@ -454,3 +463,68 @@ def test_keys_with_few_last_coordinates_match_the_reference(name, d, max_slabs, 
         out = reduce_delta(table, KEYS, VALUES, d, reducer)
         check_shape(out, table, d, reducer)
         check_accumulation(rows, out, d, plain)
+
+
+def hot_rows(rng: random.Random, d: int, tmax: int):
+    """Two keys with many distinct value rows each, changing at many times of a d >= 2
+    grid (every coordinate), old updates and new ones at any time, retractions."""
+    rows = []
+    for k in range(2):
+        key = (k, "p")
+        vals = [(rng.randrange(-5, 6), rng.choice(["a", "b", "c", None]), rng.choice([0.5, -2.0, None]))
+                for _ in range(12)]
+        for _ in range(40):
+            t = tuple(rng.randint(0, tmax) for _ in range(d))
+            rows.append((key, rng.choice(vals), t, rng.choice([1, 1, 2, -1]), rng.random() < 0.3))
+        for kk, v, t, df, nw in rng.sample([r for r in rows if r[0] == key], 6):  # exact retractions
+            rows.append((kk, v, tuple(rng.randint(x, tmax) for x in t), -df, rng.random() < 0.3))
+    return rows
+
+
+@pytest.mark.parametrize("choice", ["grid", "costed", "slabs"])
+@pytest.mark.parametrize("name", ["min", "max_str", "topk", "distinct", "count_distinct", "sum_int", "perkey"])
+def test_hot_keys_at_d2_match_the_reference(name, choice, monkeypatch):
+    """Few keys, many distinct value rows, many distinct times in both coordinates: the
+    slabs (only those at or beyond a key's first new update) and the grid agree with the
+    reference at every time."""
+    import ops.reduce_flat
+
+    for name_, value in zip(("MAX_SLABS", "SLAB_ROW_COST", "COPY_BUDGET"), SLAB_CHOICES[choice]):
+        monkeypatch.setattr(ops.reduce_flat, name_, value)
+    make, plain = REDUCERS[name]
+    rng = random.Random(f"hot-{name}")
+    for _ in range(3):
+        rows = hot_rows(rng, 2, 7)
+        table = make_table(rows, KEYS, VALUES, 2, KTYPES, VTYPES)
+        reducer = make()
+        out = reduce_delta(table, KEYS, VALUES, 2, reducer)
+        check_shape(out, table, 2, reducer)
+        check_accumulation(rows, out, 2, plain)
+
+
+def test_only_slabs_from_the_first_new_update_are_copied(monkeypatch):
+    """A key whose new updates all sit at its last slab copies its rows once, however many
+    old slabs lie below: the cost follows the slabs that can change."""
+    import ops.reduce_flat as rf
+
+    copies = []
+    real = rf._chunks
+
+    def counting(*args, **kw):
+        for part in real(*args, **kw):
+            copies.append(part.num_rows)
+            yield part
+
+    monkeypatch.setattr(rf, "_chunks", counting)
+    n = 2000
+    rng = np.random.default_rng(3)
+    last = rng.integers(0, 50, n)
+    last[-5:] = 60
+    table = pa.table({"k": np.zeros(n, np.int64), "v": rng.integers(0, 300, n), "time_0": rng.integers(0, 40, n),
+                      "time_1": last, "diff": np.ones(n, np.int64), "_new": np.arange(n) >= n - 5})
+    out = reduce_delta(table, ["k"], ["v"], 2, Min("v"))
+    assert sum(copies) == n  # one slab: every row once, not 51 slabs of them
+    # the same answer from the grid
+    monkeypatch.setattr(rf, "MAX_SLABS", 0)
+    monkeypatch.setattr(rf, "SLAB_ROW_COST", float("inf"))
+    assert reduce_delta(table, ["k"], ["v"], 2, Min("v")).equals(out)
