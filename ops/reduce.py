@@ -31,6 +31,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from ops import reduce_kernel as rk
 from ops.arrangement import Arrangement
 from ops.context import EvalContext
+from ops.old_lookup import OldLookup
 from ops.python_stage import python_stage
 from ops.reduce_shared import SharedShuffle
 from ops.reduce_summary import accumulate_old_rows, old_summary, summarisable
@@ -44,8 +45,8 @@ def _with_old_updates(new: pa.Table, files: list[str], key: list[str], values: l
     with ``summary`` (a reducer that has one, ``ops/reduce_summary.py``) and insertions
     only, a summary of them instead."""
     from ops.arrangement import keyed_read_sql
-    keys = new.select(key).group_by(key, use_threads=False).aggregate([])  # in a stable order: see _OldLookup
-    look = _OldLookup.of(files, keys, key, values)
+    keys = new.select(key).group_by(key, use_threads=False).aggregate([])  # in a stable order: see OldLookup
+    look = OldLookup.of(files, keys, key, values)
     sql, old = keyed_read_sql(files, keys, key), None
     time_col = time_columns(1)[0]
     if summary is not None and pc.min(new.column("diff")).as_py() > 0:
@@ -60,32 +61,6 @@ def _with_old_updates(new: pa.Table, files: list[str], key: list[str], values: l
     names = [c for c in new.column_names if c != "_new"]
     old = old.select(names).append_column("_new", pa.array(np.zeros(old.num_rows, bool)))
     return pa.concat_tables([new, old.select(new.column_names).cast(new.schema)])
-
-
-class _OldLookup:
-    """A DuckDB connection over the stored files with a task's touched keys registered,
-    and whether it holds their accumulated old rows (``old_rows``). A Python worker keeps
-    the last one: the reduces of one task that share a shuffle (``ops/reduce_shared.py``)
-    look up the same keys in the same immutable files, so the rows are read and
-    accumulated once for all of them rather than once per reduce."""
-
-    last: "_OldLookup | None" = None
-
-    def __init__(self, files: list[str], keys: pa.Table, key: list[str], values: list[str]):
-        from storage.blob import duckdb_connect
-        self.what, self.keys, self.accumulated = (tuple(files), tuple(key), tuple(values)), keys, False
-        self.con = duckdb_connect(files)  # the files may be on an object store
-        self.con.register("touched_keys", keys)
-
-    @classmethod
-    def of(cls, files: list[str], keys: pa.Table, key: list[str], values: list[str]) -> "_OldLookup":
-        last = cls.last
-        if last is not None and last.what == (tuple(files), tuple(key), tuple(values)) and last.keys.equals(keys):
-            return last
-        if last is not None:
-            last.con.close()
-        cls.last = cls(files, keys, key, values)
-        return cls.last
 
 
 #: New updates from which a one-dimensional reduce splits keys among tasks (two stages).
@@ -147,7 +122,10 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
         if table.num_rows == 0:
             return
         if lookup_files is not None:
-            table = _with_old_updates(table, lookup_files, full_key, values, summary)
+            try:
+                table = _with_old_updates(table, lookup_files, full_key, values, summary)
+            finally:
+                OldLookup.task_ended()
         out = rk.reduce_delta(table, full_key, values, d, reducer)
         if out.num_rows:
             yield from out.select(out_arrow.names).cast(out_arrow).to_batches()

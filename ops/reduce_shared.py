@@ -18,6 +18,7 @@ from __future__ import annotations
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
+from ops.old_lookup import OldLookup
 from ops.python_stage import PythonStage, stage_of
 from ops.writer import META_SCHEMA, layer_of, write_table_files
 from ops.writer_group import LayerWrite
@@ -60,16 +61,17 @@ def write_shared(writes: list[LayerWrite]) -> list[tuple[Layer | None, Layer | N
         batches = list(batches)  # the task's input, held once for every reduce
         if not batches:
             return
-        for tag, (fn, columns, summed, spec) in enumerate(specs, start=1):
-            out = [b.select(columns) for b in fn(iter(batches))]
-            if not out:
-                continue
-            table = pa.Table.from_batches(out)
-            del out
-            if table.num_rows == 0:
-                continue
-            for meta in write_table_files(table, presummed=summed, **spec):
-                yield meta.append_column(_TAG, pa.array([tag] * meta.num_rows, pa.int64()))
+        with OldLookup.shared():  # the reduces look up the same keys: their old rows are read once
+            for tag, (fn, columns, summed, spec) in enumerate(specs, start=1):
+                out = [b.select(columns) for b in fn(iter(batches))]
+                if not out:
+                    continue
+                table = pa.Table.from_batches(out)
+                del out
+                if table.num_rows == 0:
+                    continue
+                for meta in write_table_files(table, presummed=summed, **spec):
+                    yield meta.append_column(_TAG, pa.array([tag] * meta.num_rows, pa.int64()))
 
     rows = stages[0].source.mapInArrow(run_all, META_SCHEMA + f", {_TAG} long").collect()
     out = []

@@ -56,14 +56,18 @@ def accumulate_old_rows(con, old_sql: str, key: list[str], values: list[str]) ->
     ``old_rows`` of ``con`` (what :func:`old_summary` reads; the reduces of one task that
     share a shuffle, ``ops/reduce_shared.py``, build it once for all of them)."""
     kv = ", ".join(quote(c) for c in key + values)
-    if con.sql(f"SELECT min(diff) > 0 FROM ({old_sql})").fetchall()[0][0]:
+    # the stored files are read once: into memory, then looked at there
+    con.execute(f"CREATE OR REPLACE TEMP TABLE old_raw AS SELECT {kv}, diff::BIGINT AS m FROM ({old_sql})")
+    con.execute("DROP TABLE IF EXISTS old_rows")
+    if con.sql("SELECT coalesce(min(m) > 0, true) FROM old_raw").fetchall()[0][0]:
         # every stored update inserts (an append-only table): every row's sum is positive,
         # so the updates stand for their rows as they are (a row may appear several times)
         # and the hash aggregation of the keys' whole history (most of the cost) is skipped
-        con.execute(f"CREATE OR REPLACE TEMP TABLE old_rows AS SELECT {kv}, diff::BIGINT AS m FROM ({old_sql})")
+        con.execute("ALTER TABLE old_raw RENAME TO old_rows")
         return
-    con.execute(f"CREATE OR REPLACE TEMP TABLE old_rows AS SELECT {kv}, SUM(diff)::BIGINT AS m "
-                f"FROM ({old_sql}) GROUP BY ALL HAVING SUM(diff) <> 0")
+    con.execute(f"CREATE TEMP TABLE old_rows AS SELECT {kv}, SUM(m)::BIGINT AS m "
+                f"FROM old_raw GROUP BY ALL HAVING SUM(m) <> 0")
+    con.execute("DROP TABLE old_raw")
 
 
 def old_summary(con, key: list[str], values: list[str], schema: pa.Schema,

@@ -133,18 +133,19 @@ def test_the_reduces_of_one_task_read_and_accumulate_the_old_rows_once(tmp_path,
     """The reduces sharing a shuffle (ops/reduce_shared.py) look up the same keys in the same
     files: the first accumulates their old rows, the others reuse them, with the same
     output changes as a lookup of their own; other keys or files are read afresh."""
+    import ops.old_lookup
     import ops.reduce
     calls = []
     real = ops.reduce.accumulate_old_rows
     monkeypatch.setattr(ops.reduce, "accumulate_old_rows", lambda *a: calls.append(a[2]) or real(*a))
-    monkeypatch.setattr(ops.reduce._OldLookup, "last", None)
+    monkeypatch.setattr(ops.old_lookup.OldLookup, "last", None)
     rng = random.Random(5)
     files = old_layers(tmp_path, rng, keys=6, n=1500, tmax=50)
     new = new_updates(rng, [0, 2, 3, 9], 60, 50, 80)
     shared = {name: outputs(new, files, r, summary=True) for name, r in REDUCERS.items()}
     assert len(calls) == 1, calls
     for name, r in REDUCERS.items():  # each alone: a fresh lookup every time
-        monkeypatch.setattr(ops.reduce._OldLookup, "last", None)
+        monkeypatch.setattr(ops.old_lookup.OldLookup, "last", None)
         assert outputs(new, files, r, summary=True) == shared[name], name
     assert len(calls) == 1 + len(REDUCERS)
     other = new_updates(rng, [1, 4], 20, 50, 80)  # other touched keys: not the cached rows
@@ -173,3 +174,27 @@ def test_an_append_only_history_is_summarised_without_summing_it_per_row(tmp_pat
     summarised, summary_rows = outputs(new, files, REDUCERS[name], summary=True)
     assert full and summarised == full
     assert full_rows > 300 and summary_rows <= 3 * 2, (full_rows, summary_rows)
+
+
+def test_a_task_releases_its_lookup_when_it_ends(tmp_path, monkeypatch):
+    """A worker keeps a task's lookup (and the old rows it holds) only while reduces of the
+    same task may reuse it: a reduce's own task releases it at its end, a shared task at
+    the end of its last reduce."""
+    from ops.old_lookup import OldLookup
+    monkeypatch.setattr(OldLookup, "last", None)
+    rng = random.Random(9)
+    files = old_layers(tmp_path, rng, keys=4, n=300, tmax=20)
+    new = new_updates(rng, [0, 1], 10, 20, 30)
+    with OldLookup.shared():
+        first = outputs(new, files, REDUCERS["count"], summary=True)
+        OldLookup.task_ended()  # a reduce of the shared task ends: the next one reuses the rows
+        kept = OldLookup.last
+        assert kept is not None
+        assert outputs(new, files, REDUCERS["count"], summary=True) == first and OldLookup.last is kept
+    assert OldLookup.last is None
+    with pytest.raises(Exception):
+        kept.con.sql("SELECT 1").fetchall()  # closed: its memory is given back
+    outputs(new, files, REDUCERS["count"], summary=True)
+    assert OldLookup.last is not None
+    OldLookup.task_ended()
+    assert OldLookup.last is None
