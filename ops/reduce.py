@@ -10,10 +10,11 @@ its keys' old updates itself — or, when its new updates only insert, a summary
 (``ops/reduce_summary.py``), so that a few insertions into a hot key do not cost its
 history; with a single partition nothing is shuffled at all.
 
-A big run of a one-dimensional reduce (``two_stage``) splits every key's value rows among
-tasks instead, so a hot key never lands whole in one task: count, sum and count_distinct
-sum per-task partials per (key, time) (one more shuffle, of partials); min, max and top_k
-reduce each share of a key's rows to its first k records over time, then reduce those.
+A big run of a reduce (``two_stage``) splits every key's value rows among tasks instead,
+so a hot key never lands whole in one task: count, sum and count_distinct sum per-task
+partials per (key, time) (one more shuffle, of partials; for ``d >= 2`` the synthetic rows
+of ``ops/reduce_lattice.py``); min, max and top_k reduce each share of a key's rows to its
+first k records over time, then reduce those.
 """
 
 from __future__ import annotations
@@ -70,13 +71,15 @@ def _with_old_updates(new: pa.Table, files: list[str], key: list[str], values: l
 SPLIT_ROWS = 1 << 20
 
 
-def two_stage(ctx: EvalContext, reducer: rk.Reducer) -> bool:
-    """Split keys among tasks: one-dimensional times outside loops, a built-in reducer
-    that composes over shares of value rows, and a run big enough for a key to be hot
+def two_stage(ctx: EvalContext, reducer: rk.Reducer, df: DataFrame, key: list[str]) -> bool:
+    """Split keys among tasks: outside loops, a built-in reducer that composes over
+    shares of value rows (``rk.splits``), and a run big enough for a key to be hot
     (``DDCLI_REDUCE_SPLIT_ROWS`` overrides the threshold; 0 splits every run)."""
     limit = int(os.environ.get("DDCLI_REDUCE_SPLIT_ROWS", SPLIT_ROWS))
-    return (ctx.d == 1 and not ctx.extra and isinstance(reducer, rk.ABELIAN + rk.ORDER)
-            and (ctx.delta_rows or 0) >= limit)
+    if ctx.extra or (ctx.delta_rows or 0) < limit:
+        return False
+    values = [c for c in ctx.data_columns(df) if c not in key]
+    return rk.splits(reducer, ctx.d, to_arrow_schema(df.select(*values).schema))
 
 
 def output_arrow_schema(key_schema: pa.Schema, out_schema: pa.Schema, d: int) -> pa.Schema:
@@ -131,9 +134,9 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
             yield from out.select(out_arrow.names).cast(out_arrow).to_batches()
 
     shared = None
-    if lookup_files is None and two_stage(ctx, reducer):
+    if lookup_files is None and two_stage(ctx, reducer, df_new, key):
         source, last = _split_keys(both, full_key, values, in_schema, reducer, out_arrow, parts, kernel,
-                                   ctx.delta_rows or 0)
+                                   ctx.delta_rows or 0, d)
     else:
         # one partition holds every key: no shuffle needed to bring a key's updates together
         source, last = (both.coalesce(1) if parts == 1 else both.repartition(parts, *full_key)), kernel
@@ -147,12 +150,37 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
 
 
 def _split_keys(both: DataFrame, key: list[str], values: list[str], in_schema: pa.Schema, reducer: rk.Reducer,
-                out_arrow: pa.Schema, parts: int, kernel, rows: int) -> tuple[DataFrame, Callable]:
+                out_arrow: pa.Schema, parts: int, kernel, rows: int, d: int) -> tuple[DataFrame, Callable]:
     """The two stages of a reduce whose keys' value rows are dealt to tasks: the first
     stage's frame, partitioned by key, and the function of the second."""
     if not values:  # nothing to split a key by
         return both.repartition(parts, *key), kernel
     key_fields = [in_schema.field(k) for k in key]
+    tcols = time_columns(d)
+    time_fields = [pa.field(c, pa.int64()) for c in tcols]
+    out_schema = pa.schema(list(out_arrow)[len(key):-1 - d])
+    if isinstance(reducer, rk.ABELIAN) and d >= 2:
+        # per share: synthetic rows (weight updates, presence changes), summed per key and time
+        syn_schema = pa.schema(key_fields + time_fields + [pa.field("diff", pa.int64()), pa.field("_new", pa.bool_()),
+                                                           pa.field(rk.CHANNEL, pa.int64())])
+
+        def synthetic(batches):
+            table = _table(batches)
+            syn = None if table is None else rk.abelian_synthetic(table, key, values, d, reducer)
+            if syn is not None:
+                yield from syn.select(syn_schema.names).cast(syn_schema).to_batches()
+
+        def from_synthetic(batches):
+            table = _table(batches)
+            if table is not None:
+                out = rk.abelian_from_synthetic(table, key, d, reducer, out_schema)
+                if out.num_rows:
+                    yield from out.select(out_arrow.names).cast(out_arrow).to_batches()
+
+        stage1 = both.repartition(parts, *key, *values).mapInArrow(synthetic, from_arrow_schema(syn_schema))
+        summed = stage1.groupBy(*key, *tcols, "_new", rk.CHANNEL).agg(F.sum("diff").alias("diff")) \
+            .where(F.col("diff") != 0)
+        return summed.repartition(parts, *key), from_synthetic
     if isinstance(reducer, rk.ABELIAN):
         wtype = rk.partial_weight_type(reducer, pa.schema([in_schema.field(v) for v in values]))
         partial_schema = pa.schema(key_fields + [pa.field(rk.SIDE, pa.int64()), pa.field("time", pa.int64()),
@@ -162,8 +190,6 @@ def _split_keys(both: DataFrame, key: list[str], values: list[str], in_schema: p
             table = _table(batches)
             if table is not None:
                 yield from rk.abelian_partials(table, key, values, reducer).cast(partial_schema).to_batches()
-
-        out_schema = pa.schema(list(out_arrow)[len(key):-2])
 
         def finish(batches):
             table = _table(batches)
@@ -179,12 +205,12 @@ def _split_keys(both: DataFrame, key: list[str], values: list[str], in_schema: p
     # them that a share of a single hot key fits one slice of the kernel (rk.ROW_BUDGET)
     salts = max(8, 4 * parts, 2 * rows // rk.ROW_BUDGET)
     trace_schema = pa.schema(key_fields + [pa.field(rk.SALT, pa.int64())] + [in_schema.field(v) for v in values]
-                             + [pa.field("time", pa.int64()), pa.field("diff", pa.int64()), pa.field("_new", pa.bool_())])
+                             + time_fields + [pa.field("diff", pa.int64()), pa.field("_new", pa.bool_())])
 
     def traces(batches):
         table = _table(batches)
         if table is not None:
-            out = rk.order_traces(table, key + [rk.SALT], values, reducer)
+            out = rk.order_traces(table, key + [rk.SALT], values, reducer, d=d)
             if out.num_rows:
                 yield from out.select(trace_schema.names).cast(trace_schema).to_batches()
 

@@ -162,9 +162,12 @@ def _grid_cells(reducer: Reducer, values: list[str], d: int):
         kv, P = row_ids(table, values, base=kid, ordered=False)
         unit, U = (kv, P) if per_row else (kid, K)
         size = np.ones(U, np.float64)
-        for c in time_columns(d):
-            pairs = np.unique(np.stack([unit, np_int(table.column(c))]), axis=1)
-            size *= np.bincount(pairs[0], minlength=U)
+        for c in time_columns(d):  # distinct coordinates per unit
+            t = np_int(table.column(c))
+            o = lex_order([unit, t])
+            u, ts = unit[o], t[o]
+            first = np.r_[True, (u[1:] != u[:-1]) | (ts[1:] != ts[:-1])] if len(o) else np.zeros(0, bool)
+            size *= np.bincount(u[first], minlength=U)
         if per_row:
             unit_key = np.zeros(P, np.int64)
             unit_key[kv] = kid
@@ -301,6 +304,7 @@ def _assemble(table, key, key_rep, okey, t, out, diff, out_schema, result_schema
 # (rows hashed to tasks), the second the first's small results for whole keys.
 
 SIDE, DW, DN, SALT = "_side", "_dw", "_dn", "_salt"
+CHANNEL = lattice.CHANNEL
 ABELIAN = (Count, Sum, CountDistinct)
 ORDER = (Min, Max, TopK)
 
@@ -351,7 +355,31 @@ def abelian_from_partials(table: pa.Table, key: list[str], reducer, out_schema: 
     return part
 
 
-def order_traces(table: pa.Table, key: list[str], values: list[str], reducer, *,
+def splits(reducer: Reducer, d: int, values_schema: pa.Schema) -> bool:
+    """Whether a key's value rows can be dealt to tasks for ``reducer`` (two stages); for
+    ``d >= 2`` an abelian reducer's weight must be an integer (the synthetic rows'
+    ``diff``)."""
+    if isinstance(reducer, ORDER) or (d == 1 and isinstance(reducer, ABELIAN)):
+        return True
+    if isinstance(reducer, Sum):
+        return reducer.output_schema(values_schema).field(reducer.name).type == pa.int64()
+    return isinstance(reducer, (Count, CountDistinct))
+
+
+def abelian_synthetic(table: pa.Table, key: list[str], values: list[str], d: int, reducer) -> pa.Table | None:
+    """Stage one of count/sum/count_distinct for ``d >= 2``: the synthetic rows of the
+    share of each key's value rows this task holds (``ops/reduce_lattice.py``); stage two
+    sums them per (key, time, side, channel) and reduces them with
+    :func:`abelian_from_synthetic`."""
+    return lattice.abelian_synthetic(table, key, values, d, reducer, CELL_BUDGET)
+
+
+def abelian_from_synthetic(table: pa.Table, key: list[str], d: int, reducer, out_schema: pa.Schema) -> pa.Table:
+    """Stage two for ``d >= 2``: the summed synthetic rows of whole keys into output changes."""
+    return reduce_delta(table, key, [lattice.CHANNEL], d, lattice.scalar_of(reducer, out_schema))
+
+
+def order_traces(table: pa.Table, key: list[str], values: list[str], reducer, *, d: int = 1,
                  max_rows: int = ROW_BUDGET) -> pa.Table:
     """Stage one of min/max/top_k for a share of each key's value rows (``key`` includes
     the share's salt): the share's output trace of the old collection (``_new`` false)
@@ -360,6 +388,16 @@ def order_traces(table: pa.Table, key: list[str], values: list[str], reducer, *,
     time, so stage two is the same reduce over these rows."""
     if table.num_rows == 0:
         return table
+    if d >= 2:  # the reduce itself, keeping whole value rows, on both collections
+        full = lattice.full_rows(reducer)
+        new = np.asarray(table.column("_new").to_numpy(zero_copy_only=False), dtype=bool)
+        old_rows = table.filter(pa.array(~new))
+        flags = lambda t, v: t.append_column("_new", pa.array(np.full(t.num_rows, v)))  # noqa: E731
+        parts = [flags(reduce_delta(table, key, values, d, full), True)]
+        if old_rows.num_rows:
+            old_all = old_rows.drop_columns(["_new"]).append_column("_new", pa.array(np.ones(old_rows.num_rows, bool)))
+            parts.append(flags(reduce_delta(old_all, key, values, d, full), False))
+        return pa.concat_tables(parts)
     slices = [_order_traces_slice(sub, key, values, reducer) for sub in key_slices(table, key, max_rows)]
     return pa.concat_tables(slices) if len(slices) > 1 else slices[0]
 

@@ -100,6 +100,24 @@ def abelian_pays(table: pa.Table, key: list[str], values: list[str], reducer: Re
 
 def abelian_grid(table: pa.Table, key: list[str], values: list[str], d: int, reducer: Reducer,
                  out_schema: pa.Schema, result_schema: pa.Schema, max_cells: int) -> list[pa.Table]:
+    syn = abelian_synthetic(table, key, values, d, reducer, max_cells)
+    if syn is None:
+        return []
+    return grid_delta(syn, key, [CHANNEL], d, scalar_of(reducer, out_schema), out_schema, result_schema, max_cells)
+
+
+def scalar_of(reducer: Reducer, out_schema: pa.Schema) -> "_Scalar":
+    """``reducer`` over a key's two synthetic rows (:func:`abelian_synthetic`)."""
+    name = out_schema.names[0]
+    return _Scalar(name, out_schema.field(name).type, isinstance(reducer, CountDistinct))
+
+
+def abelian_synthetic(table: pa.Table, key: list[str], values: list[str], d: int, reducer: Reducer,
+                      max_cells: int) -> pa.Table | None:
+    """A key's synthetic rows: key and time columns, ``diff``, ``_new`` and ``_channel``
+    (0: the weight's updates, 1: presence changes, from each value row's own grid). Rows
+    of different value rows add up, so the synthetic rows of shares of a key's value rows
+    (``ops/reduce.py``'s two stages) sum to the key's."""
     tcols = time_columns(d)
     rows_count = isinstance(reducer, CountDistinct)
     present = (lambda c: (np.asarray(c) > 0).astype(np.int64)) if rows_count else \
@@ -120,13 +138,10 @@ def abelian_grid(table: pa.Table, key: list[str], values: list[str], d: int, red
         parts.append(_channel(weights.append_column("_new", pa.array(_new_flags(table))), 0, None))
     parts = [p for p in parts if p.num_rows]
     if not parts:
-        return []
+        return None
     names = key_cols + ["diff", "_new", CHANNEL]
     schema = parts[0].select(names).schema
-    syn = pa.concat_tables([p.select(names).cast(schema) for p in parts])
-    name = out_schema.names[0]
-    return grid_delta(syn, key, [CHANNEL], d, _Scalar(name, out_schema.field(name).type, rows_count),
-                      out_schema, result_schema, max_cells)
+    return pa.concat_tables([p.select(names).cast(schema) for p in parts])
 
 
 def _channel(t: pa.Table, channel: int, new: bool | None) -> pa.Table:
@@ -137,7 +152,7 @@ def _channel(t: pa.Table, channel: int, new: bool | None) -> pa.Table:
 # ------------------------------------------------------------------ order
 
 
-def _full_rows(reducer: Reducer) -> TopK:
+def full_rows(reducer: Reducer) -> TopK:
     """The same order as ``reducer``, keeping whole value rows."""
     if isinstance(reducer, TopK):
         return reducer
@@ -167,7 +182,7 @@ def order_grid(table: pa.Table, key: list[str], values: list[str], d: int, reduc
     hot = table.filter(pa.array(big))
     share = (kv[big] % shares[kid[big]]).astype(np.int64)
     hot = hot.append_column(SHARE, pa.array(share))
-    full = _full_rows(reducer)
+    full = full_rows(reducer)
     share_key = key + [SHARE]
     share_schema = pa.schema([hot.schema.field(c) for c in share_key + values] + [pa.field(c, pa.int64()) for c in tcols]
                              + [pa.field("diff", pa.int64())])

@@ -197,8 +197,9 @@ def hot_ref(i):
     }
 
 
-@pytest.mark.parametrize("d,split,inserts_only", [(1, False, False), (1, True, False), (1, False, True), (2, False, False)],
-                         ids=["d1", "d1-keys-split-among-tasks", "d1-inserts-only", "d2"])
+@pytest.mark.parametrize("d,split,inserts_only", [(1, False, False), (1, True, False), (1, False, True), (2, False, False),
+                                                   (2, True, False)],
+                         ids=["d1", "d1-keys-split-among-tasks", "d1-inserts-only", "d2", "d2-keys-split-among-tasks"])
 def test_hot_keys_through_pipelines_over_runs_with_compaction(spark, tmp_path, monkeypatch, d, split, inserts_only):
     """Two keys, ~90 distinct rows each, 24 distinct times per run (d = 1; d = 2: 4 x 6),
     retractions; three runs with advance --since and compaction between. ``split``: every
@@ -261,28 +262,53 @@ def _consolidated(out: pa.Table) -> dict:
     return {k: v for k, v in acc.items() if v}
 
 
-@pytest.mark.parametrize("name", ["count", "count_distinct", "sum_int", "sum_float", "min", "max_str", "topk"])
-def test_two_stages_over_shares_of_value_rows_equal_the_reference(name):
-    from ops.reduce_kernel import ABELIAN, SALT, abelian_from_partials, abelian_partials, order_traces
+TWO_STAGE = [(1, n) for n in ["count", "count_distinct", "sum_int", "sum_float", "min", "max_str", "topk"]] \
+    + [(2, n) for n in ["count", "count_distinct", "sum_int", "min", "max_str", "topk"]]
+
+
+@pytest.mark.parametrize("d,name", TWO_STAGE, ids=[f"d{d}-{n}" for d, n in TWO_STAGE])
+def test_two_stages_over_shares_of_value_rows_equal_the_reference(d, name):
+    """The two stages of a split key (ops/reduce.py): each share of the value rows reduced
+    alone, then the shares' results of whole keys, against the plain reference at every
+    time; for d = 2 the abelian shares give synthetic rows, summed as Spark sums them."""
+    from ops.reduce_kernel import (ABELIAN, CHANNEL, SALT, abelian_from_partials, abelian_from_synthetic,
+                                   abelian_partials, abelian_synthetic, order_traces, splits)
+    from storage.lattice import time_columns
     make, plain = REDUCERS[name]
-    rng = random.Random(f"split-{name}")
+    rng = random.Random(f"split-{name}-{d}")
     for case in range(4):
-        rows = hot_rows(rng, 1, 300, 40)
-        table = make_table(rows, KEYS, VALUES, 1, KTYPES, VTYPES)
+        rows = hot_rows(rng, d, 300 if d == 1 else 160, 40 if d == 1 else 6)
+        table = make_table(rows, KEYS, VALUES, d, KTYPES, VTYPES)
         reducer = make()
+        assert splits(reducer, d, table.select(VALUES).schema)
         shares = _shares(table, VALUES, 1 + case * 2, seed=case)
-        if isinstance(reducer, ABELIAN):
+        whole = reduce_delta(table, KEYS, VALUES, d, reducer)
+        out_schema = reducer.output_schema(table.select(VALUES).schema)
+        if isinstance(reducer, ABELIAN) and d == 1:
             partials = pa.concat_tables([abelian_partials(sh, KEYS, VALUES, reducer) for sh in shares])
-            whole = reduce_delta(table, KEYS, VALUES, 1, reducer)
-            out = abelian_from_partials(partials, KEYS, reducer, reducer.output_schema(table.select(VALUES).schema),
-                                        whole.schema)
+            out = abelian_from_partials(partials, KEYS, reducer, out_schema, whole.schema)
+        elif isinstance(reducer, ABELIAN):
+            syn = [abelian_synthetic(sh, KEYS, VALUES, d, reducer) for sh in shares if sh.num_rows]
+            syn = pa.concat_tables([t for t in syn if t is not None])
+            group = KEYS + time_columns(d) + ["_new", CHANNEL]
+            summed = syn.group_by(group, use_threads=False).aggregate([("diff", "sum")]) \
+                .rename_columns(group + ["diff"])
+            out = abelian_from_synthetic(summed, KEYS, d, reducer, out_schema)
         else:
             traces = [order_traces(sh.append_column(SALT, pa.array([j] * sh.num_rows, pa.int64())),
-                                   KEYS + [SALT], VALUES, reducer).drop_columns([SALT])
+                                   KEYS + [SALT], VALUES, reducer, d=d).drop_columns([SALT])
                       for j, sh in enumerate(shares) if sh.num_rows]
-            out = reduce_delta(pa.concat_tables(traces), KEYS, VALUES, 1, reducer)
-        check_accumulation(rows, out, 1, plain)
-        assert _consolidated(out) == _consolidated(reduce_delta(table, KEYS, VALUES, 1, reducer))
+            out = reduce_delta(pa.concat_tables(traces), KEYS, VALUES, d, reducer)
+        check_accumulation(rows, out, d, plain)
+        assert _consolidated(out) == _consolidated(whole)
+
+
+def test_float_sums_at_d2_are_not_split():
+    """The synthetic rows of d >= 2 carry an integer weight: a sum of floats keeps its
+    keys whole (it is not dealt to tasks)."""
+    from ops.reduce_kernel import splits
+    schema = pa.schema([("v", pa.int64()), ("x", pa.float64())])
+    assert splits(Sum("v"), 2, schema) and not splits(Sum("x"), 2, schema) and splits(Sum("x"), 1, schema)
 
 
 @pytest.mark.parametrize("name", ["min", "max_str", "topk", "count", "count_distinct", "sum_int"])
