@@ -89,6 +89,14 @@ def consolidate(t: pa.Table) -> pa.Table:
     if t.num_rows == 0:
         return t
     cols = [c for c in t.column_names if c != "diff"]
+    if all(pa.types.is_integer(t.schema.field(c).type) and t.column(c).null_count == 0 for c in cols):
+        # integer columns (ids, times): one sort of the rows packed into int64s, several
+        # times faster than a hash aggregation on the tables of a loop round
+        from ops.reduce_util import group_sum, np_int
+        rep, total = group_sum([np_int(t.column(c)) for c in cols], np_int(t.column("diff")))
+        keep = total != 0
+        out = t.take(pa.array(rep[keep]))
+        return out.set_column(out.schema.get_field_index("diff"), "diff", pa.array(total[keep], pa.int64()))
     g = t.group_by(cols, use_threads=False).aggregate([("diff", "sum")])
     g = g.filter(pc.not_equal(g.column("diff_sum"), 0))
     return g.rename_columns([*cols, "diff"]).select(t.column_names).cast(t.schema)

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import numpy as np
 import pyarrow as pa
 
-from ops.reduce_util import COUNT, GROUP, exclusive_cumsum, group_sum, np_int, row_ids, seg_cumsum_
+from ops.reduce_util import COUNT, GROUP, exclusive_cumsum, group_sum, lex_order, np_int, row_ids, seg_cumsum_
 from storage.lattice import time_columns
 
 
@@ -50,7 +50,7 @@ def grid_delta(table: pa.Table, key: list[str], values: list[str], d: int, reduc
     ranks, ncoord, tstart, tvals = [], [], [], []
     for c in tcols:
         t = np_int(table.column(c))
-        order = np.lexsort((t, kid))
+        order = lex_order([kid, t])
         ks, ts = kid[order], t[order]
         first = np.ones(n, bool)
         first[1:] = (ks[1:] != ks[:-1]) | (ts[1:] != ts[:-1])

@@ -82,7 +82,7 @@ def _touched_keys_only(table: pa.Table, key: list[str]) -> pa.Table:
     new = np.asarray(table.column("_new").to_numpy(zero_copy_only=False), dtype=bool)
     if new.all():
         return table
-    kid, k = row_ids(table, key)
+    kid, k = row_ids(table, key, ordered=False)
     touched = np.zeros(k, bool)
     touched[kid[new]] = True
     keep = touched[kid]
