@@ -330,6 +330,16 @@ def top_k(s: Sweep, reducer, k: int) -> tuple:
         node, item, node_rank = node[~win], item[~win], node_rank[~win]
     # push down: a node's list merged with its parent's (which holds all its ancestors')
     level = 2
+    if k == 1:  # min and max: the better of node and parent, no sort (ties: the parent's, as below)
+        r1, m1, p1 = top_r[:, 0], top_m[:, 0], top_p[:, 0]  # contiguous views
+        while level < 2 * size:
+            here = slice(level, 2 * level)
+            pr = np.repeat(r1[level // 2:level], 2)
+            up = pr <= r1[here]
+            r1[here] = np.where(up, pr, r1[here])
+            m1[here] = np.where(up, np.repeat(m1[level // 2:level], 2), m1[here])
+            p1[here] = np.where(up, np.repeat(p1[level // 2:level], 2), p1[here])
+            level *= 2
     while level < 2 * size:
         n = np.arange(level, 2 * level)
         par = n >> 1
@@ -345,6 +355,15 @@ def top_k(s: Sweep, reducer, k: int) -> tuple:
         level *= 2
     leaf_m = top_m[size:size + M]
     leaf_p = top_p[size:size + M]
+    if k == 1:  # one record (multiplicity 1) or none per point: changes where it differs from the point before
+        lm, lp = leaf_m[:, 0], leaf_p[:, 0]
+        before = np.r_[False, pg[1:] == pg[:-1]]  # the point before is of the same group
+        pm = np.where(before, np.r_[0, lm[:-1]], 0)
+        pp = np.r_[-1, lp[:-1]]
+        kept = (lm > 0) & (pm > 0) & (lp == pp)
+        add, drop = np.flatnonzero((lm > 0) & ~kept), np.flatnonzero((pm > 0) & ~kept)
+        return (np.concatenate([lp[add], pp[drop]]), pt[np.concatenate([add, drop])],
+                np.concatenate([lm[add], -pm[drop]]))
     # records at each point minus records at the point before (same group)
     pts = np.repeat(np.arange(M), k)
     lm, lp = leaf_m.reshape(-1), leaf_p.reshape(-1)

@@ -75,11 +75,27 @@ def row_ids(table: pa.Table, cols: Sequence[str], base: np.ndarray | None = None
     else:
         ids = base
         count = int(ids.max()) + 1 if n else 0
+    packed = False  # ids combine codes not yet re-densified
     for c in cols:
         for leaf in leaves(table.column(c)):
-            leaf_codes, m = codes(leaf)
-            ids, count = densify(ids * max(m, 1) + leaf_codes, ordered)
-    return ids, count
+            leaf_codes, m = _integer_codes(leaf) or codes(leaf)
+            m = max(m, 1)
+            if float(count) * m >= 2.0 ** 62:
+                ids, count = densify(ids, ordered)
+            ids, count, packed = ids * m + leaf_codes, count * m, True
+    return densify(ids, ordered) if packed else (ids, count)
+
+
+def _integer_codes(col) -> tuple[np.ndarray, int] | None:
+    """An integer column without nulls coded by its offset from the minimum (no hash
+    table): ids of several such columns pack into one int64 and are densified once."""
+    if not pa.types.is_integer(col.type) or col.null_count or len(col) == 0:
+        return None
+    x = np_int(col)
+    lo, hi = int(x.min()), int(x.max())
+    if hi - lo >= 2 ** 40:
+        return None
+    return x - lo, hi - lo + 1
 
 
 def lex_order(keys: Sequence[np.ndarray]) -> np.ndarray:
