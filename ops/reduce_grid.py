@@ -219,13 +219,20 @@ def _reduce_keys(ctx, sel, kid, kv, ncoord, kv_key, kv_rep, key_rep, k0):
     og = np_int(rout.column(GROUP))
     e_cnt = np_int(rout.column(COUNT)) * np.where(og % 2 == 1, -1, 1)
     e_pt = point_ids[og // 2]
-    ocode, _ = row_ids(rout, outcols)
+    # without output columns (distinct, threshold: one count per point) E and its finite
+    # differences are summed per grid point in dense arrays, not sorted
+    dense = not outcols
+    ocode = np.zeros(len(og), np.int64) if dense else row_ids(rout, outcols)[0]
 
     # consolidate E, then finite differences: shift each E row to successors with sign
-    rep, e_cnt = group_sum([e_pt, ocode], e_cnt)
-    keep = e_cnt != 0
-    rep, e_cnt = rep[keep], e_cnt[keep]
-    e_pt = e_pt[rep]
+    if dense:
+        e_pt, e_cnt = _dense_sum(e_pt, e_cnt, len(gkey))
+        rep = np.zeros(len(e_pt), np.int64)
+    else:
+        rep, e_cnt = group_sum([e_pt, ocode], e_cnt)
+        keep = e_cnt != 0
+        rep, e_cnt = rep[keep], e_cnt[keep]
+        e_pt = e_pt[rep]
     pkey = gkey[e_pt]
     z_pt, z_rep, z_cnt = [], [], []
     for S in range(1 << d):
@@ -240,12 +247,18 @@ def _reduce_keys(ctx, sel, kid, kv, ncoord, kv_key, kv_rep, key_rep, k0):
         z_rep.append(rep[ok])
         z_cnt.append(sign * e_cnt[ok])
     z_pt, z_rep, z_cnt = (np.concatenate(a) for a in (z_pt, z_rep, z_cnt))
-    r2, z_cnt = group_sum([z_pt, ocode[z_rep]], z_cnt)
-    keep = z_cnt != 0
-    if not keep.any():
-        return None
-    r2, z_cnt = r2[keep], z_cnt[keep]
-    z_pt, z_rep = z_pt[r2], z_rep[r2]
+    if dense:
+        z_pt, z_cnt = _dense_sum(z_pt, z_cnt, len(gkey))
+        if not len(z_pt):
+            return None
+        z_rep = np.zeros(len(z_pt), np.int64)
+    else:
+        r2, z_cnt = group_sum([z_pt, ocode[z_rep]], z_cnt)
+        keep = z_cnt != 0
+        if not keep.any():
+            return None
+        r2, z_cnt = r2[keep], z_cnt[keep]
+        z_pt, z_rep = z_pt[r2], z_rep[r2]
 
     # back to columns: key values, output values, grid coordinates -> times
     zkey = gkey[z_pt]
@@ -259,3 +272,11 @@ def _reduce_keys(ctx, sel, kid, kv, ncoord, kv_key, kv_rep, key_rep, k0):
         cols[c] = pa.array(ctx.tvals[i][ctx.tstart[i][zkey + k0] + gcoord[i][z_pt]], pa.int64())
     cols["diff"] = pa.array(z_cnt, pa.int64())
     return pa.table(cols, schema=ctx.result_schema)
+
+
+def _dense_sum(point: np.ndarray, count: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
+    """Counts summed per grid point (``0 .. points - 1``): the non-zero points and their sums."""
+    acc = np.zeros(points, np.int64)
+    np.add.at(acc, point, count)
+    nz = np.flatnonzero(acc)
+    return nz, acc[nz]
