@@ -225,8 +225,9 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
     dealt = packed.repartition(partitions(spark), *[f"_p{j}" for j in range(len(pfields))]) if pfields \
         else packed.coalesce(1)
     out = dealt.mapInArrow(task, from_arrow_schema(out_wide)).localCheckpoint(eager=True)
-    # the job above ran every task once (a local checkpoint is never recomputed): the
-    # accumulator holds each task's statistics once (they are also in the STATS rows)
+    # the accumulator holds the statistics of the job's successful tasks (they are also in
+    # the STATS rows); a stage Spark had to run again could count a task twice, which only
+    # the sum ``updates`` (a figure for reports) would show: max, min and least are idempotent
     stats = dict(zip(("rounds", "updates", "converged", "refused_iteration", "refused_node"),
                      acc.value or (0, 0, 1, None, None)))
     if bc is not None:
