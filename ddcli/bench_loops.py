@@ -1,6 +1,6 @@
 """``ddcli bench reach --loop-paths``: the two ways a loop runs, side by side (issue 14).
 
-For reach (pairs) and bfs over the roadmap's sliding window (``roots`` roots, ``nodes``
+For reach (pairs), bfs and cc (over the same edges) on the roadmap's sliding window (``roots`` roots, ``nodes``
 nodes, ``edges`` edges; each update removes the oldest edge or adds a new one, at its own
 time), and for each loop path (``round``: round by round on the driver; ``local``: the
 whole fixed point of a batch inside Spark tasks), in one process so that ratios compare
