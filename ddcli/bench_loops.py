@@ -1,6 +1,6 @@
 """``ddcli bench reach --loop-paths``: the two ways a loop runs, side by side (issue 14).
 
-For reach (pairs) and bfs over the roadmap's sliding window (``roots`` roots, ``nodes``
+For reach (pairs), bfs and cc (over the same edges) on the roadmap's sliding window (``roots`` roots, ``nodes``
 nodes, ``edges`` edges; each update removes the oldest edge or adds a new one, at its own
 time), and for each loop path (``round``: round by round on the driver; ``local``: the
 whole fixed point of a batch inside Spark tasks), in one process so that ratios compare
@@ -20,7 +20,7 @@ from ddcli.bench_pipelines import SlidingGraph, _write_parquet
 
 SAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample_data", "pipelines")
 OUTPUTS = {"reach": "reach", "bfs": "distances", "cc": "labels"}
-PATHWAY_SAMPLES = ("reach", "bfs")  # the queries ddcli/bench_pathway.py replays
+PATHWAY_SAMPLES = ("reach", "bfs", "cc")  # the queries ddcli/bench_pathway.py replays
 
 
 def _one(sample: str, path: str, *, nodes: int, edges: int, roots: int, batch: int, warmup: int,
@@ -99,11 +99,9 @@ def bench_loop_paths(*, samples=("reach", "bfs"), paths=("round", "local"), node
             pr = bench_pathway.bench_pathway(sample, keep["initial"], keep["warm"], keep["batch"], roots=roots,
                                              work=d, ours=None, since=keep["since"], log=log)
             for path in paths:
-                got = bench_pathway._changes(os.path.join(d, "pathway_all.csv"),
-                                             ["root", "node"] if sample == "reach" else ["root", "node", "dist"])
-                cmp = bench_pathway.compare(outputs[(sample, path)], got,
-                                            ["root", "node"] if sample == "reach" else ["root", "node", "dist"],
-                                            keep["since"])
+                data = bench_pathway.DATA[sample]
+                got = bench_pathway._changes(os.path.join(d, "pathway_all.csv"), data)
+                cmp = bench_pathway.compare(outputs[(sample, path)], got, data, keep["since"])
                 pr[f"same_as_{path}"] = cmp["same"]
                 pr["ddcli_changes"], pr["pathway_changes"] = cmp["ddcli_changes"], cmp["pathway_changes"]
                 if log:

@@ -1,9 +1,11 @@
-"""The reach and bfs streams replayed by Pathway (``ddcli bench reach --loop-paths``, issue 14).
+"""The reach, bfs and cc streams replayed by Pathway (``ddcli bench reach --loop-paths``, issue 14).
 
 The same sliding-window stream as ``ddcli/bench_loops.py`` (the initial edges at time 0,
 then every update at its own time), fed to Pathway as one static stream and computed by
 one ``pw.run``: the query written with ``pw.iterate`` over ``(root, node)`` pairs (reach)
-or ``(root, node, dist)`` with a per-pair minimum (bfs). Pathway's times are even and
+or ``(root, node, dist)`` with a per-pair minimum (bfs), or ``(node, label)`` with a
+per-node minimum over the edges taken both ways (cc: the smallest node id of the
+component, like ``sample_data/pipelines/cc.py``). Pathway's times are even and
 start above 0 (time 0 is only backfilled), so ddcli time ``t`` is Pathway time
 ``2 (t + 1)``. Output changes are written by Pathway's own CSV writer (no Python per
 row in the timed part) and read back to compare with ddcli's output trace.
@@ -23,6 +25,10 @@ import os
 import time as _time
 
 import pyarrow as pa
+
+
+#: the data columns of each replayed query's output, as ddcli's output trace names them
+DATA = {"reach": ["root", "node"], "bfs": ["root", "node", "dist"], "cc": ["node", "label"]}
 
 
 def available() -> str | None:
@@ -76,7 +82,7 @@ def _pathway_run(sample: str, edges: pa.Table, roots: int, out_csv: str) -> floa
             return {"reach": both.groupby(pw.this.root, pw.this.node).reduce(pw.this.root, pw.this.node)}
 
         out = pw.iterate(body, reach=pw.iterate_universe(start), edges=e, start=start)["reach"]
-    else:
+    elif sample == "bfs":
         start = r.select(root=r.node, node=r.node).groupby(pw.this.root, pw.this.node).reduce(
             pw.this.root, pw.this.node, dist=0)
 
@@ -87,6 +93,18 @@ def _pathway_run(sample: str, edges: pa.Table, roots: int, out_csv: str) -> floa
                 pw.this.root, pw.this.node, dist=pw.reducers.min(pw.this.dist))}
 
         out = pw.iterate(body, dist=pw.iterate_universe(start), edges=e, start=start)["dist"]
+    elif sample == "cc":
+        links = pw.Table.concat_reindex(e.select(node=e.src, other=e.dst), e.select(node=e.dst, other=e.src))
+        nodes = links.groupby(pw.this.node).reduce(pw.this.node, label=pw.this.node)
+
+        def body(labels, links, nodes):
+            offered = labels.join(links, labels.node == links.node).select(node=links.other, label=labels.label)
+            both = pw.Table.concat_reindex(nodes, offered)
+            return {"labels": both.groupby(pw.this.node).reduce(pw.this.node, label=pw.reducers.min(pw.this.label))}
+
+        out = pw.iterate(body, labels=pw.iterate_universe(nodes), links=links, nodes=nodes)["labels"]
+    else:
+        raise ValueError(f"no Pathway replay of {sample!r}: use one of {', '.join(DATA)}")
     pw.io.csv.write(out, out_csv)
     t0 = _time.perf_counter()
     pw.run(monitoring_level=pw.MonitoringLevel.NONE)
@@ -132,7 +150,7 @@ def bench_pathway(sample: str, initial: pa.Table, warm: pa.Table, batch: pa.Tabl
                   ours: pa.Table | None, since: int, log=None) -> dict:
     """Pathway's first run (the initial edges) and updates/s of the timed batch, and whether
     its output changes equal ``ours`` (ddcli's output trace, compacted to ``since``)."""
-    data = ["root", "node"] if sample == "reach" else ["root", "node", "dist"]
+    data = DATA[sample]
     full_csv = os.path.join(work, "pathway_all.csv")
     first = _pathway_run(sample, edge_stream(initial, []), roots, os.path.join(work, "pathway_first.csv"))
     head = _pathway_run(sample, edge_stream(initial, [warm]), roots, os.path.join(work, "pathway_head.csv"))

@@ -222,53 +222,118 @@ def _reach_store(work: str, nodes: int, edges: int, roots: int, seed: int):
     return st, g
 
 
-def _reach_run(st, g: SlidingGraph, work: str, updates: int, i: int) -> float:
+def _reach_run(st, g: SlidingGraph, work: str, updates: int, i: int, pipeline: str = REACH_PIPELINE) -> float:
     from ops.run import run_pipeline
     path = _write_parquet(g.step(updates), os.path.join(work, f"edges_{i}.parquet"))
     st.ingest("edges", [path])
     t0 = _time.perf_counter()
-    run_pipeline(st, REACH_PIPELINE)
-    return _time.perf_counter() - t0
+    run_pipeline(st, pipeline)
+    seconds = _time.perf_counter() - t0
+    os.remove(path)  # the store holds it now; a long benchmark must not fill the disk with copies
+    return seconds
 
 
-def _compact(st, upper_time: int) -> None:
-    """What an operator of a sliding window does: keep no history behind the window's end
-    (the pipeline's own state follows its inputs' since by itself)."""
+def _compact(st, upper_time: int, output: str = "reach") -> None:
+    """What an operator of a sliding window does (a cron job between runs): keep no history
+    behind the window's end (the pipeline's own state follows its inputs' since by itself)."""
     st.advance("edges", since=str(upper_time))
-    st.advance("reach", since=str(upper_time))
+    st.advance(output, since=str(upper_time))
     st.compact(full=True, grace_seconds=0)
 
 
+def _store_shape(st) -> dict:
+    """Rows and layers of every trace (inputs, outputs, the pipeline's state): what a run
+    may have to read, to tell a latency that grows with the store from one that does not."""
+    traces = st.state().traces
+    return {"store_rows": sum(t.rows() for t in traces.values()),
+            "store_layers": sum(len(t.all_layers()) for t in traces.values()),
+            "rows_by_trace": {n: t.rows() for n, t in sorted(traces.items())}}
+
+
 def bench_reach_latency(*, nodes: int, edges: int, roots: int, batch: int, points: list[int],
-                        repeat: int, filler: int, work: str, log=None, on_point=None) -> list[dict]:
-    """The points; ``on_point(point)`` is called as soon as each is measured."""
+                        repeat: int, filler: int, work: str, log=None, on_point=None,
+                        sample: str = "reach") -> list[dict]:
+    """The points; ``on_point(point)`` is called as soon as each is measured. ``sample``:
+    one of the loop samples (reach, bfs, cc) over the same stream."""
+    from ddcli.bench_loops import OUTPUTS, SAMPLES
     from ops.run import run_pipeline
+    pipeline = os.path.join(SAMPLES, sample + ".py")
     st, g = _reach_store(work, nodes, edges, roots, 7)
-    run_pipeline(st, REACH_PIPELINE)
+    run_pipeline(st, pipeline)
     processed, i, out = 0, 1, []
     for target in points:
+        fill_s, filled = 0.0, 0
         while processed < target:
             n = min(filler, target - processed)
             n += n % 2
             if log:
-                log(f"reach: processing {n:,} updates ({processed:,} done, next point {target:,})")
-            _reach_run(st, g, work, n, i)
+                log(f"{sample}: processing {n:,} updates ({processed:,} done, next point {target:,})")
+            fill_s += _reach_run(st, g, work, n, i, pipeline)
             processed += n
+            filled += n
             i += 1
-            _compact(st, g.time)
-        runs = []
+            _compact(st, g.time, OUTPUTS[sample])
+        runs, load = [], []
         for _ in range(repeat):
-            runs.append(_reach_run(st, g, work, batch, i))
+            load.append(round(os.getloadavg()[0], 2))
+            runs.append(_reach_run(st, g, work, batch, i, pipeline))
             processed += batch
             i += 1
-            _compact(st, g.time)
-        out.append({"processed": target, "run_seconds": runs, "store_bytes": _dir_bytes(st.path)})
+            _compact(st, g.time, OUTPUTS[sample])
+        out.append({"processed": target, "run_seconds": runs, "load_average": load,
+                    "store_bytes": _dir_bytes(st.path), **_store_shape(st),
+                    "filled": filled, "fill_seconds": round(fill_s, 3)})
         if on_point:
             on_point(out[-1])
         if log:
-            log(f"reach: after {target:,} updates a run of {batch:,} took {min(runs):.2f}-{max(runs):.2f} s; "
-                f"store {out[-1]['store_bytes']:,} bytes")
+            log(f"{sample}: after {target:,} updates a run of {batch:,} took {min(runs):.2f}-{max(runs):.2f} s "
+                f"(load {min(load):.1f}-{max(load):.1f}); store {out[-1]['store_bytes']:,} bytes, "
+                f"{out[-1]['store_rows']:,} rows in {out[-1]['store_layers']} layers")
     return out
+
+
+def sustained_points(total: int, first: int = 1000) -> list[int]:
+    """10^3, 10^4, ... below ``total``, then ``total``: the updates processed before each
+    measurement of ``ddcli bench reach --sustained``."""
+    pts, p = [], min(first, total)
+    while p < total:
+        pts.append(p)
+        p *= 10
+    return pts + [total]
+
+
+def bench_reach_sustained(*, nodes: int = 1000, edges: int = 2000, roots: int = 10, run: int = 1000,
+                          total: int = 1_000_000, repeat: int = 3, filler: int = 100_000, sample: str = "reach",
+                          workdir: str | None = None, log=None, progress=None) -> dict:
+    """Sustained latency on one store (issue 14): the seconds of a run of ``run`` updates
+    after 10^3, 10^4, ... ``total`` updates, the bulk fed in runs of at most ``filler``
+    updates with the window's since advanced and the store compacted after every run, as a
+    cron job would; ``latest_over_first`` is the fastest run at the last point over the
+    fastest at the first (the aim: within 1.2x). ``progress(res)`` after every point."""
+    own = workdir is None
+    work = workdir or tempfile.mkdtemp(prefix="ddcli-bench-sustained-")
+    os.makedirs(work, exist_ok=True)
+    res = {"benchmark": "reach sustained", "sample": sample, "nodes": nodes, "edges": edges, "roots": roots,
+           "batch": run, "total": total, "filler": filler, "repeat": repeat,
+           "loop_path": os.environ.get("DDCLI_LOOP_PATH", "auto"), "cpus": os.cpu_count(), "latency": []}
+
+    def point_measured(point: dict) -> None:
+        res["latency"].append(point)
+        first = res["latency"][0]
+        res["reached"] = point["processed"]
+        res["latest_over_first"] = round(min(point["run_seconds"]) / min(first["run_seconds"]), 3)
+        res["store_growth"] = point["store_bytes"] / first["store_bytes"]
+        if progress:
+            progress(res)
+
+    try:
+        bench_reach_latency(nodes=nodes, edges=edges, roots=roots, batch=run, points=sustained_points(total),
+                            repeat=repeat, filler=filler, work=work, log=log, on_point=point_measured,
+                            sample=sample)
+        return res
+    finally:
+        if own:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def bench_reach_throughput(*, nodes: int, edges: int, roots: int, batch: int, work: str) -> dict:

@@ -317,12 +317,18 @@ def bench_reach(
     filler: Annotated[int, typer.Option(min=2, help="Largest run used to reach the next point.")] = 100_000,
     throughput: Annotated[str, typer.Option(help="Run sizes for the throughput figures, comma-separated.")] = "10000,100000",
     loop_paths: Annotated[bool, typer.Option(
-        "--loop-paths", help="Instead: reach and bfs with each loop path (round by round, partition-local): "
+        "--loop-paths", help="Instead: the loop queries (--samples) with each loop path (round by round, partition-local): "
                              "first run time and updates/s of a run of BATCH updates.")] = False,
     paths: Annotated[str, typer.Option(help="With --loop-paths: the loop paths to measure, comma-separated (round, local).")] = "round,local",
     pathway: Annotated[bool, typer.Option(help="With --loop-paths: also replay the stream in Pathway when it is installed.")] = True,
     samples: Annotated[str, typer.Option(help="With --loop-paths: the queries to measure, comma-separated (reach, bfs, cc; "
-                                              "Pathway replays reach and bfs).")] = "reach,bfs",
+                                              "Pathway replays all three).")] = "reach,bfs",
+    sustained: Annotated[bool, typer.Option(
+        "--sustained", help="Instead: sustained latency on one store: a run of --sustained-run updates after "
+                            "10^3, 10^4, ... --sustained-total updates (the bulk in runs of at most --filler, "
+                            "advanced and compacted after every run), and the ratio last / first.")] = False,
+    sustained_total: Annotated[int, typer.Option(min=2, help="With --sustained: updates processed before the last measurement.")] = 1_000_000,
+    sustained_run: Annotated[int, typer.Option(min=2, help="With --sustained: updates in each timed run.")] = 1000,
     workdir: Annotated[Optional[str], typer.Option("--dir", metavar="DIR", help="Work directory (default: a temp dir, removed).")] = None,
     out_json: Annotated[Optional[str], typer.Option("--out", metavar="FILE.json", help="Write the figures as JSON.")] = None,
     plot: Annotated[Optional[str], typer.Option("--plot", metavar="FILE.png", help="Save the latency plot as PNG.")] = None,
@@ -336,10 +342,17 @@ def bench_reach(
 
         ddcli bench reach --nodes 200 --edges 400 --batch 1000 --points 1000,10000 --throughput 1000 --plot reach.png
         ddcli bench reach --loop-paths --batch 10000 --out docs/bench/reach_loop_paths.json
+        ddcli bench reach --sustained --sustained-total 100000 --out sustained.json --plot sustained.png
     """
     out = render.choose_format(fmt, json_, output)
     _check_bench_outputs(out_json, plot)
     from ddcli import bench_pipelines as bp
+    if loop_paths and sustained:
+        raise typer.BadParameter("--loop-paths and --sustained are two different benchmarks: give one")
+    if sustained:
+        _bench_sustained(nodes, edges, roots, sustained_run, sustained_total, repeat, filler, workdir,
+                         out_json, plot, out, output)
+        return
     if loop_paths:
         _bench_loop_paths(nodes, edges, roots, batch, workdir, out_json, plot, out, output,
                           paths=tuple(x.strip() for x in paths.split(",") if x.strip()), pathway=pathway,
@@ -364,6 +377,26 @@ def bench_reach(
     for row in res["throughput"]:
         tp = ", ".join(f"{m}: {row[m]['updates_per_second']:,.0f} updates/s" for m in row if m.startswith("local"))
         lines.append(f"{row['batch']:,} updates per run: {tp}" + (f"; scaling {row['scaling']:.2f}x" if "scaling" in row else ""))
+    render.report(res, "\n".join(lines), out, output)
+
+
+def _bench_sustained(nodes, edges, roots, run, total, repeat, filler, workdir, out_json, plot, out, output) -> None:
+    from ddcli import bench_pipelines as bp
+
+    def save(res: dict) -> None:  # after every point: a long benchmark stopped early keeps its figures
+        if out_json:
+            with open(out_json, "w") as fh:
+                json.dump(res, fh, indent=2)
+        if plot and res["latency"]:
+            bp.plot_reach(res, plot)
+
+    res = bp.bench_reach_sustained(nodes=nodes, edges=edges, roots=roots, run=run, total=total, repeat=repeat,
+                                   filler=filler, workdir=workdir, log=_bench_log(), progress=save)
+    save(res)
+    lines = [f"after {p['processed']:,} updates: a run of {run:,} took {min(p['run_seconds']):.2f}-"
+             f"{max(p['run_seconds']):.2f} s (load {min(p['load_average']):.1f}-{max(p['load_average']):.1f}); "
+             f"store {p['store_rows']:,} rows, {p['store_bytes'] / 1e6:.1f} MB" for p in res["latency"]]
+    lines.append(f"last / first: {res['latest_over_first']:.2f}x (fastest run at each point; aim: within 1.2x)")
     render.report(res, "\n".join(lines), out, output)
 
 

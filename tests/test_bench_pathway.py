@@ -30,19 +30,39 @@ def _reach(edges: collections.Counter, roots: range) -> set[tuple[int, int]]:
     return out
 
 
-def _reference_changes(stream: pa.Table, roots: range) -> pa.Table:
-    """Output changes of reach at every time of ``stream``, by recomputing from scratch."""
+def _components(edges: collections.Counter) -> set[tuple[int, int]]:
+    """``(node, label)``: every node on a live edge, labelled with the smallest node id of
+    its component, the edges taken both ways (a plain union-find, not a fixed point)."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    for (a, b), n in edges.items():
+        if n > 0:
+            parent.setdefault(a, a), parent.setdefault(b, b)
+            ra, rb = find(a), find(b)
+            parent[max(ra, rb)] = min(ra, rb)
+    return {(x, find(x)) for x in parent}
+
+
+def _reference_changes(stream: pa.Table, roots: range, query: str = "reach") -> pa.Table:
+    """Output changes of ``query`` (reach or cc) at every time of ``stream``, by recomputing
+    from scratch."""
     rows = stream.to_pylist()
     edges: collections.Counter = collections.Counter()
     before: set = set()
-    out = {"root": [], "node": [], "time": [], "diff": []}
+    cols = ["root", "node"] if query == "reach" else ["node", "label"]
+    out = {cols[0]: [], cols[1]: [], "time": [], "diff": []}
     for t in sorted({r["time"] for r in rows}):
         for r in rows:
             if r["time"] == t:
                 edges[(r["src"], r["dst"])] += r["diff"]
-        now = _reach(edges, roots)
+        now = _reach(edges, roots) if query == "reach" else _components(edges)
         for (a, b), d in [(x, 1) for x in now - before] + [(x, -1) for x in before - now]:
-            out["root"].append(a), out["node"].append(b), out["time"].append(t), out["diff"].append(d)
+            out[cols[0]].append(a), out[cols[1]].append(b), out["time"].append(t), out["diff"].append(d)
         before = now
     return pa.table({k: pa.array(v, pa.int64()) for k, v in out.items()})
 
@@ -79,6 +99,23 @@ def test_pathway_reach_equals_a_from_scratch_reference_at_every_time(tmp_path):
     got = bench_pathway.bench_pathway("reach", ini, warm, batch, roots=3, work=str(tmp_path), ours=ref, since=0)
     assert got["same"], got
     assert got["pathway_changes"] == got["ddcli_changes"] > 0
+
+
+def test_the_cc_reference_labels_components_by_their_smallest_node():
+    edges = collections.Counter({(5, 3): 1, (3, 9): 1, (7, 8): 1, (8, 8): 1, (1, 2): 0})
+    assert _components(edges) == {(3, 3), (5, 3), (9, 3), (7, 7), (8, 7)}
+
+
+@pytest.mark.skipif(bench_pathway.available() is None, reason="Pathway is not installed (pip install 'ddcli[bench]')")
+def test_pathway_cc_equals_a_from_scratch_reference_at_every_time(tmp_path):
+    g = SlidingGraph(30, 24, 5)  # sparse: several components that merge and split as edges slide
+    ini, warm, batch = g.initial(), g.step(6), g.step(40)
+    ref = _reference_changes(pa.concat_tables([ini, warm, batch]), range(0), "cc")
+    got = bench_pathway.bench_pathway("cc", ini, warm, batch, roots=3, work=str(tmp_path), ours=ref, since=0)
+    assert got["same"], got
+    assert got["pathway_changes"] == got["ddcli_changes"] > 0
+    splits = ref.filter(pa.compute.less(ref["diff"], 0)).num_rows
+    assert splits > 0  # the stream removes labels too, not only adds them
 
 
 def test_bench_says_in_one_line_when_pathway_is_missing(monkeypatch, tmp_path):

@@ -591,6 +591,28 @@ def test_bench_reach_saves_json_and_a_cdf_plot(tmp_path):
     assert_png_plot(png)
 
 
+def test_bench_reach_sustained_measures_one_store_at_growing_totals_compacted_between_runs(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is in the test extra: pip install -e '.[test]'")
+    out, png = tmp_path / "sustained.json", tmp_path / "sustained.png"
+    ok(runner.invoke(app, ["bench", "reach", "--sustained", "--nodes", "20", "--edges", "30", "--roots", "2",
+                           "--sustained-run", "10", "--sustained-total", "2000", "--filler", "1000",
+                           "--repeat", "2", "--out", str(out), "--plot", str(png)]))
+    fig = json.loads(out.read_text())
+    assert [p["processed"] for p in fig["latency"]] == [1000, 2000] and fig["reached"] == 2000
+    first, last = fig["latency"]
+    assert first["filled"] == 1000 and last["filled"] == 2000 - 1000 - 2 * 10  # the timed runs count too
+    assert all(len(p["run_seconds"]) == 2 == len(p["load_average"]) for p in fig["latency"])
+    assert fig["latest_over_first"] == pytest.approx(min(last["run_seconds"]) / min(first["run_seconds"]), abs=1e-3)
+    # a window of 30 edges, advanced and compacted after every run: the input holds no history
+    assert 0 < last["rows_by_trace"]["edges"] <= 30
+    assert_png_plot(png)
+
+
+def test_bench_reach_refuses_loop_paths_with_sustained_in_one_line():
+    res = runner.invoke(app, ["bench", "reach", "--loop-paths", "--sustained"])
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1 and "two different benchmarks" in res.stderr, res.stderr
+
+
 def test_bench_reach_loop_paths_refuses_an_unknown_path_or_query_in_one_line(tmp_path, monkeypatch):
     import tempfile
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where its work folder would be left
