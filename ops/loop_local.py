@@ -134,6 +134,15 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
         return None
     started = time.monotonic()
     nodes = scope_nodes(p, scope)
+    if not plan.by and loop_path() != "local":
+        # the stored state alone is more than one task may take: say so without a job that
+        # ships every row to one task only for it to refuse them (every later run would)
+        stored = sum(a.stored.rows for n in nodes if n.id in runtime.arranged
+                     for a in [runtime.arrangement(n)] if a.stored is not None)
+        if stored > ONE_TASK_ROWS:
+            report(runtime, plan, f"no columns deal it to tasks, and its stored state holds {stored:,} rows, "
+                                  f"more than {ONE_TASK_ROWS:,} rows for one task ({plan.unpartitioned})")
+            return None
     tags: dict[tuple[str, int], int] = {}
     parts, bparts, in_schemas = {}, {}, {}
     for n in nodes:

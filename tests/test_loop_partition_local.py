@@ -54,11 +54,17 @@ def test_cc_runs_round_by_round_when_its_rows_are_too_many_for_one_task(spark, t
     monkeypatch.setattr(ops.loop_local, "ONE_TASK_ROWS", 10)
     bench = Bench(tmp_path)
     path = bench.pipeline("cc", samples_source("cc"))
-    for eu, ru, upper in sliding_window_runs(5, nodes=12, edges=20, steps=[3, 4]):
+    jobs = []
+    real_task_job = ops.loop_local.pack_frames  # called only when a loop's job is built
+    monkeypatch.setattr(ops.loop_local, "pack_frames", lambda *a, **kw: jobs.append(1) or real_task_job(*a, **kw))
+    for run, (eu, ru, upper) in enumerate(sliding_window_runs(5, nodes=12, edges=20, steps=[3, 4])):
         bench.ingest("edges", EDGES, eu, upper=upper)
         bench.ingest("roots", ROOTS, ru, upper=upper)
+        jobs.clear()
         [step] = loop_paths(run_pipeline(bench.store, path))
         assert step["path"] == "round" and "more than 10 rows for one task" in step["why"], step
+        if run:  # the stored state is over the limit: refused on the driver, no task job tried
+            assert "stored state holds" in step["why"] and not jobs, (step, jobs)
     bench.check(graphs_ref, {"labels": GRAPH_COLUMNS["labels"]})
 
 
