@@ -359,13 +359,7 @@ def bench_reach(
                           samples=tuple(x.strip() for x in samples.split(",") if x.strip()))
         return
 
-    def save(res: dict) -> None:  # after every figure: a long benchmark stopped early keeps its figures
-        if out_json:
-            with open(out_json, "w") as fh:
-                json.dump(res, fh, indent=2)
-        if plot and res["latency"]:
-            bp.plot_reach(res, plot)
-
+    save = _latency_saver(out_json, plot)
     res = bp.bench_reach(nodes=nodes, edges=edges, roots=roots, batch=batch,
                          points=[int(x) for x in points.split(",")], repeat=repeat, filler=filler,
                          throughput_batches=[int(x) for x in throughput.split(",")], workdir=workdir,
@@ -380,16 +374,25 @@ def bench_reach(
     render.report(res, "\n".join(lines), out, output)
 
 
-def _bench_sustained(nodes, edges, roots, run, total, repeat, filler, workdir, out_json, plot, out, output) -> None:
+def _latency_saver(out_json, plot):
+    """Writes a latency benchmark's JSON and plot after every point: a long benchmark
+    stopped early keeps the figures it has."""
     from ddcli import bench_pipelines as bp
 
-    def save(res: dict) -> None:  # after every point: a long benchmark stopped early keeps its figures
+    def save(res: dict) -> None:
         if out_json:
             with open(out_json, "w") as fh:
                 json.dump(res, fh, indent=2)
         if plot and res["latency"]:
             bp.plot_reach(res, plot)
 
+    return save
+
+
+def _bench_sustained(nodes, edges, roots, run, total, repeat, filler, workdir, out_json, plot, out, output) -> None:
+    from ddcli import bench_pipelines as bp
+
+    save = _latency_saver(out_json, plot)
     res = bp.bench_reach_sustained(nodes=nodes, edges=edges, roots=roots, run=run, total=total, repeat=repeat,
                                    filler=filler, workdir=workdir, log=_bench_log(), progress=save)
     save(res)

@@ -38,9 +38,6 @@ from ops.priority import check_iteration, node_priority
 BROADCAST_ROWS = 500_000  # rows (old + new) up to which an entered collection is broadcast
 ONE_TASK_ROWS = BROADCAST_ROWS  # rows (state + new) up to which a loop without partition columns runs in one task
 TOO_BIG = -1  # ``converged`` of a task that refused its rows (more than ONE_TASK_ROWS)
-STATS = 0  # the tag of the per-task statistics rows
-STATS_SCHEMA = pa.schema([("rounds", pa.int64()), ("updates", pa.int64()), ("converged", pa.int64()),
-                          ("refused_node", pa.int64()), ("refused_iteration", pa.int64())])
 
 
 class TaskStats(AccumulatorParam):
@@ -177,8 +174,8 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
     v0 = scope.variables[0]
     pfields = [schemas[v0.id].field(c) for c in plan.by]
     in_wide = wide_schema({t: in_schemas[t] for t in parts}, pfields)
-    out_tags: dict[tuple[str, int], int] = {("stats", 0): STATS}
-    out_schemas: dict[int, pa.Schema] = {STATS: STATS_SCHEMA}
+    out_tags: dict[tuple[str, int], int] = {}
+    out_schemas: dict[int, pa.Schema] = {}
     for l, _ in body.leaves:
         out_tags[("leave", l)] = len(out_tags)
         out_schemas[out_tags[("leave", l)]] = update_schema(schemas[l], ictx.d - 1)
@@ -198,10 +195,7 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
             held.append(b)
             n += b.num_rows
             if row_limit is not None and n > row_limit:  # refused before any round: too many for one task
-                refused = pa.table({"rounds": [0], "updates": [0], "converged": [TOO_BIG], "refused_node": [None],
-                                    "refused_iteration": [None]}, schema=STATS_SCHEMA)
                 acc.add((0, 0, TOO_BIG, None, None))
-                yield from pack_tables({STATS: refused}, out_wide).to_batches()
                 return
         if not held:
             return
@@ -219,8 +213,7 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
         got = fixed_point(body, new, old)
         bad = got.refused or (None, None)
         acc.add((got.rounds, got.updates, int(got.converged), bad[1], bad[0]))
-        out = {STATS: pa.table({"rounds": [got.rounds], "updates": [got.updates], "converged": [int(got.converged)],
-                                "refused_node": [bad[0]], "refused_iteration": [bad[1]]}, schema=STATS_SCHEMA)}
+        out = {}
         for (kind, nid), tag in out_tags.items():
             if kind == "leave" and nid in got.leaves:
                 out[tag] = got.leaves[nid]
@@ -234,9 +227,9 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
     dealt = packed.repartition(partitions(spark), *[f"_p{j}" for j in range(len(pfields))]) if pfields \
         else packed.coalesce(1)
     out = dealt.mapInArrow(task, from_arrow_schema(out_wide)).localCheckpoint(eager=True)
-    # the accumulator holds the statistics of the job's successful tasks (they are also in
-    # the STATS rows); a stage Spark had to run again could count a task twice, which only
-    # the sum ``updates`` (a figure for reports) would show: max, min and least are idempotent
+    # the accumulator holds the statistics of the job's successful tasks; a stage Spark had
+    # to run again could count a task twice, which only the sum ``updates`` (a figure for
+    # reports) would show: max, min and least are idempotent
     stats = dict(zip(("rounds", "updates", "converged", "refused_iteration", "refused_node"),
                      acc.value or (0, 0, 1, None, None)))
     if bc is not None:

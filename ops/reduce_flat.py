@@ -33,7 +33,7 @@ from typing import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from ops.reduce_util import exclusive_cumsum, group_sum, lex_order, np_int, row_ids
+from ops.reduce_util import exclusive_cumsum, group_sum, lex_order, new_flags, np_int, row_ids
 from storage.lattice import time_columns
 
 #: Slabs to compute a key may have and still take them whatever the grid would cost.
@@ -52,12 +52,6 @@ def slab_key(d: int) -> tuple[str, str]:
     """Key columns holding a slab's last coordinate and the next slab's, at level ``d``
     (one pair per level: a key of ``d = 3`` is cut again at ``d = 2``)."""
     return f"__slab_time_{d - 1}", f"__slab_next_{d - 1}"
-
-
-def _new_flags(table: pa.Table) -> np.ndarray:
-    if "_new" not in table.column_names:
-        return np.ones(table.num_rows, bool)
-    return np.asarray(table.column("_new").to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def split(table: pa.Table, key: list[str], d: int,
@@ -86,7 +80,7 @@ def split(table: pa.Table, key: list[str], d: int,
     prefix = row_end - row_begin
     # the first slab holding a new row: nothing below it can change
     holds_new = np.zeros(P, bool)
-    holds_new[pair_of[_new_flags(table)[order]]] = True
+    holds_new[pair_of[new_flags(table)[order]]] = True
     j0 = np.minimum.reduceat(np.where(holds_new, np.arange(P), P), kstart)
     computed = np.arange(P) >= j0[key_of_pair]
     slabs = np.bincount(key_of_pair[computed], minlength=len(kstart))

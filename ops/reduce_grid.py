@@ -22,12 +22,34 @@ from types import SimpleNamespace
 import numpy as np
 import pyarrow as pa
 
-from ops.reduce_util import COUNT, GROUP, exclusive_cumsum, group_sum, lex_order, np_int, row_ids, seg_cumsum_
+from ops.reduce_util import (COUNT, GROUP, exclusive_cumsum, group_sum, lex_order, new_flags, np_int, row_ids,
+                              seg_cumsum_)
 from storage.lattice import time_columns
 
 
 class KeyTooLarge(ValueError):
     """One key's dense grid exceeds the cell budget."""
+
+
+def grid_cells(table: pa.Table, kid: np.ndarray, K: int, values: list[str], d: int,
+               per_row: bool = False) -> np.ndarray:
+    """Dense cells per key id (``kid``, ``0 .. K - 1``) the grid kernel would build:
+    ``value rows x grid points``, or with ``per_row`` the sum of each (key, value row)'s
+    own grid (the reducers that look at one row, or its presence, at a time)."""
+    kv, P = row_ids(table, values, base=kid, ordered=False)
+    unit, U = (kv, P) if per_row else (kid, K)
+    size = np.ones(U, np.float64)
+    for c in time_columns(d):  # distinct coordinates per unit
+        t = np_int(table.column(c))
+        o = lex_order([unit, t])
+        u, ts = unit[o], t[o]
+        first = np.r_[True, (u[1:] != u[:-1]) | (ts[1:] != ts[:-1])] if len(o) else np.zeros(0, bool)
+        size *= np.bincount(u[first], minlength=U)
+    if per_row:
+        unit_key = np.zeros(P, np.int64)
+        unit_key[kv] = kid
+        return np.bincount(unit_key, weights=size, minlength=K)
+    return size * np.bincount(kid[np.unique(kv, return_index=True)[1]], minlength=K)
 
 
 def grid_delta(table: pa.Table, key: list[str], values: list[str], d: int, reducer, out_schema: pa.Schema,
@@ -73,11 +95,7 @@ def grid_delta(table: pa.Table, key: list[str], values: list[str], d: int, reduc
         out_schema=out_schema,
         result_schema=result_schema,
         diff=np_int(table.column("diff")),
-        new=(
-            np.asarray(table.column("_new").to_numpy(zero_copy_only=False), dtype=bool)
-            if "_new" in table.column_names
-            else np.ones(n, bool)
-        ),
+        new=new_flags(table),
         ranks=ranks,
         tstart=tstart,
         tvals=tvals,

@@ -33,8 +33,8 @@ import pyarrow as pa
 from ops import reduce_flat as rf
 from ops import reduce_lattice as lattice
 from ops import reduce_sweep as sw
-from ops.reduce_grid import KeyTooLarge, grid_delta
-from ops.reduce_util import COUNT, GROUP, empty_table, group_sum, lex_order, np_int, row_ids
+from ops.reduce_grid import KeyTooLarge, grid_cells, grid_delta
+from ops.reduce_util import COUNT, GROUP, empty_table, group_sum, lex_order, new_flags, np_int, row_ids
 from ops.reducers import (  # noqa: F401 - the reducers are part of this module's interface
     Count,
     CountDistinct,
@@ -79,7 +79,7 @@ def memory_budget() -> int:
 def _touched_keys_only(table: pa.Table, key: list[str]) -> pa.Table:
     """Drop the old updates of keys without a new update: their output cannot change
     (callers may pass a whole arrangement rather than pay for a semi-join)."""
-    new = np.asarray(table.column("_new").to_numpy(zero_copy_only=False), dtype=bool)
+    new = new_flags(table)
     if new.all():
         return table
     kid, k = row_ids(table, key, ordered=False)
@@ -157,25 +157,7 @@ def _grid_cells(reducer: Reducer, values: list[str], d: int):
     each (key, value row) for the reducers that look at one row at a time (or, abelian,
     at a row's presence), ``value rows x grid points`` for the others."""
     per_row = isinstance(reducer, (Distinct, Threshold, Count, Sum, CountDistinct))
-
-    def cells(table: pa.Table, kid: np.ndarray, K: int) -> np.ndarray:
-        kv, P = row_ids(table, values, base=kid, ordered=False)
-        unit, U = (kv, P) if per_row else (kid, K)
-        size = np.ones(U, np.float64)
-        for c in time_columns(d):  # distinct coordinates per unit
-            t = np_int(table.column(c))
-            o = lex_order([unit, t])
-            u, ts = unit[o], t[o]
-            first = np.r_[True, (u[1:] != u[:-1]) | (ts[1:] != ts[:-1])] if len(o) else np.zeros(0, bool)
-            size *= np.bincount(u[first], minlength=U)
-        if per_row:
-            unit_key = np.zeros(P, np.int64)
-            unit_key[kv] = kid
-            return np.bincount(unit_key, weights=size, minlength=K)
-        rows = np.bincount(kid[np.unique(kv, return_index=True)[1]], minlength=K)
-        return size * rows
-
-    return cells
+    return lambda table, kid, K: grid_cells(table, kid, K, values, d, per_row)
 
 
 def _dispatch(table, key, values, d, reducer, out_schema, result_schema, max_cells, max_rows, limit_bytes):
@@ -390,7 +372,7 @@ def order_traces(table: pa.Table, key: list[str], values: list[str], reducer, *,
         return table
     if d >= 2:  # the reduce itself, keeping whole value rows, on both collections
         full = lattice.full_rows(reducer)
-        new = np.asarray(table.column("_new").to_numpy(zero_copy_only=False), dtype=bool)
+        new = new_flags(table)
         old_rows = table.filter(pa.array(~new))
         flags = lambda t, v: t.append_column("_new", pa.array(np.full(t.num_rows, v)))  # noqa: E731
         parts = [flags(reduce_delta(table, key, values, d, full), True)]

@@ -23,19 +23,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ops.reduce_grid import grid_delta
-from ops.reduce_util import COUNT, GROUP, groups_of, np_int, row_ids
+from ops.reduce_grid import grid_cells, grid_delta
+from ops.reduce_util import COUNT, GROUP, groups_of, new_flags, np_int, row_ids
 from ops.reducers import Count, CountDistinct, Max, Reducer, Sum, Threshold, TopK
 from storage.lattice import time_columns
 
 CHANNEL = "_channel"  # 0: the weight's updates, 1: presence changes
 SHARE = "_share"
-
-
-def _new_flags(table: pa.Table) -> np.ndarray:
-    if "_new" not in table.column_names:
-        return np.ones(table.num_rows, bool)
-    return np.asarray(table.column("_new").to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _as(table: pa.Table, new: bool) -> pa.Table:
@@ -48,7 +42,7 @@ def _as(table: pa.Table, new: bool) -> pa.Table:
 def _traces(table: pa.Table, key: list[str], values: list[str], d: int, reducer: Reducer,
             out_schema: pa.Schema, result_schema: pa.Schema, max_cells: int) -> tuple[list, list]:
     """The output trace of the old collection alone, and of whole minus old."""
-    new = _new_flags(table)
+    new = new_flags(table)
     delta = grid_delta(table, key, values, d, reducer, out_schema, result_schema, max_cells)
     old_rows = table.filter(pa.array(~new))
     old = grid_delta(_as(old_rows, True), key, values, d, reducer, out_schema, result_schema, max_cells) \
@@ -135,7 +129,7 @@ def abelian_synthetic(table: pa.Table, key: list[str], values: list[str], d: int
             v = pc.fill_null(table.column(reducer.col).cast(pa.int64()), 0)
             diff = diff * np.asarray(v.to_numpy(), np.int64)
         weights = table.select(key_cols).append_column("diff", pa.array(diff, pa.int64()))
-        parts.append(_channel(weights.append_column("_new", pa.array(_new_flags(table))), 0, None))
+        parts.append(_channel(weights.append_column("_new", pa.array(new_flags(table))), 0, None))
     parts = [p for p in parts if p.num_rows]
     if not parts:
         return None
@@ -166,13 +160,8 @@ def order_grid(table: pa.Table, key: list[str], values: list[str], d: int, reduc
     tcols = time_columns(d)
     kid, K = row_ids(table, key, ordered=False)
     kv, _ = row_ids(table, values, base=kid, ordered=False)
-    rows_per_key = np.bincount(kid[np.unique(kv, return_index=True)[1]], minlength=K)
-    grid = np.ones(K, np.float64)
-    for c in tcols:
-        t = np_int(table.column(c))
-        pairs = np.unique(np.stack([kid, t]), axis=1)
-        grid *= np.bincount(pairs[0], minlength=K)
-    shares = np.maximum(1, np.ceil(rows_per_key * grid / max(limit_cells, 1))).astype(np.int64)
+    cells = grid_cells(table, kid, K, values, d)
+    shares = np.maximum(1, np.ceil(cells / max(limit_cells, 1))).astype(np.int64)
     big = shares[kid] > 1
     if not big.any() or depth >= 3:
         return grid_delta(table, key, values, d, reducer, out_schema, result_schema, max_cells)

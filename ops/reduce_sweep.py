@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ops import reducers as R
-from ops.reduce_util import group_sum, lex_order, np_int, seg_cumsum_
+from ops.reduce_util import group_sum, lex_order, new_flags, np_int, seg_cumsum_
 
 OLD = 1  # side of the old collection (0: the total collection)
 
@@ -45,8 +45,7 @@ class Sweep:
         self.table, self.K, self.kv_rep, self.kv_key, self.values = table, K, kv_rep, kv_key, values
         t = np_int(table.column("time"))
         diff = np_int(table.column("diff"))
-        new = (np.asarray(table.column("_new").to_numpy(zero_copy_only=False), dtype=bool)
-               if "_new" in table.column_names else np.ones(len(t), bool))
+        new = new_flags(table)
         if advance:  # (not when another task's rows of the same key may differ earlier)
             t0 = np.full(K, np.iinfo(np.int64).max, np.int64)
             np.minimum.at(t0, kid[new], t[new])
@@ -127,8 +126,7 @@ def insert_only_partials(table: pa.Table, kid: np.ndarray, K: int, reducer, adva
     total multiplicity is positive, and value rows need not be told apart at all."""
     t = np_int(table.column("time"))
     diff = np_int(table.column("diff"))
-    new = (np.asarray(table.column("_new").to_numpy(zero_copy_only=False), dtype=bool)
-           if "_new" in table.column_names else np.ones(len(t), bool))
+    new = new_flags(table)
     if advance:
         t0 = np.full(K, np.iinfo(np.int64).max, np.int64)
         np.minimum.at(t0, kid[new], t[new])

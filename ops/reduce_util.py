@@ -21,6 +21,13 @@ def np_int(col) -> np.ndarray:
     return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
+def new_flags(table: pa.Table) -> np.ndarray:
+    """Which updates are this run's (``_new``); every update when the column is absent."""
+    if "_new" not in table.column_names:
+        return np.ones(table.num_rows, bool)
+    return np.asarray(table.column("_new").to_numpy(zero_copy_only=False), dtype=bool)
+
+
 def densify(x: np.ndarray, ordered: bool = True) -> tuple[np.ndarray, int]:
     """Dense ids ``0..n-1`` of the values of ``x``: in value order (a sort), or in order of
     first appearance (a hash table: pandas' factorize, several times faster)."""
