@@ -26,10 +26,9 @@ from ops.arrangement import Arrangement, LiveArrangement
 from ops.context import RESERVED, EvalContext
 from ops.pipeline import Node, Pipeline, PipelineError, Scope
 from ops.progress import RunProgress
-from ops.reduce import reduce_changes, two_stage
+from ops.reduce import SPLIT_ROWS, reduce_changes, two_stage
 from ops.calculus import CALCULUS_OPS, evaluate_calculus  # issue 5
 
-SMALL_DELTA_ROWS = 1_000_000  # new rows up to which reduce looks old keys up inside its tasks
 
 STATEFUL = {"join", "semijoin", "reduce", "distinct", "threshold",
             "as_of_join", "delta_join"}  # issue 5: calculus operators whose inputs are arranged
@@ -311,8 +310,9 @@ def _check_join_keys(n: Node, ctx: EvalContext, left: DataFrame, right: DataFram
 
 def _small(ctx: EvalContext) -> bool:
     """A delta small enough that every task may look its keys up in a stored arrangement
-    (a task scans at most the whole arrangement with DuckDB, and there are few tasks)."""
-    return ctx.delta_rows is not None and ctx.delta_rows <= SMALL_DELTA_ROWS
+    (a task scans at most the whole arrangement with DuckDB, and there are few tasks):
+    below the split of big runs, so that no run takes a hot key's old updates whole."""
+    return ctx.delta_rows is not None and ctx.delta_rows < SPLIT_ROWS
 
 
 def _reduce(n: Node, ctx: EvalContext, df: DataFrame | None, runtime: Runtime) -> DataFrame | None:

@@ -12,7 +12,20 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+import os
+import tempfile
+
 import pyarrow as pa
+
+#: DuckDB memory a lookup may hold (the looked-up rows, their accumulation) before it spills.
+MEMORY_LIMIT = "512MB"
+
+
+def _spill_directory() -> str:
+    """A folder of this worker's own for DuckDB's spilled rows (its default, ``.tmp``, would
+    land in the worker's working directory)."""
+    path = os.path.join(tempfile.gettempdir(), f"ddcli-duckdb-{os.getpid()}")
+    return path.replace("'", "''")
 
 
 class OldLookup:
@@ -27,7 +40,17 @@ class OldLookup:
         from storage.blob import duckdb_connect
         self.what, self.keys, self.accumulated = (tuple(files), tuple(key), tuple(values)), keys, False
         self.con = duckdb_connect(files)  # the files may be on an object store
+        # the rows it holds are bounded: beyond the limit DuckDB spills them to disk
+        self.con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+        self.con.execute(f"SET temp_directory = '{_spill_directory()}'")
         self.con.register("touched_keys", keys)
+        self._count: int | None = None
+
+    def old_count(self, sql: str) -> int:
+        """How many old updates ``sql`` (the touched keys' lookup) selects."""
+        if self._count is None:
+            self._count = int(self.con.sql(f"SELECT count(*) FROM ({sql})").fetchall()[0][0])
+        return self._count
 
     @classmethod
     def of(cls, files: list[str], keys: pa.Table, key: list[str], values: list[str]) -> "OldLookup":

@@ -6,9 +6,10 @@ the output changes at every time they can occur, including joins of input times,
 vectorised numpy over the whole partition. One shuffle and one Arrow stage per reduce,
 however many distinct times the run holds (no job per time, key or row). For a small
 delta against a stored arrangement only the new updates are shuffled and each task reads
-its keys' old updates itself — or, when its new updates only insert, a summary of them
-(``ops/reduce_summary.py``), so that a few insertions into a hot key do not cost its
-history; with a single partition nothing is shuffled at all.
+its keys' old updates itself (``ops/reduce_lookup.py``: a summary of them, the updates
+whole, or, over a budget, the keys' rows in shares one after another), so that a few
+changes of a hot key neither cost its history nor hold it whole; with a single partition
+nothing is shuffled at all.
 
 A big run of a reduce (``two_stage``) splits every key's value rows among tasks instead,
 so a hot key never lands whole in one task: count, sum and count_distinct sum per-task
@@ -22,9 +23,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
@@ -35,33 +34,10 @@ from ops.context import EvalContext
 from ops.old_lookup import OldLookup
 from ops.python_stage import python_stage
 from ops.reduce_shared import SharedShuffle
-from ops.reduce_summary import accumulate_old_rows, old_summary, summarisable
+from ops.reduce_lookup import in_shares, lookup_rows, reduce_with_lookup
+from ops.reduce_summary import summarisable
 from ops.session import partitions
 from storage.lattice import time_columns
-
-
-def _with_old_updates(new: pa.Table, files: list[str], key: list[str], values: list[str],
-                      summary: rk.Reducer | None = None) -> pa.Table:
-    """A task's new updates plus the stored old updates of their keys (``_new`` false);
-    with ``summary`` (a reducer that has one, ``ops/reduce_summary.py``) and insertions
-    only, a summary of them instead."""
-    from ops.arrangement import keyed_read_sql
-    keys = new.select(key).group_by(key, use_threads=False).aggregate([])  # in a stable order: see OldLookup
-    look = OldLookup.of(files, keys, key, values)
-    sql, old = keyed_read_sql(files, keys, key), None
-    time_col = time_columns(1)[0]
-    if summary is not None and pc.min(new.column("diff")).as_py() > 0:
-        if not look.accumulated:
-            accumulate_old_rows(look.con, sql, key, values)
-            look.accumulated = True
-        old = old_summary(look.con, key, values, new.schema, summary, time_col, pc.min(new.column(time_col)).as_py())
-    if old is None:
-        old = look.con.sql(sql).to_arrow_table()
-    if old.num_rows == 0:
-        return new
-    names = [c for c in new.column_names if c != "_new"]
-    old = old.select(names).append_column("_new", pa.array(np.zeros(old.num_rows, bool)))
-    return pa.concat_tables([new, old.select(new.column_names).cast(new.schema)])
 
 
 #: New updates from which a one-dimensional reduce splits keys among tasks (two stages).
@@ -115,7 +91,8 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
         both = both.unionByName(old.select(*df_new.columns).withColumn("_new", F.lit(False)))
     d = ctx.d
     lookup_files = None if lookup is None else list(lookup.files)  # the closure ships to tasks
-    summary = reducer if summarisable(reducer, values_schema, d, bool(ctx.extra)) else None
+    summary = summarisable(reducer, values_schema, d, bool(ctx.extra))
+    budget, shares_ok = lookup_rows(), in_shares(reducer, d, values, values_schema)
 
     def kernel(batches):
         batches = list(batches)
@@ -124,12 +101,14 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
         table = pa.Table.from_batches(batches)
         if table.num_rows == 0:
             return
-        if lookup_files is not None:
+        if lookup_files is None:
+            out = rk.reduce_delta(table, full_key, values, d, reducer)
+        else:
             try:
-                table = _with_old_updates(table, lookup_files, full_key, values, summary)
+                out = reduce_with_lookup(table, lookup_files, full_key, values, d, reducer, out_arrow,
+                                         summary=summary, budget=budget, shares_ok=shares_ok)
             finally:
                 OldLookup.task_ended()
-        out = rk.reduce_delta(table, full_key, values, d, reducer)
         if out.num_rows:
             yield from out.select(out_arrow.names).cast(out_arrow).to_batches()
 

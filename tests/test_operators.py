@@ -227,7 +227,7 @@ def test_reduce_family_equals_the_reference_at_every_time_over_runs(spark, tmp_p
     # old state read by key inside the reduce's tasks, or by Spark (big deltas)
     monkeypatch.setenv("DDCLI_SHUFFLE_PARTITIONS", partitions)
     if not lookup:
-        monkeypatch.setattr("ops.evaluate.SMALL_DELTA_ROWS", -1)
+        monkeypatch.setattr("ops.evaluate.SPLIT_ROWS", 0)
     bench = Bench(tmp_path, d)
     path = bench.pipeline("reduces", REDUCES)
     run_random_stream(bench, path, reduces_ref,
@@ -260,7 +260,7 @@ def batching_ref(i):
 def test_one_run_of_all_updates_equals_the_same_updates_over_many_runs(spark, tmp_path, d, monkeypatch):
     # many touched keys: read old state with Spark's semi-join, not the keyed DuckDB read
     monkeypatch.setattr("ops.arrangement.KEY_LOOKUP_LIMIT", 2)
-    monkeypatch.setattr("ops.evaluate.SMALL_DELTA_ROWS", -1)
+    monkeypatch.setattr("ops.evaluate.SPLIT_ROWS", 0)
     rng = random.Random(30 + d)
     runs = 4
     inputs = {"xs": (XS, xs_row, 15, False), "ys": (YS, ys_row, 12, True)}

@@ -197,15 +197,22 @@ def hot_ref(i):
     }
 
 
-@pytest.mark.parametrize("d,split,inserts_only", [(1, False, False), (1, True, False), (1, False, True), (2, False, False),
-                                                   (2, True, False)],
-                         ids=["d1", "d1-keys-split-among-tasks", "d1-inserts-only", "d2", "d2-keys-split-among-tasks"])
+PIPELINE_CASES = {"d1": (1, False, False), "d1-keys-split-among-tasks": (1, True, False),
+                  "d1-inserts-only": (1, False, True), "d1-old-updates-in-shares": (1, None, False),
+                  "d2": (2, False, False), "d2-keys-split-among-tasks": (2, True, False),
+                  "d2-old-updates-in-shares": (2, None, False)}
+
+
+@pytest.mark.parametrize("d,split,inserts_only", list(PIPELINE_CASES.values()), ids=list(PIPELINE_CASES))
 def test_hot_keys_through_pipelines_over_runs_with_compaction(spark, tmp_path, monkeypatch, d, split, inserts_only):
     """Two keys, ~90 distinct rows each, 24 distinct times per run (d = 1; d = 2: 4 x 6),
     retractions; three runs with advance --since and compaction between. ``split``: every
     run deals each key's rows to three tasks (the plan of big runs). ``inserts_only``: later
-    runs read a summary of the keys' old updates (ops/reduce_summary.py)."""
+    runs read a summary of the keys' old updates (ops/reduce_summary.py). ``split`` None:
+    later runs' tasks take their keys' old updates in shares of 20 (ops/reduce_lookup.py)."""
     planned = []
+    if split is None:
+        monkeypatch.setenv("DDCLI_REDUCE_LOOKUP_ROWS", "20")
     if split:
         monkeypatch.setenv("DDCLI_REDUCE_SPLIT_ROWS", "0")
         monkeypatch.setenv("DDCLI_SHUFFLE_PARTITIONS", "3")

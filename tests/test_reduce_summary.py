@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ops.reduce import _with_old_updates
+from ops.reduce_lookup import with_old_updates
 from ops.reduce_kernel import Count, Max, Min, Sum, TopK, reduce_delta
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string()), ("w", pa.int64()), ("f", pa.float64()),
@@ -79,7 +79,7 @@ def consolidated(out: pa.Table) -> dict:
 
 
 def outputs(new: pa.Table, files: list[str], reducer, summary: bool) -> tuple[dict, int]:
-    table = _with_old_updates(new, files, ["k"], VALUES, reducer if summary else None)
+    table = with_old_updates(new, files, ["k"], VALUES, reducer if summary else None)
     old_rows = table.num_rows - new.num_rows
     return consolidated(reduce_delta(table, ["k"], VALUES, 1, reducer)), old_rows
 
@@ -134,10 +134,10 @@ def test_the_reduces_of_one_task_read_and_accumulate_the_old_rows_once(tmp_path,
     files: the first accumulates their old rows, the others reuse them, with the same
     output changes as a lookup of their own; other keys or files are read afresh."""
     import ops.old_lookup
-    import ops.reduce
+    import ops.reduce_lookup
     calls = []
-    real = ops.reduce.accumulate_old_rows
-    monkeypatch.setattr(ops.reduce, "accumulate_old_rows", lambda *a: calls.append(a[2]) or real(*a))
+    real = ops.reduce_lookup.accumulate_old_rows
+    monkeypatch.setattr(ops.reduce_lookup, "accumulate_old_rows", lambda *a: calls.append(a[2]) or real(*a))
     monkeypatch.setattr(ops.old_lookup.OldLookup, "last", None)
     rng = random.Random(5)
     files = old_layers(tmp_path, rng, keys=6, n=1500, tmax=50)

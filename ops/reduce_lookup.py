@@ -1,0 +1,164 @@
+"""A reduce task's own keys against a stored arrangement, under a memory budget.
+
+For a small run (``ops/reduce.py``) only the new updates are shuffled; each task looks up
+the stored old updates of the keys it holds with DuckDB (``ops/old_lookup.py``) and runs
+the kernel on both. Three ways, cheapest first:
+
+* a summary of the old updates (``ops/reduce_summary.py``: one-dimensional times, new
+  updates that only insert): a few rows per key whatever its history;
+* the old updates whole, when the touched keys hold at most ``budget`` of them;
+* otherwise in shares: every row of the touched keys (old and new updates alike) is dealt
+  to one of ``ceil(old rows / budget)`` shares by a hash of its value columns, the shares
+  are reduced one after another to what the reducer needs of them (the same first stage
+  as a big run's split among tasks, ``ops/reduce.py`` ``_split_keys``), and the results
+  are reduced together. A hot key whose history retracts never lands whole in the task.
+
+DuckDB holds the looked-up rows under a memory limit and spills beyond it, so the task's
+memory is the limit plus one share. With one-dimensional times every new update is later
+than every stored one, so a share's old rows are accumulated to one update per row at the
+first new time first: only its live rows reach the kernel.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ops import reduce_kernel as rk
+from ops.old_lookup import OldLookup
+from ops.reducers import Distinct, Threshold
+from ops.reduce_summary import accumulate_old_rows, old_summary
+from storage.lattice import time_columns
+from storage.query import quote
+
+#: Old updates a task brings into Arrow at once (``DDCLI_REDUCE_LOOKUP_ROWS``): about the
+#: sweeps' measured ~0.3 GB for a key of 10^6 updates (``ops/reduce.py`` ``SPLIT_ROWS``).
+LOOKUP_ROWS = 1 << 20
+_SHARE = "_ddcli_share"
+
+
+def lookup_rows() -> int:
+    """The budget, read where the plan is made (the driver) and shipped to the tasks."""
+    return max(1, int(os.environ.get("DDCLI_REDUCE_LOOKUP_ROWS", LOOKUP_ROWS)))
+
+
+def in_shares(reducer: rk.Reducer, d: int, values: list[str], values_schema: pa.Schema) -> bool:
+    """Whether a key's rows can be reduced share by share: the reducers a big run splits
+    among tasks, and those that look at one value row at a time."""
+    return bool(values) and (isinstance(reducer, (Distinct, Threshold)) or rk.splits(reducer, d, values_schema))
+
+
+def reduce_with_lookup(new: pa.Table, files: list[str], key: list[str], values: list[str], d: int,
+                       reducer: rk.Reducer, out_arrow: pa.Schema, *, summary: bool, budget: int,
+                       shares_ok: bool) -> pa.Table:
+    """The output changes of ``reducer`` caused by a task's ``new`` updates (``_new``
+    true), its keys' old updates read from ``files``: summarised (``summary``: the reducer
+    has one, ``ops/reduce_summary.py``), whole, or, over ``budget`` and ``shares_ok``, in shares."""
+    table = with_old_updates(new, files, key, values, reducer if summary else None, budget if shares_ok else None)
+    if table is not None:
+        return rk.reduce_delta(table, key, values, d, reducer)
+    look, sql = _lookup(new, files, key, values)
+    shares = math.ceil(look.old_count(sql) / budget)
+    return _by_shares(new, look, sql, key, values, d, reducer, out_arrow, shares)
+
+
+def with_old_updates(new: pa.Table, files: list[str], key: list[str], values: list[str],
+                     summary: rk.Reducer | None = None, budget: int | None = None) -> pa.Table | None:
+    """``new`` plus the stored old updates of its keys (``_new`` false): with ``summary``
+    and insertions only, a summary of them; None when they are more than ``budget``."""
+    look, sql = _lookup(new, files, key, values)
+    if summary is not None and pc.min(new.column("diff")).as_py() > 0:
+        if not look.accumulated:
+            accumulate_old_rows(look.con, sql, key, values)
+            look.accumulated = True
+        time_col = time_columns(1)[0]
+        old = old_summary(look.con, key, values, new.schema, summary, time_col, pc.min(new.column(time_col)).as_py())
+        if old is not None:
+            return _with_old(new, old)
+    rows = look.old_count(sql)
+    if budget is not None and rows > budget:
+        return None
+    return _with_old(new, look.con.sql(sql).to_arrow_table() if rows else None)
+
+
+def _lookup(new: pa.Table, files: list[str], key: list[str], values: list[str]) -> tuple[OldLookup, str]:
+    """The task's lookup (kept for the reduces of one task) and the SQL of its keys' old updates."""
+    from ops.arrangement import keyed_read_sql
+    keys = new.select(key).group_by(key, use_threads=False).aggregate([])  # in a stable order: see OldLookup
+    return OldLookup.of(files, keys, key, values), keyed_read_sql(files, keys, key)
+
+
+def _with_old(new: pa.Table, old: pa.Table | None) -> pa.Table:
+    """``new`` plus ``old`` (``_new`` false) in ``new``'s schema."""
+    if old is None or old.num_rows == 0:
+        return new
+    names = [c for c in new.column_names if c != "_new"]
+    old = old.select(names).append_column("_new", pa.array(np.zeros(old.num_rows, bool)))
+    return pa.concat_tables([new, old.select(new.column_names).cast(new.schema)])
+
+
+def _by_shares(new: pa.Table, look: OldLookup, sql: str, key: list[str], values: list[str], d: int,
+               reducer: rk.Reducer, out_arrow: pa.Schema, shares: int) -> pa.Table:
+    con = look.con
+    at = pc.min(new.column(time_columns(d)[-1])).as_py()
+    con.register("new_rows", new)
+    # the share of a row is a hash of its values, cast to the new rows' types on both sides
+    types = dict(con.sql("SELECT column_name, column_type FROM (DESCRIBE new_rows)").fetchall())
+    share = f"hash({', '.join(f'{quote(v)}::{types[v]}' for v in values)}) % {shares}"
+    tcols, names = time_columns(d), [c for c in new.column_names if c != "_new"]
+    cols = ", ".join(quote(c) for c in names)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE old_shared AS SELECT {cols}, {share} AS {_SHARE} FROM ({sql})")
+    new_share = con.sql(f"SELECT {share} FROM new_rows").to_arrow_table().column(0).to_numpy()
+    kv = ", ".join(quote(c) for c in key + values)
+    stage_one = _first_stage(reducer, key, values, d)
+    per_row = isinstance(reducer, (Distinct, Threshold))
+    firsts = []
+    for i in range(shares):
+        if d == 1:  # every new update is later than every old one: accumulate the old rows at the first new time
+            old = con.sql(f"SELECT {kv}, {int(at)}::BIGINT AS {quote(tcols[0])}, SUM(diff)::BIGINT AS diff "
+                          f"FROM old_shared WHERE {_SHARE} = {i} GROUP BY ALL HAVING SUM(diff) <> 0").to_arrow_table()
+        else:
+            old = con.sql(f"SELECT {cols} FROM old_shared WHERE {_SHARE} = {i}").to_arrow_table()
+        mine = new.filter(pa.array(new_share == i))
+        if mine.num_rows == 0 and per_row:  # no other share needs its rows
+            continue
+        part = stage_one(_with_old(mine, old))
+        if part is not None and part.num_rows:
+            firsts.append(part)
+    con.execute("DROP TABLE old_shared")
+    con.unregister("new_rows")
+    return _second_stage(reducer, key, values, d, out_arrow, firsts)
+
+
+def _first_stage(reducer: rk.Reducer, key: list[str], values: list[str], d: int):
+    """What a share is reduced to (the first stage of a split, ``ops/reduce.py``)."""
+    if isinstance(reducer, (Distinct, Threshold)):  # one value row at a time: a share's output is final
+        return lambda t: rk.reduce_delta(t, key, values, d, reducer)
+    if isinstance(reducer, rk.ORDER):
+        return lambda t: rk.order_traces(t, key, values, reducer, d=d)
+    if d == 1:
+        return lambda t: rk.abelian_partials(t, key, values, reducer)
+    return lambda t: rk.abelian_synthetic(t, key, values, d, reducer)
+
+
+def _second_stage(reducer: rk.Reducer, key: list[str], values: list[str], d: int, out_arrow: pa.Schema,
+                  firsts: list[pa.Table]) -> pa.Table:
+    """The shares' first stages of whole keys into output changes."""
+    out_schema = pa.schema(list(out_arrow)[len(key):-1 - d])
+    if not firsts:
+        return rk.empty_table(out_arrow)
+    table = pa.concat_tables(firsts) if len(firsts) > 1 else firsts[0]
+    if isinstance(reducer, (Distinct, Threshold)):
+        return table
+    if isinstance(reducer, rk.ORDER):
+        return rk.reduce_delta(table, key, values, d, reducer)
+    if d == 1:
+        return rk.abelian_from_partials(table, key, reducer, out_schema, out_arrow)
+    group = key + time_columns(d) + ["_new", rk.CHANNEL]
+    summed = table.group_by(group, use_threads=False).aggregate([("diff", "sum")]).rename_columns(group + ["diff"])
+    summed = summed.filter(pc.not_equal(summed.column("diff"), 0))
+    return rk.abelian_from_synthetic(summed, key, d, reducer, out_schema)

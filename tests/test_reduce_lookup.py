@@ -1,0 +1,103 @@
+"""A small run's reduce task looks up its keys' stored old updates under a budget.
+
+Issue 13: a run below the split of big runs that changes a hot key whose history retracts
+used to read all of the key's old updates into its task. Over ``budget`` old updates the
+task now reduces its keys' rows in shares one after another (``ops/reduce_lookup.py``).
+Checked without Spark against the plain reference at every time, d = 1 and d = 2, with a
+budget far below the keys' history, and that no share brings more than about the budget
+into Arrow; through a pipeline over runs with compaction in tests/test_reduce_hot_keys.py.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import ops.reduce_lookup as rl
+from ops.old_lookup import OldLookup
+from ops.reduce import output_arrow_schema
+from ops.reduce_kernel import reduce_delta
+from tests.test_reduce_hot_keys import _consolidated, hot_rows
+from tests.test_reduce_kernel import KEYS, KTYPES, REDUCERS, VALUES, VTYPES, check_accumulation, make_table
+
+NAMES = ["count", "count_distinct", "sum_int", "sum_float", "min", "max_str", "topk", "distinct", "threshold"]
+CASES = [(1, n) for n in NAMES] + [(2, n) for n in NAMES if n != "sum_float"]
+BUDGET = 40
+
+
+def _old_and_new(rng: random.Random, d: int) -> list:
+    """A hot history (old, many retractions) and a few changes after it (new): with d = 1
+    every new time is later than every old one, as in a stored trace."""
+    old = [r[:4] + (False,) for r in hot_rows(rng, d, 500 if d == 1 else 260, 40 if d == 1 else 6, rows_per_key=60)]
+    new = [r[:4] + (True,) for r in hot_rows(rng, d, 30, 40 if d == 1 else 6, rows_per_key=60)]
+    if d == 1:
+        new = [(k, v, (t[0] + 41,), df, nw) for k, v, t, df, nw in new]
+    return old + new
+
+
+def _write_old(tmp_path, table: pa.Table) -> list[str]:
+    """The old updates as two key-sorted layer files, as an arrangement stores them."""
+    old = table.filter(pa.compute.invert(table.column("_new"))).drop_columns(["_new"])
+    half = old.num_rows // 2
+    files = []
+    for i, part in enumerate((old.slice(0, half), old.slice(half))):
+        path = str(tmp_path / f"layer{i}.parquet")
+        pq.write_table(part.sort_by([(k, "ascending") for k in KEYS]), path)
+        files.append(path)
+    return files
+
+
+@pytest.mark.parametrize("d,name", CASES, ids=[f"d{d}-{n}" for d, n in CASES])
+def test_old_updates_over_the_budget_are_reduced_in_shares_exactly(tmp_path, monkeypatch, d, name):
+    make, plain = REDUCERS[name]
+    seen = []  # (old rows, all rows) of every share a first stage received
+    real = rl._first_stage
+
+    def recording(*a):
+        stage = real(*a)
+        return lambda t: seen.append((t.num_rows - sum(t.column("_new").to_pylist()), t.num_rows)) or stage(t)
+
+    monkeypatch.setattr(rl, "_first_stage", recording)
+    rng = random.Random(f"lookup-{name}-{d}")
+    for case in range(3):
+        rows = _old_and_new(rng, d)
+        table = make_table(rows, KEYS, VALUES, d, KTYPES, VTYPES)
+        (tmp_path / str(case)).mkdir()
+        files = _write_old(tmp_path / str(case), table)
+        new = table.filter(table.column("_new"))
+        reducer = make()
+        values_schema = table.select(VALUES).schema
+        assert rl.in_shares(reducer, d, VALUES, values_schema)
+        out_arrow = output_arrow_schema(table.select(KEYS).schema, reducer.output_schema(values_schema), d)
+        seen.clear()
+        try:
+            out = rl.reduce_with_lookup(new, files, KEYS, VALUES, d, reducer, out_arrow, summary=False,
+                                        budget=BUDGET, shares_ok=True)
+        finally:
+            OldLookup.release()
+        old_rows = table.num_rows - new.num_rows
+        assert len(seen) >= 2 and all(o <= 3 * BUDGET for o, _ in seen), (old_rows, seen)
+        check_accumulation(rows, out, d, plain)
+        assert _consolidated(out) == _consolidated(reduce_delta(table, KEYS, VALUES, d, reducer))
+
+
+def test_within_the_budget_or_without_shares_the_old_updates_are_read_whole(tmp_path):
+    """At most ``budget`` old updates, or a reducer that cannot be split (user logic): the
+    task reads them whole, as before."""
+    make, _ = REDUCERS["perkey"]
+    rows = _old_and_new(random.Random(3), 1)
+    table = make_table(rows, KEYS, VALUES, 1, KTYPES, VTYPES)
+    files = _write_old(tmp_path, table)
+    new = table.filter(table.column("_new"))
+    old_rows = table.num_rows - new.num_rows
+    schema = table.select(VALUES).schema
+    assert not rl.in_shares(make(), 1, VALUES, schema) and rl.in_shares(REDUCERS["min"][0](), 1, VALUES, schema)
+    try:
+        whole = rl.with_old_updates(new, files, KEYS, VALUES, budget=old_rows)
+        assert whole.num_rows == table.num_rows
+        assert rl.with_old_updates(new, files, KEYS, VALUES, budget=old_rows - 1) is None
+    finally:
+        OldLookup.release()
