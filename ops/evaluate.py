@@ -137,6 +137,10 @@ class Runtime:
         self.planned: dict[int, DataFrame | None] = {}  # planning: every node's (empty) frame
         self.key_partitioned: dict[int, list[str]] = {}  # frames hash-partitioned by these columns
         self.ran: list[Node] = []  # top-level stateful operators with changes in this run, in order
+        # the first time coordinate every later read of this batch's loop state is at or
+        # beyond (one-dimensional outer times; None: keep exact times): a partition-local
+        # loop returns its processed updates advanced to it (ops/loop_local.py)
+        self.record_floor: int | None = None
 
     def loop_plan(self, loop_node: Node):
         """How ``loop_node`` runs (ops/loop_plan.py), planned once per run."""

@@ -188,6 +188,7 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
     in_wide_tags = set(parts)
     acc = spark.sparkContext.accumulator(None, TaskStats())
     row_limit = ONE_TASK_ROWS if not plan.by and loop_path() != "local" else None
+    floor = runtime.record_floor  # the processed updates leave the task advanced to it
 
     def task(batches):
         held, n = [], 0
@@ -210,7 +211,7 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
             src = table if tag in in_wide_tags else small
             t = unpack_table(src, tag, in_schemas[tag])
             (new if kind == "new" else old)[nid] = t
-        got = fixed_point(body, new, old)
+        got = fixed_point(body, new, old, floor)
         bad = got.refused or (None, None)
         acc.add((got.rounds, got.updates, int(got.converged), bad[1], bad[0]))
         out = {}

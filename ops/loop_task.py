@@ -192,11 +192,52 @@ class _Round:
 
     def pairs(self, left: pa.Table, right: pa.Table, on: list[str], right_cols: list[str]) -> pa.Table:
         lcols = [c for c in left.column_names if c not in self.tcols and c != "diff"]
+        if self.body.d == 2 and self._one_iteration(left, right):
+            return self.pairs_over_time(left, right, on, lcols, right_cols)
         items = [f"l.{_quote(c)}" for c in lcols] + [f"r.{_quote(c)}" for c in right_cols]
         items += [f"greatest(l.{_quote(t)}, r.{_quote(t)}) AS {_quote(t)}" for t in self.tcols]
         items.append("l.diff * r.diff AS diff")
         cond = " AND ".join(f"l.{_quote(k)} IS NOT DISTINCT FROM r.{_quote(k)}" for k in on)
         return self.sql(f"SELECT {', '.join(items)} FROM l JOIN r ON {cond}", l=left, r=right)
+
+    def _one_iteration(self, left: pa.Table, right: pa.Table) -> bool:
+        """Every pair of rows meets at the current iteration: one side is all at it, the
+        other at or before it (a round's changes against what earlier rounds processed)."""
+        it = self.tcols[-1]
+        lo_l, hi_l = pc.min_max(left.column(it)).values()
+        lo_r, hi_r = pc.min_max(right.column(it)).values()
+        i = self.iteration
+        return max(hi_l.as_py(), hi_r.as_py()) == i and (lo_l.as_py() == i or lo_r.as_py() == i)
+
+    def pairs_over_time(self, left, right, on, lcols, right_cols) -> pa.Table:
+        """The join's pairs when they all meet at the current iteration, with one outer time
+        coordinate: the accumulated output at outer time ``t`` is the product of both sides'
+        accumulations at ``t``, so each side is cut into segments of constant accumulated
+        multiplicity per row, and a pair of overlapping segments gives the product's change
+        where it starts and where it ends, summed per row and time. Its size is that of the
+        consolidated output, not (left updates x right updates) of a key, most of which
+        cancel (a label change of cc against every earlier update of its node's links)."""
+        outer, it = (_quote(c) for c in self.tcols)
+        rcols = on + right_cols
+
+        def segments(name: str, cols: list[str]) -> str:
+            ids = ", ".join(_quote(c) for c in cols)
+            summed = f"SELECT {ids}, {outer} AS _t, SUM(diff)::BIGINT AS _d FROM {name} GROUP BY ALL HAVING SUM(diff) <> 0"
+            return (f"SELECT {ids}, _t, SUM(_d) OVER w AS _acc, LEAD(_t) OVER w AS _next FROM ({summed}) "
+                    f"WINDOW w AS (PARTITION BY {ids} ORDER BY _t)")
+
+        cond = " AND ".join(f"a.{_quote(k)} IS NOT DISTINCT FROM b.{_quote(k)}" for k in on)
+        cols = ", ".join([f"a.{_quote(c)}" for c in lcols] + [f"b.{_quote(c)} AS {_quote(c)}" for c in right_cols])
+        names = ", ".join(_quote(c) for c in lcols + right_cols)
+        overlaps = (f"SELECT {cols}, greatest(a._t, b._t) AS _s, least(a._next, b._next) AS _e, a._acc * b._acc AS _v "
+                    f"FROM ({segments('l', lcols)}) a JOIN ({segments('r', rcols)}) b ON {cond} "
+                    f"AND (b._next IS NULL OR a._t < b._next) AND (a._next IS NULL OR b._t < a._next) "
+                    f"WHERE a._acc <> 0 AND b._acc <> 0")
+        changes = (f"SELECT {names}, _s AS _t, _v FROM o UNION ALL "
+                   f"SELECT {names}, _e AS _t, -_v FROM o WHERE _e IS NOT NULL")
+        q = (f"WITH o AS ({overlaps}) SELECT {names}, _t AS {outer}, {int(self.iteration)}::BIGINT AS {it}, "
+             f"SUM(_v)::BIGINT AS diff FROM ({changes}) GROUP BY ALL HAVING SUM(_v) <> 0")
+        return self.sql(q, l=left, r=right)
 
     def join(self, n: TaskNode, d_left, d_right) -> pa.Table | None:
         """``dA ⋈ (B_old + dB) + A_old ⋈ dB`` (``ops/join.py``)."""
@@ -241,9 +282,13 @@ class _Round:
         return _present(conform(out, self.schemas[n.id]))
 
 
-def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Table]) -> Outcome:
+def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Table],
+                record_floor: int | None = None) -> Outcome:
     """Run ``body`` to its fixed point on one task's rows: ``entered`` (enter node id -> this
-    batch's updates entering the loop) and ``old`` (arranged node id -> its old updates)."""
+    batch's updates entering the loop) and ``old`` (arranged node id -> its old updates).
+    ``record_floor``: the processed updates it returns are advanced to it in the first time
+    coordinate (every later read is at or beyond it), so the rounds' updates at the batch's
+    many outer times merge before they leave the task."""
     r = _Round(body, old)
     last = r.tcols[-1]
     by_id = {n.id: n for n in body.nodes}
@@ -347,10 +392,15 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
         t = t.drop_columns([last])
         t = t.rename_columns([c for c in t.column_names[:len(t.column_names) - len(outer) - 1]] + outer + ["diff"])
         leaves[l] = _present(consolidate(t))
-    recs = {nid: _present(consolidate(pa.concat_tables(ts))) for nid, ts in records.items() if ts}
+    recs = {nid: _present(consolidate(_floored(pa.concat_tables(ts), r.tcols[0], record_floor)))
+            for nid, ts in records.items() if ts}
     r.con.close()
     return Outcome({k: v for k, v in leaves.items() if v is not None}, {k: v for k, v in recs.items() if v is not None},
                    rounds + 1, updates, True)
+
+
+def _floored(t: pa.Table, col: str, floor: int | None) -> pa.Table:
+    return t if floor is None else advance(t, col, floor)
 
 
 def _least_iterations(pools: dict[int, pa.Table | None], last: str) -> dict[int, int]:

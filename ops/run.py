@@ -123,6 +123,16 @@ def node_dim(d: int, node: Node) -> int:
     return d + (node.scope.depth if node.scope is not None else 0)
 
 
+def _record_floor(d: int, hi: int | None, frontier: Frontier) -> int | None:
+    """How far a batch's processed loop state may be advanced in its first time coordinate:
+    later batches of the run read it at ``hi`` or later, later runs at the run's frontier or
+    later (which the state's layers are compacted to anyway); one-dimensional times only."""
+    if d != 1 or len(frontier.elements) != 1:
+        return None
+    p = frontier.elements[0][0]
+    return p if hi is None else min(hi, p)
+
+
 def loop_frontier(f: Frontier, depth: int) -> Frontier:
     """A frontier of outer times moved into loops: iteration coordinates stay at 0."""
     return Frontier([t + (0,) * depth for t in f], f.d + depth)
@@ -267,6 +277,7 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
             if i:  # the state of earlier batches, advanced to this batch's first time
                 runtime.compact_to(lo)
         batch_sources = {n: _between(df, first, lo, hi) for n, df in sources.items() if n in inside}
+        runtime.record_floor = _record_floor(d, hi, new_frontier)
         with progress.step("batch", batch=i + 1):
             frames = evaluate(p, ctx, batch_sources, runtime)
             outs = {node.id: frames.get(node.id) for node in p.outputs.values()}
