@@ -12,6 +12,9 @@ the kernel on both. Three ways, cheapest first:
   are reduced one after another to what the reducer needs of them (the same first stage
   as a big run's split among tasks, ``ops/reduce.py`` ``_split_keys``), and the results
   are reduced together. A hot key whose history retracts never lands whole in the task.
+  A reducer whose key cannot be split (user logic, a sum of floats at ``d >= 2``) takes
+  the touched keys in groups of at most ``budget`` old updates instead, and a single key
+  over the grid's cell budget is refused with its error before its rows are read.
 
 DuckDB holds the looked-up rows under a memory limit and spills beyond it, so the task's
 memory is the limit plus one share. With one-dimensional times every new update is later
@@ -32,6 +35,7 @@ from ops import reduce_kernel as rk
 from ops.old_lookup import OldLookup
 from ops.reducers import Distinct, Threshold
 from ops.reduce_summary import accumulate_old_rows, old_summary
+from ops.reduce_util import exclusive_cumsum, row_ids
 from storage.lattice import time_columns
 from storage.query import quote
 
@@ -57,11 +61,14 @@ def reduce_with_lookup(new: pa.Table, files: list[str], key: list[str], values: 
                        shares_ok: bool) -> pa.Table:
     """The output changes of ``reducer`` caused by a task's ``new`` updates (``_new``
     true), its keys' old updates read from ``files``: summarised (``summary``: the reducer
-    has one, ``ops/reduce_summary.py``), whole, or, over ``budget`` and ``shares_ok``, in shares."""
-    table = with_old_updates(new, files, key, values, reducer if summary else None, budget if shares_ok else None)
+    has one, ``ops/reduce_summary.py``), whole, or, over ``budget``, in shares (``shares_ok``)
+    or in groups of keys."""
+    table = with_old_updates(new, files, key, values, reducer if summary else None, budget)
     if table is not None:
         return rk.reduce_delta(table, key, values, d, reducer)
     look, sql = _lookup(new, files, key, values)
+    if not shares_ok:
+        return _by_key_groups(new, files, look, sql, key, values, d, reducer, out_arrow, budget)
     shares = math.ceil(look.old_count(sql) / budget)
     return _by_shares(new, look, sql, key, values, d, reducer, out_arrow, shares)
 
@@ -132,6 +139,36 @@ def _by_shares(new: pa.Table, look: OldLookup, sql: str, key: list[str], values:
     con.execute("DROP TABLE old_shared")
     con.unregister("new_rows")
     return _second_stage(reducer, key, values, d, out_arrow, firsts)
+
+
+def _by_key_groups(new: pa.Table, files: list[str], look: OldLookup, sql: str, key: list[str], values: list[str],
+                   d: int, reducer: rk.Reducer, out_arrow: pa.Schema, budget: int) -> pa.Table:
+    """The touched keys in groups of at most ``budget`` old updates (a key with more is a
+    group of its own), each group's old updates read and reduced in turn."""
+    from ops.arrangement import duckdb_keyed_read
+    k = ", ".join(quote(c) for c in key)
+    counts = look.con.sql(f"SELECT {k}, count(*) AS _n FROM ({sql}) GROUP BY ALL").to_arrow_table()
+    n = counts.column("_n").to_numpy()
+    cells = rk.memory_budget() // rk.BYTES_PER_CELL  # the grid's budget: a key has at least a cell per update
+    if n.max() > cells:
+        big = int(np.argmax(n))
+        shown = {c: counts.column(c)[big].as_py() for c in key}
+        raise rk.KeyTooLarge(f"{reducer!r}: key {shown} holds {int(n[big]):,} stored updates, over the budget of "
+                             f"{int(cells):,} cells (DDCLI_REDUCE_MEMORY); split the key or raise the budget")
+    group = exclusive_cumsum(n) // budget
+    stored = counts.select(key).cast(new.select(key).schema)
+    kid, K = row_ids(pa.concat_tables([stored, new.select(key)]), key, ordered=False)
+    group_of = np.full(K, -1, np.int64)  # keys without stored updates: -1, no lookup
+    group_of[kid[:stored.num_rows]] = group
+    new_group = group_of[kid[stored.num_rows:]]
+    parts = []
+    for g in np.unique(new_group):
+        mine = new.filter(pa.array(new_group == g))
+        old = None if g < 0 else duckdb_keyed_read(files, stored.filter(pa.array(group == g)), key)
+        out = rk.reduce_delta(_with_old(mine, old), key, values, d, reducer)
+        if out.num_rows:
+            parts.append(out)
+    return pa.concat_tables(parts) if parts else rk.empty_table(out_arrow)
 
 
 def _first_stage(reducer: rk.Reducer, key: list[str], values: list[str], d: int):

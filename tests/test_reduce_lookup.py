@@ -84,9 +84,59 @@ def test_old_updates_over_the_budget_are_reduced_in_shares_exactly(tmp_path, mon
         assert _consolidated(out) == _consolidated(reduce_delta(table, KEYS, VALUES, d, reducer))
 
 
-def test_within_the_budget_or_without_shares_the_old_updates_are_read_whole(tmp_path):
-    """At most ``budget`` old updates, or a reducer that cannot be split (user logic): the
-    task reads them whole, as before."""
+GROUPED = [(1, "perkey"), (2, "perkey"), (2, "sum_float")]
+
+
+@pytest.mark.parametrize("d,name", GROUPED, ids=[f"d{d}-{n}" for d, n in GROUPED])
+def test_keys_that_cannot_be_split_are_looked_up_in_groups_exactly(tmp_path, monkeypatch, d, name):
+    """User logic and a sum of floats at d = 2 keep a key whole: over the budget the task
+    reads and reduces its keys a group at a time (here one key per group)."""
+    from ops.arrangement import duckdb_keyed_read
+    make, plain = REDUCERS[name]
+    reads = []
+    monkeypatch.setattr("ops.arrangement.duckdb_keyed_read",
+                        lambda files, keys, key: reads.append(keys.num_rows) or duckdb_keyed_read(files, keys, key))
+    rng = random.Random(f"groups-{name}-{d}")
+    for case in range(2):
+        rows = _old_and_new(rng, d)
+        table = make_table(rows, KEYS, VALUES, d, KTYPES, VTYPES)
+        (tmp_path / str(case)).mkdir()
+        files = _write_old(tmp_path / str(case), table)
+        new = table.filter(table.column("_new"))
+        reducer = make()
+        values_schema = table.select(VALUES).schema
+        assert not rl.in_shares(reducer, d, VALUES, values_schema)
+        out_arrow = output_arrow_schema(table.select(KEYS).schema, reducer.output_schema(values_schema), d)
+        reads.clear()
+        try:
+            out = rl.reduce_with_lookup(new, files, KEYS, VALUES, d, reducer, out_arrow, summary=False,
+                                        budget=BUDGET, shares_ok=False)
+        finally:
+            OldLookup.release()
+        assert len(reads) == 2 and reads == [1, 1], reads  # two hot keys, each alone
+        check_accumulation(rows, out, d, plain)
+        assert _consolidated(out) == _consolidated(reduce_delta(table, KEYS, VALUES, d, reducer))
+
+
+def test_a_key_that_cannot_be_split_and_holds_more_than_the_grid_budget_is_one_clear_error(tmp_path, monkeypatch):
+    from ops.reduce_kernel import KeyTooLarge
+    make, _ = REDUCERS["perkey"]
+    table = make_table(_old_and_new(random.Random(4), 1), KEYS, VALUES, 1, KTYPES, VTYPES)
+    files = _write_old(tmp_path, table)
+    new = table.filter(table.column("_new"))
+    reducer = make()
+    out_arrow = output_arrow_schema(table.select(KEYS).schema, reducer.output_schema(table.select(VALUES).schema), 1)
+    monkeypatch.setenv("DDCLI_REDUCE_MEMORY", str(100 * 120))  # 100 cells
+    try:
+        with pytest.raises(KeyTooLarge, match=r"key \{'k': \d+, 'g': '[pq]'\} holds [\d,]+ stored updates, over the budget of 100 cells"):
+            rl.reduce_with_lookup(new, files, KEYS, VALUES, 1, reducer, out_arrow, summary=False, budget=BUDGET,
+                                  shares_ok=False)
+    finally:
+        OldLookup.release()
+
+
+def test_within_the_budget_the_old_updates_are_read_whole(tmp_path):
+    """At most ``budget`` old updates: the task reads them whole, as before."""
     make, _ = REDUCERS["perkey"]
     rows = _old_and_new(random.Random(3), 1)
     table = make_table(rows, KEYS, VALUES, 1, KTYPES, VTYPES)
