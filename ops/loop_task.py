@@ -14,7 +14,10 @@ in an in-process DuckDB, consolidation in pyarrow: no Python loop over rows.
 An arrangement read by operators is kept advanced to the current iteration (the loop's
 frontier: nothing later can tell older iterations apart, as in ``LoopView``) and
 consolidated every few rounds; what the task returns as the nodes' processed updates
-keeps every exact time, for the state the store keeps between runs.
+keeps every exact iteration, and outer times from the batch's floor on (``record_floor``:
+no later batch or run reads below it), for the state the store keeps between runs. A
+join whose pairs all meet at the current iteration multiplies segments of constant
+accumulation (``pairs_over_time``) rather than every pair of updates.
 """
 
 from __future__ import annotations

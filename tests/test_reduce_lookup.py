@@ -50,6 +50,28 @@ def _write_old(tmp_path, table: pa.Table) -> list[str]:
     return files
 
 
+def _lookup_case(folder, rng: random.Random, d: int, name: str, shares_ok: bool):
+    """One random case written as layer files in ``folder`` and looked up with ``BUDGET``:
+    (every row, the whole table, the task's output changes)."""
+    make, _ = REDUCERS[name]
+    rows = _old_and_new(rng, d)
+    table = make_table(rows, KEYS, VALUES, d, KTYPES, VTYPES)
+    folder.mkdir()
+    files = _write_old(folder, table)
+    new = table.filter(table.column("_new"))
+    reducer = make()
+    values_schema = table.select(VALUES).schema
+    assert rl.in_shares(reducer, d, VALUES, values_schema) == shares_ok
+    out_arrow = output_arrow_schema(table.select(KEYS).schema, reducer.output_schema(values_schema), d)
+    try:
+        out = rl.reduce_with_lookup(new, files, KEYS, VALUES, d, reducer, out_arrow, summary=False,
+                                    budget=BUDGET, shares_ok=shares_ok)
+    finally:
+        OldLookup.release()
+    assert _consolidated(out) == _consolidated(reduce_delta(table, KEYS, VALUES, d, reducer))
+    return rows, table, out
+
+
 @pytest.mark.parametrize("d,name", CASES, ids=[f"d{d}-{n}" for d, n in CASES])
 def test_old_updates_over_the_budget_are_reduced_in_shares_exactly(tmp_path, monkeypatch, d, name):
     make, plain = REDUCERS[name]
@@ -63,25 +85,10 @@ def test_old_updates_over_the_budget_are_reduced_in_shares_exactly(tmp_path, mon
     monkeypatch.setattr(rl, "_first_stage", recording)
     rng = random.Random(f"lookup-{name}-{d}")
     for case in range(3):
-        rows = _old_and_new(rng, d)
-        table = make_table(rows, KEYS, VALUES, d, KTYPES, VTYPES)
-        (tmp_path / str(case)).mkdir()
-        files = _write_old(tmp_path / str(case), table)
-        new = table.filter(table.column("_new"))
-        reducer = make()
-        values_schema = table.select(VALUES).schema
-        assert rl.in_shares(reducer, d, VALUES, values_schema)
-        out_arrow = output_arrow_schema(table.select(KEYS).schema, reducer.output_schema(values_schema), d)
         seen.clear()
-        try:
-            out = rl.reduce_with_lookup(new, files, KEYS, VALUES, d, reducer, out_arrow, summary=False,
-                                        budget=BUDGET, shares_ok=True)
-        finally:
-            OldLookup.release()
-        old_rows = table.num_rows - new.num_rows
-        assert len(seen) >= 2 and all(o <= 3 * BUDGET for o, _ in seen), (old_rows, seen)
+        rows, table, out = _lookup_case(tmp_path / str(case), rng, d, name, shares_ok=True)
+        assert len(seen) >= 2 and all(o <= 3 * BUDGET for o, _ in seen), (table.num_rows, seen)
         check_accumulation(rows, out, d, plain)
-        assert _consolidated(out) == _consolidated(reduce_delta(table, KEYS, VALUES, d, reducer))
 
 
 GROUPED = [(1, "perkey"), (2, "perkey"), (2, "sum_float")]
@@ -98,24 +105,10 @@ def test_keys_that_cannot_be_split_are_looked_up_in_groups_exactly(tmp_path, mon
                         lambda files, keys, key: reads.append(keys.num_rows) or duckdb_keyed_read(files, keys, key))
     rng = random.Random(f"groups-{name}-{d}")
     for case in range(2):
-        rows = _old_and_new(rng, d)
-        table = make_table(rows, KEYS, VALUES, d, KTYPES, VTYPES)
-        (tmp_path / str(case)).mkdir()
-        files = _write_old(tmp_path / str(case), table)
-        new = table.filter(table.column("_new"))
-        reducer = make()
-        values_schema = table.select(VALUES).schema
-        assert not rl.in_shares(reducer, d, VALUES, values_schema)
-        out_arrow = output_arrow_schema(table.select(KEYS).schema, reducer.output_schema(values_schema), d)
         reads.clear()
-        try:
-            out = rl.reduce_with_lookup(new, files, KEYS, VALUES, d, reducer, out_arrow, summary=False,
-                                        budget=BUDGET, shares_ok=False)
-        finally:
-            OldLookup.release()
-        assert len(reads) == 2 and reads == [1, 1], reads  # two hot keys, each alone
+        rows, _, out = _lookup_case(tmp_path / str(case), rng, d, name, shares_ok=False)
+        assert reads == [1, 1], reads  # two hot keys, each alone
         check_accumulation(rows, out, d, plain)
-        assert _consolidated(out) == _consolidated(reduce_delta(table, KEYS, VALUES, d, reducer))
 
 
 def test_a_key_that_cannot_be_split_and_holds_more_than_the_grid_budget_is_one_clear_error(tmp_path, monkeypatch):
