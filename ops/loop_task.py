@@ -225,21 +225,24 @@ class _Round:
 
         def segments(name: str, cols: list[str]) -> str:
             ids = ", ".join(_quote(c) for c in cols)
-            summed = f"SELECT {ids}, {outer} AS _t, SUM(diff)::BIGINT AS _d FROM {name} GROUP BY ALL HAVING SUM(diff) <> 0"
-            return (f"SELECT {ids}, _t, SUM(_d) OVER w AS _acc, LEAD(_t) OVER w AS _next FROM ({summed}) "
-                    f"WINDOW w AS (PARTITION BY {ids} ORDER BY _t)")
+            summed = (f"SELECT {ids}, {outer} AS _dd_t, SUM(diff)::BIGINT AS _dd_d FROM {name} "
+                      f"GROUP BY ALL HAVING SUM(diff) <> 0")
+            return (f"SELECT {ids}, _dd_t, CAST(SUM(_dd_d) OVER w AS BIGINT) AS _dd_acc, "
+                    f"LEAD(_dd_t) OVER w AS _dd_next FROM ({summed}) WINDOW w AS (PARTITION BY {ids} ORDER BY _dd_t)")
 
         cond = " AND ".join(f"a.{_quote(k)} IS NOT DISTINCT FROM b.{_quote(k)}" for k in on)
         cols = ", ".join([f"a.{_quote(c)}" for c in lcols] + [f"b.{_quote(c)} AS {_quote(c)}" for c in right_cols])
         names = ", ".join(_quote(c) for c in lcols + right_cols)
-        overlaps = (f"SELECT {cols}, greatest(a._t, b._t) AS _s, least(a._next, b._next) AS _e, a._acc * b._acc AS _v "
+        overlaps = (f"SELECT {cols}, greatest(a._dd_t, b._dd_t) AS _dd_s, least(a._dd_next, b._dd_next) AS _dd_e, "
+                    f"a._dd_acc * b._dd_acc AS _dd_v "
                     f"FROM ({segments('l', lcols)}) a JOIN ({segments('r', rcols)}) b ON {cond} "
-                    f"AND (b._next IS NULL OR a._t < b._next) AND (a._next IS NULL OR b._t < a._next) "
-                    f"WHERE a._acc <> 0 AND b._acc <> 0")
-        changes = (f"SELECT {names}, _s AS _t, _v FROM o UNION ALL "
-                   f"SELECT {names}, _e AS _t, -_v FROM o WHERE _e IS NOT NULL")
-        q = (f"WITH o AS ({overlaps}) SELECT {names}, _t AS {outer}, {int(self.iteration)}::BIGINT AS {it}, "
-             f"SUM(_v)::BIGINT AS diff FROM ({changes}) GROUP BY ALL HAVING SUM(_v) <> 0")
+                    f"AND (b._dd_next IS NULL OR a._dd_t < b._dd_next) "
+                    f"AND (a._dd_next IS NULL OR b._dd_t < a._dd_next) "
+                    f"WHERE a._dd_acc <> 0 AND b._dd_acc <> 0")
+        changes = (f"SELECT {names}, _dd_s AS _dd_t, _dd_v FROM o UNION ALL "
+                   f"SELECT {names}, _dd_e AS _dd_t, -_dd_v FROM o WHERE _dd_e IS NOT NULL")
+        q = (f"WITH o AS ({overlaps}) SELECT {names}, _dd_t AS {outer}, {int(self.iteration)}::BIGINT AS {it}, "
+             f"SUM(_dd_v)::BIGINT AS diff FROM ({changes}) GROUP BY ALL HAVING SUM(_dd_v) <> 0")
         return self.sql(q, l=left, r=right)
 
     def join(self, n: TaskNode, d_left, d_right) -> pa.Table | None:

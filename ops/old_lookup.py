@@ -10,10 +10,9 @@ not hold one task's old rows while it waits for the next.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import os
 import tempfile
+from contextlib import contextmanager
 
 import pyarrow as pa
 

@@ -40,9 +40,10 @@ from ops.session import partitions
 from storage.lattice import time_columns
 
 
-#: New updates from which a one-dimensional reduce splits keys among tasks (two stages).
-#: Below it no key can hold more updates than this, and the sweeps of one stage take a key
-#: of 10^6 updates whole for ~0.3 GB of a worker (measured: top_k and min, one key, 1.0M
+#: New updates from which a reduce splits keys among tasks (two stages); below it each
+#: task looks its own keys' old updates up (ops/reduce_lookup.py, under its own budget).
+#: Below it no key can hold more new updates than this, and the sweeps of one stage take a
+#: key of 10^6 updates whole for ~0.3 GB of a worker (measured: top_k and min, one key, 1.0M
 #: rows); one stage lets the reduces of one key share one shuffle (ops/reduce_shared.py).
 SPLIT_ROWS = 1 << 20
 

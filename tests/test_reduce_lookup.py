@@ -121,7 +121,8 @@ def test_a_key_that_cannot_be_split_and_holds_more_than_the_grid_budget_is_one_c
     out_arrow = output_arrow_schema(table.select(KEYS).schema, reducer.output_schema(table.select(VALUES).schema), 1)
     monkeypatch.setenv("DDCLI_REDUCE_MEMORY", str(100 * 120))  # 100 cells
     try:
-        with pytest.raises(KeyTooLarge, match=r"key \{'k': \d+, 'g': '[pq]'\} holds [\d,]+ stored updates, over the budget of 100 cells"):
+        error = r"key \{'k': \d+, 'g': '[pq]'\} holds [\d,]+ stored updates, over the budget of 100 cells"
+        with pytest.raises(KeyTooLarge, match=error):
             rl.reduce_with_lookup(new, files, KEYS, VALUES, 1, reducer, out_arrow, summary=False, budget=BUDGET,
                                   shares_ok=False)
     finally:
