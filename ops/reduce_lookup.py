@@ -110,6 +110,8 @@ def _with_old(new: pa.Table, old: pa.Table | None) -> pa.Table:
 
 def _by_shares(new: pa.Table, look: OldLookup, sql: str, key: list[str], values: list[str], d: int,
                reducer: rk.Reducer, out_arrow: pa.Schema, shares: int) -> pa.Table:
+    """The touched keys' rows dealt to ``shares`` shares by their values, each share's old
+    and new updates reduced to the first stage in turn, then the second stage over all."""
     con = look.con
     at = pc.min(new.column(time_columns(d)[-1])).as_py()
     con.register("new_rows", new)
