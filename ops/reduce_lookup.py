@@ -63,10 +63,10 @@ def reduce_with_lookup(new: pa.Table, files: list[str], key: list[str], values: 
     true), its keys' old updates read from ``files``: summarised (``summary``: the reducer
     has one, ``ops/reduce_summary.py``), whole, or, over ``budget``, in shares (``shares_ok``)
     or in groups of keys."""
-    table = with_old_updates(new, files, key, values, reducer if summary else None, budget)
+    look, sql = _lookup(new, files, key, values)
+    table = _with_old_updates(new, look, sql, key, values, reducer if summary else None, budget)
     if table is not None:
         return rk.reduce_delta(table, key, values, d, reducer)
-    look, sql = _lookup(new, files, key, values)
     if not shares_ok:
         return _by_key_groups(new, files, look, sql, key, values, d, reducer, out_arrow, budget)
     shares = math.ceil(look.old_count(sql) / budget)
@@ -78,6 +78,11 @@ def with_old_updates(new: pa.Table, files: list[str], key: list[str], values: li
     """``new`` plus the stored old updates of its keys (``_new`` false): with ``summary``
     and insertions only, a summary of them; None when they are more than ``budget``."""
     look, sql = _lookup(new, files, key, values)
+    return _with_old_updates(new, look, sql, key, values, summary, budget)
+
+
+def _with_old_updates(new: pa.Table, look: OldLookup, sql: str, key: list[str], values: list[str],
+                      summary: rk.Reducer | None, budget: int | None) -> pa.Table | None:
     if summary is not None and pc.min(new.column("diff")).as_py() > 0:
         if not look.accumulated:
             accumulate_old_rows(look.con, sql, key, values)
