@@ -20,7 +20,7 @@ import pyarrow as pa
 MEMORY_LIMIT = "512MB"
 
 
-def _spill_directory() -> str:
+def spill_directory() -> str:
     """A folder of this worker's own for DuckDB's spilled rows (its default, ``.tmp``, would
     land in the worker's working directory)."""
     path = os.path.join(tempfile.gettempdir(), f"ddcli-duckdb-{os.getpid()}")
@@ -41,7 +41,7 @@ class OldLookup:
         self.con = duckdb_connect(files)  # the files may be on an object store
         # the rows it holds are bounded: beyond the limit DuckDB spills them to disk
         self.con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
-        self.con.execute(f"SET temp_directory = '{_spill_directory()}'")
+        self.con.execute(f"SET temp_directory = '{spill_directory()}'")
         self.con.register("touched_keys", keys)
         self._count: int | None = None
 

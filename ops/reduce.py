@@ -34,7 +34,8 @@ from ops.context import EvalContext
 from ops.old_lookup import OldLookup
 from ops.python_stage import python_stage
 from ops.reduce_shared import SharedShuffle
-from ops.reduce_lookup import in_shares, lookup_rows, reduce_with_lookup
+from ops.held_rows import HeldRows
+from ops.reduce_lookup import in_shares, reduce_held, reduce_with_lookup, task_rows
 from ops.reduce_summary import summarisable
 from ops.session import partitions
 from storage.lattice import time_columns
@@ -93,18 +94,23 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
     d = ctx.d
     lookup_files = None if lookup is None else list(lookup.files)  # the closure ships to tasks
     summary = summarisable(reducer, values_schema, d, bool(ctx.extra))
-    budget, shares_ok = lookup_rows(), in_shares(reducer, d, values, values_schema)
+    budget, shares_ok = task_rows(), in_shares(reducer, d, values, values_schema)
 
     def kernel(batches):
-        batches = list(batches)
-        if not batches:
-            return
-        table = pa.Table.from_batches(batches)
-        if table.num_rows == 0:
-            return
-        if lookup_files is None:
-            out = rk.reduce_delta(table, full_key, values, d, reducer)
+        if lookup_files is None:  # every row of the task's keys comes through the shuffle
+            held = HeldRows.of(batches, budget)
+            if held.rows == 0:
+                return
+            try:
+                out = reduce_held(held, full_key, values, d, reducer, out_arrow, budget=budget, shares_ok=shares_ok)
+            finally:
+                if held is not batches:
+                    held.close()
         else:
+            batches = list(batches)
+            table = pa.Table.from_batches(batches) if batches else None
+            if table is None or table.num_rows == 0:
+                return
             try:
                 out = reduce_with_lookup(table, lookup_files, full_key, values, d, reducer, out_arrow,
                                          summary=summary, budget=budget, shares_ok=shares_ok)

@@ -1,4 +1,4 @@
-"""A reduce task's own keys against a stored arrangement, under a memory budget.
+"""A reduce task's rows under a memory budget: its keys' stored old updates, and its input.
 
 For a small run (``ops/reduce.py``) only the new updates are shuffled; each task looks up
 the stored old updates of the keys it holds with DuckDB (``ops/old_lookup.py``) and runs
@@ -16,6 +16,12 @@ the kernel on both. Three ways, cheapest first:
   the touched keys in groups of at most ``budget`` old updates instead, and a single key
   over the grid's cell budget is refused with its error before its rows are read.
 
+Every other reduce task (a first run, a big run of a reducer that cannot be split, a
+round of a loop against its view, the second stage of a split) receives all its keys'
+rows through the shuffle. It holds them with ``ops/held_rows.py``: in Arrow up to the
+budget, beyond it in a DuckDB table that spills, reduced in the same shares or key groups
+(``reduce_held``), so a hot key is never taken whole there either.
+
 DuckDB holds the looked-up rows under a memory limit and spills beyond it, so the task's
 memory is the limit plus one share. With one-dimensional times every new update is later
 than every stored one, so a share's old rows are accumulated to one update per row at the
@@ -32,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ops import reduce_kernel as rk
+from ops.held_rows import TABLE, HeldRows
 from ops.old_lookup import OldLookup
 from ops.reducers import Distinct, Threshold
 from ops.reduce_summary import accumulate_old_rows, old_summary
@@ -39,15 +46,16 @@ from ops.reduce_util import exclusive_cumsum, row_ids
 from storage.lattice import time_columns
 from storage.query import quote
 
-#: Old updates a task brings into Arrow at once (``DDCLI_REDUCE_LOOKUP_ROWS``): about the
-#: sweeps' measured ~0.3 GB for a key of 10^6 updates (``ops/reduce.py`` ``SPLIT_ROWS``).
-LOOKUP_ROWS = 1 << 20
+#: Rows a reduce task brings into Arrow at once (``DDCLI_REDUCE_TASK_ROWS``): old updates
+#: looked up, or its input held: about the sweeps' measured ~0.3 GB for a key of 10^6
+#: updates (``ops/reduce.py`` ``SPLIT_ROWS``).
+TASK_ROWS = 1 << 20
 _SHARE = "_ddcli_share"
 
 
-def lookup_rows() -> int:
+def task_rows() -> int:
     """The budget, read where the plan is made (the driver) and shipped to the tasks."""
-    return max(1, int(os.environ.get("DDCLI_REDUCE_LOOKUP_ROWS", LOOKUP_ROWS)))
+    return max(1, int(os.environ.get("DDCLI_REDUCE_TASK_ROWS", TASK_ROWS)))
 
 
 def in_shares(reducer: rk.Reducer, d: int, values: list[str], values_schema: pa.Schema) -> bool:
@@ -156,12 +164,7 @@ def _by_key_groups(new: pa.Table, files: list[str], look: OldLookup, sql: str, k
     k = ", ".join(quote(c) for c in key)
     counts = look.con.sql(f"SELECT {k}, count(*) AS _n FROM ({sql}) GROUP BY ALL").to_arrow_table()
     n = counts.column("_n").to_numpy()
-    cells = rk.memory_budget() // rk.BYTES_PER_CELL  # the grid's budget: a key has at least a cell per update
-    if n.max() > cells:
-        big = int(np.argmax(n))
-        shown = {c: counts.column(c)[big].as_py() for c in key}
-        raise rk.KeyTooLarge(f"{reducer!r}: key {shown} holds {int(n[big]):,} stored updates, over the budget of "
-                             f"{int(cells):,} cells (DDCLI_REDUCE_MEMORY); split the key or raise the budget")
+    _refuse_oversized(counts, key, reducer, "stored updates")
     group = exclusive_cumsum(n) // budget
     stored = counts.select(key).cast(new.select(key).schema)
     kid, K = row_ids(pa.concat_tables([stored, new.select(key)]), key, ordered=False)
@@ -206,3 +209,59 @@ def _second_stage(reducer: rk.Reducer, key: list[str], values: list[str], d: int
     summed = table.group_by(group, use_threads=False).aggregate([("diff", "sum")]).rename_columns(group + ["diff"])
     summed = summed.filter(pc.not_equal(summed.column("diff"), 0))
     return rk.abelian_from_synthetic(summed, key, d, reducer, out_schema)
+
+
+def _refuse_oversized(counts: pa.Table, key: list[str], reducer: rk.Reducer, what: str) -> None:
+    """The grid's one-line error for a key (``counts``: key columns and ``_n``) with more
+    updates than the grid's cell budget: a key has at least a cell per update."""
+    n = counts.column("_n").to_numpy()
+    cells = rk.memory_budget() // rk.BYTES_PER_CELL
+    if n.size and n.max() > cells:
+        big = int(np.argmax(n))
+        shown = {c: counts.column(c)[big].as_py() for c in key}
+        raise rk.KeyTooLarge(f"{reducer!r}: key {shown} holds {int(n[big]):,} {what}, over the budget of "
+                             f"{int(cells):,} cells (DDCLI_REDUCE_MEMORY); split the key or raise the budget")
+
+
+def reduce_held(held: HeldRows, key: list[str], values: list[str], d: int, reducer: rk.Reducer,
+                out_arrow: pa.Schema, *, budget: int, shares_ok: bool) -> pa.Table:
+    """The output changes of a task's input rows (old and new updates, ``_new``): whole
+    when they are held in Arrow, else (spilled: more than ``budget``) in shares by their
+    values (``shares_ok``) or in groups of keys of about the budget (a key with more is a
+    group of its own), each read from DuckDB in turn."""
+    if not held.spilled:
+        return rk.reduce_delta(held.table, key, values, d, reducer)
+    con = held.con
+    if shares_ok:
+        shares = math.ceil(held.rows / budget)
+        types = dict(con.sql(f"SELECT column_name, column_type FROM (DESCRIBE {TABLE})").fetchall())
+        share = f"hash({', '.join(f'{quote(v)}::{types[v]}' for v in values)}) % {shares}"
+        wanted = range(shares)
+        if isinstance(reducer, (Distinct, Threshold)):  # a share without new updates changes no output
+            wanted = sorted(r[0] for r in con.sql(f"SELECT DISTINCT {share} FROM {TABLE} WHERE _new").fetchall())
+        stage_one = _first_stage(reducer, key, values, d)
+        firsts = []
+        for i in wanted:
+            part = stage_one(held.select(f"{share} = {i}"))
+            if part is not None and part.num_rows:
+                firsts.append(part)
+        return _second_stage(reducer, key, values, d, out_arrow, firsts)
+    k = ", ".join(quote(c) for c in key)
+    counts = con.sql(f"SELECT {k}, count(*) AS _n FROM {TABLE} GROUP BY ALL").to_arrow_table()
+    _refuse_oversized(counts, key, reducer, "updates in one task")
+    groups = counts.select(key).append_column("_g", pa.array(exclusive_cumsum(counts.column("_n").to_numpy()) // budget))
+    con.register("key_groups", groups)
+    cond = " AND ".join(f"h.{quote(c)} IS NOT DISTINCT FROM g.{quote(c)}" for c in key)
+    parts = []
+    for g in np.unique(groups.column("_g").to_numpy()):
+        out = rk.reduce_delta(_held_group(held, cond, int(g)), key, values, d, reducer)
+        if out.num_rows:
+            parts.append(out)
+    con.unregister("key_groups")
+    return pa.concat_tables(parts) if parts else rk.empty_table(out_arrow)
+
+
+def _held_group(held: HeldRows, cond: str, g: int) -> pa.Table:
+    """The held rows of the keys of group ``g`` (registered as ``key_groups``)."""
+    sql = f"SELECT h.* FROM {TABLE} h SEMI JOIN (SELECT * FROM key_groups WHERE _g = {g}) g ON {cond}"
+    return held.con.sql(sql).to_arrow_table().cast(held.schema)

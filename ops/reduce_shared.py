@@ -18,8 +18,10 @@ from __future__ import annotations
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
+from ops.held_rows import HeldRows
 from ops.old_lookup import OldLookup
 from ops.python_stage import PythonStage, stage_of
+from ops.reduce_lookup import task_rows
 from ops.writer import META_SCHEMA, layer_of, write_table_files
 from ops.writer_group import LayerWrite
 from storage.layer import Layer
@@ -57,21 +59,26 @@ def write_shared(writes: list[LayerWrite]) -> list[tuple[Layer | None, Layer | N
                    since=w.since, split=w.split))
              for s, w in zip(stages, writes)]  # no frames: pickled to the tasks
 
+    budget = task_rows()
+
     def run_all(batches):
-        batches = list(batches)  # the task's input, held once for every reduce
-        if not batches:
+        held = HeldRows(batches, budget)  # the task's input, held once for every reduce
+        if held.rows == 0:
             return
-        with OldLookup.shared():  # the reduces look up the same keys: their old rows are read once
-            for tag, (fn, columns, summed, spec) in enumerate(specs, start=1):
-                out = [b.select(columns) for b in fn(iter(batches))]
-                if not out:
-                    continue
-                table = pa.Table.from_batches(out)
-                del out
-                if table.num_rows == 0:
-                    continue
-                for meta in write_table_files(table, presummed=summed, **spec):
-                    yield meta.append_column(_TAG, pa.array([tag] * meta.num_rows, pa.int64()))
+        try:
+            with OldLookup.shared():  # the reduces look up the same keys: their old rows are read once
+                for tag, (fn, columns, summed, spec) in enumerate(specs, start=1):
+                    out = [b.select(columns) for b in fn(held)]
+                    if not out:
+                        continue
+                    table = pa.Table.from_batches(out)
+                    del out
+                    if table.num_rows == 0:
+                        continue
+                    for meta in write_table_files(table, presummed=summed, **spec):
+                        yield meta.append_column(_TAG, pa.array([tag] * meta.num_rows, pa.int64()))
+        finally:
+            held.close()
 
     rows = stages[0].source.mapInArrow(run_all, META_SCHEMA + f", {_TAG} long").collect()
     out = []

@@ -212,7 +212,7 @@ def test_hot_keys_through_pipelines_over_runs_with_compaction(spark, tmp_path, m
     later runs' tasks take their keys' old updates in shares of 20 (ops/reduce_lookup.py)."""
     planned = []
     if split is None:
-        monkeypatch.setenv("DDCLI_REDUCE_LOOKUP_ROWS", "20")
+        monkeypatch.setenv("DDCLI_REDUCE_TASK_ROWS", "20")
     if split:
         monkeypatch.setenv("DDCLI_REDUCE_SPLIT_ROWS", "0")
         monkeypatch.setenv("DDCLI_SHUFFLE_PARTITIONS", "3")

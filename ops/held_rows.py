@@ -1,0 +1,88 @@
+"""A task's input rows under a budget: in Arrow up to it, beyond it in a DuckDB table that spills.
+
+A Spark task receives its partition as a stream of Arrow batches. Collecting them all is
+what a task usually does, but a partition's size follows the skew of its keys (every row
+of a hot key lands in one task), so a task that collects it has no bound on its memory.
+:class:`HeldRows` collects batches while they are at most ``budget`` rows; past that it
+moves them into a temporary DuckDB table, whose memory is limited and which spills to a
+folder of the worker's own, and the task then works on the rows in parts of at most the
+budget (``ops/reduce_lookup.py`` ``reduce_held``).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import pyarrow as pa
+
+from ops.old_lookup import MEMORY_LIMIT, spill_directory
+
+TABLE = "held_rows"
+
+
+class HeldRows:
+    """The batches of one task: ``table`` (Arrow) when they are at most ``budget`` rows,
+    else ``con`` holding them as the DuckDB table :data:`TABLE`. ``rows`` counts them."""
+
+    def __init__(self, batches: Iterable[pa.RecordBatch], budget: int):
+        self.table: pa.Table | None = None
+        self.con = None
+        self.schema: pa.Schema | None = None
+        self.rows = 0
+        held: list[pa.RecordBatch] = []
+        for b in batches:
+            if b.num_rows == 0:
+                continue
+            self.schema = b.schema
+            self.rows += b.num_rows
+            if self.con is not None:
+                self._insert(pa.Table.from_batches([b]))
+                continue
+            held.append(b)
+            if self.rows > budget:
+                self._spill(pa.Table.from_batches(held))
+                held = []
+        if self.con is None and held:
+            self.table = pa.Table.from_batches(held)
+
+    @classmethod
+    def of(cls, batches, budget: int) -> "HeldRows":
+        """``batches`` held, unless they are held already (reduces that share one task's input)."""
+        return batches if isinstance(batches, HeldRows) else cls(batches, budget)
+
+    def __iter__(self):
+        """The rows as batches (all of them: for a consumer that holds its input whole)."""
+        if self.table is not None:
+            yield from self.table.to_batches()
+        elif self.con is not None:
+            yield from self.select().to_batches()
+
+    @property
+    def spilled(self) -> bool:
+        return self.con is not None
+
+    def _spill(self, table: pa.Table) -> None:
+        import duckdb
+
+        self.con = duckdb.connect()
+        self.con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+        self.con.execute(f"SET temp_directory = '{spill_directory()}'")
+        self.con.register("_batch", table)
+        self.con.execute(f"CREATE TEMP TABLE {TABLE} AS SELECT * FROM _batch")
+        self.con.unregister("_batch")
+
+    def _insert(self, table: pa.Table) -> None:
+        self.con.register("_batch", table)
+        self.con.execute(f"INSERT INTO {TABLE} SELECT * FROM _batch")
+        self.con.unregister("_batch")
+
+    def select(self, where: str = "TRUE", columns: str = "*") -> pa.Table:
+        """Spilled rows matching ``where`` (DuckDB SQL over :data:`TABLE`), in the input's schema."""
+        out = self.con.sql(f"SELECT {columns} FROM {TABLE} WHERE {where}").to_arrow_table()
+        return out.cast(self.schema) if columns == "*" else out
+
+    def close(self) -> None:
+        if self.con is not None:
+            self.con.close()
+            self.con = None
+        self.table = None
