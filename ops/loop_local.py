@@ -13,7 +13,12 @@ For a loop that ``ops/loop_plan.py`` finds partitionable by columns ``P``, a bat
 
 A loop that no columns deal (``P`` empty) runs in one task, all its rows together, when
 they are at most :data:`ONE_TASK_ROWS`; the task refuses more (before running a round)
-and the loop then runs round by round, for this batch and the rest of the run.
+and the loop then runs round by round, for this batch and the rest of the run. Every task
+also stops once the rows it holds after a round (state, processed updates, pending
+feedback, outputs) are more than :func:`task_rows` (a hot partition value, or a fixed
+point that grows), and the loop then runs round by round too, whose reduce tasks hold
+their rows under their own budget (``ops/held_rows.py``): a task's memory is bounded
+whatever the skew.
 
 The processed updates are recorded in the runtime's arrangements exactly as the rounds
 of ``ops/iterate.py`` record theirs, so the state written, later batches and later runs
@@ -22,6 +27,7 @@ of ``ops/iterate.py`` record theirs, so the state written, later batches and lat
 
 from __future__ import annotations
 
+import os
 import time
 
 import pyarrow as pa
@@ -37,14 +43,22 @@ from ops.priority import check_iteration, node_priority
 
 BROADCAST_ROWS = 500_000  # rows (old + new) up to which an entered collection is broadcast
 ONE_TASK_ROWS = BROADCAST_ROWS  # rows (state + new) up to which a loop without partition columns runs in one task
-TOO_BIG = -1  # ``converged`` of a task that refused its rows (more than ONE_TASK_ROWS)
+TOO_BIG = -1  # ``converged`` of a task that refused its rows, or stopped holding too many
+#: Rows a loop's task may hold after a round (``DDCLI_LOOP_TASK_ROWS``): a loop's rows are a
+#: few integer columns, ~40-60 bytes, so about 1 GB. The captured cc tasks of the bench held
+#: 1.2-1.8 M rows at 2*10^4 updates per run.
+TASK_ROWS = 1 << 24
+
+
+def task_rows() -> int:
+    return max(1, int(os.environ.get("DDCLI_LOOP_TASK_ROWS", TASK_ROWS)))
 
 
 class TaskStats(AccumulatorParam):
     """The tasks' statistics, gathered by a Spark accumulator while the loop's job runs
     (a second job reading them back cost 0.5-1 s a batch): ``(rounds, updates, converged,
-    refused_iteration, refused_node)`` merged as max, sum, min, and the least refused
-    iteration with its node. ``None``: no task held rows."""
+    held, refused_iteration, refused_node)`` merged as max, sum, min, max, and the least
+    refused iteration with its node. ``None``: no task held rows."""
 
     @staticmethod
     def zero(value):
@@ -54,8 +68,8 @@ class TaskStats(AccumulatorParam):
     def addInPlace(a, b):
         if a is None or b is None:
             return b if a is None else a
-        refused = min((x for x in (a[3:], b[3:]) if x[0] is not None), default=(None, None))
-        return (max(a[0], b[0]), a[1] + b[1], min(a[2], b[2])) + tuple(refused)
+        refused = min((x for x in (a[4:], b[4:]) if x[0] is not None), default=(None, None))
+        return (max(a[0], b[0]), a[1] + b[1], min(a[2], b[2]), max(a[3], b[3])) + tuple(refused)
 
 
 def build_body(p: Pipeline, loop_node: Node, plan: LoopPlan, schemas: dict, arranged: dict, d: int) -> Body | str:
@@ -188,6 +202,7 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
     in_wide_tags = set(parts)
     acc = spark.sparkContext.accumulator(None, TaskStats())
     row_limit = ONE_TASK_ROWS if not plan.by and loop_path() != "local" else None
+    row_budget = task_rows()
     floor = runtime.record_floor  # the processed updates leave the task advanced to it
 
     def task(batches):
@@ -196,7 +211,7 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
             held.append(b)
             n += b.num_rows
             if row_limit is not None and n > row_limit:  # refused before any round: too many for one task
-                acc.add((0, 0, TOO_BIG, None, None))
+                acc.add((0, 0, TOO_BIG, n, None, None))
                 return
         if not held:
             return
@@ -211,9 +226,9 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
             src = table if tag in in_wide_tags else small
             t = unpack_table(src, tag, in_schemas[tag])
             (new if kind == "new" else old)[nid] = t
-        got = fixed_point(body, new, old, floor)
+        got = fixed_point(body, new, old, floor, row_budget)
         bad = got.refused or (None, None)
-        acc.add((got.rounds, got.updates, int(got.converged), bad[1], bad[0]))
+        acc.add((got.rounds, got.updates, TOO_BIG if got.too_big else int(got.converged), got.held, bad[1], bad[0]))
         out = {}
         for (kind, nid), tag in out_tags.items():
             if kind == "leave" and nid in got.leaves:
@@ -231,15 +246,20 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
     # the accumulator holds the statistics of the job's successful tasks; a stage Spark had
     # to run again could count a task twice, which only the sum ``updates`` (a figure for
     # reports) would show: max, min and least are idempotent
-    stats = dict(zip(("rounds", "updates", "converged", "refused_iteration", "refused_node"),
-                     acc.value or (0, 0, 1, None, None)))
+    stats = dict(zip(("rounds", "updates", "converged", "held", "refused_iteration", "refused_node"),
+                     acc.value or (0, 0, 1, 0, None, None)))
     if bc is not None:
         bc.unpersist()
     if stats["refused_iteration"] is not None:  # a record's priority is null or negative
         check_iteration(stats["refused_iteration"], scope.name, {n.id: n for n in nodes}[stats["refused_node"]])
     if stats["converged"] == TOO_BIG:
-        report(runtime, plan, f"no columns deal it to tasks, and it holds more than {ONE_TASK_ROWS:,} rows "
-                              f"for one task ({plan.unpartitioned})")
+        if stats["rounds"] == 0:
+            why = f"no columns deal it to tasks, and it holds more than {ONE_TASK_ROWS:,} rows for one task " \
+                  f"({plan.unpartitioned})"
+        else:
+            why = f"a task held {stats['held']:,} rows after a round, more than {row_budget:,} " \
+                  f"(DDCLI_LOOP_TASK_ROWS)"
+        report(runtime, plan, why)
         return None
     report(runtime, plan, "", rows)
     if stats["converged"] == 0:
@@ -247,7 +267,8 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
                             f"{body.max_rounds} rounds; raise max_rounds or check that the body converges")
     rounds, updates = int(stats["rounds"] or 0), int(stats["updates"] or 0)
     if runtime.loop_stats is not None:
-        runtime.loop_stats.append({"loop": scope.name, "rounds": rounds, "updates": updates, "path": "local"})
+        runtime.loop_stats.append({"loop": scope.name, "rounds": rounds, "updates": updates, "path": "local",
+                                   "held_rows": int(stats["held"] or 0)})
     if runtime.progress is not None:
         runtime.progress.steps.append({"step": "loop_local", "loop": scope.name, "rounds": rounds,
                                        "seconds": round(time.monotonic() - started, 3)})
@@ -263,8 +284,10 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
 
 
 def report(runtime, plan: LoopPlan, why: str, broadcast_rows: int = 0) -> None:
-    """One line (and step) per loop and run: which path it takes, and why."""
-    if plan.loop in runtime.loop_paths:
+    """One line (and step) per loop and run: which path it takes, and why (again when a
+    loop that ran partition-local must go round by round from a later batch on)."""
+    taken = runtime.loop_paths.get(plan.loop)
+    if taken is not None and not (why and taken["path"] == "local"):
         return
     if why or not plan.local:
         line = f"loop {plan.loop}: round by round: {why or plan.reason}"

@@ -77,6 +77,8 @@ class Outcome:
     updates: int
     converged: bool
     refused: tuple[int, int] | None = None  # (node id, iteration): a null or negative priority
+    held: int = 0  # the most rows the task held after a round (state, records, pending, outputs)
+    too_big: bool = False  # stopped: it held more than its row budget
 
 
 def update_schema(data: pa.Schema, d: int) -> pa.Schema:
@@ -289,12 +291,14 @@ class _Round:
 
 
 def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Table],
-                record_floor: int | None = None) -> Outcome:
+                record_floor: int | None = None, row_budget: int | None = None) -> Outcome:
     """Run ``body`` to its fixed point on one task's rows: ``entered`` (enter node id -> this
     batch's updates entering the loop) and ``old`` (arranged node id -> its old updates).
     ``record_floor``: the processed updates it returns are advanced to it in the first time
     coordinate (every later read is at or beyond it), so the rounds' updates at the batch's
-    many outer times merge before they leave the task."""
+    many outer times merge before they leave the task. ``row_budget``: the task stops
+    (``too_big``) once the rows it holds after a round are more: its rows are too many for
+    one task, and the loop runs round by round instead."""
     r = _Round(body, old)
     last = r.tcols[-1]
     by_id = {n.id: n for n in body.nodes}
@@ -304,7 +308,7 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
     plain = any(_present(entered.get(n.id)) is not None for n in body.nodes if n.op == "enter" and not n.at_priority)
     records: dict[int, list[pa.Table]] = {n.id: [] for n in body.nodes if n.arranged and n.op != "enter"}
     collected: dict[int, list[pa.Table]] = {l: [] for l, _ in body.leaves}
-    first, rounds, updates = True, 0, 0
+    first, rounds, updates, peak = True, 0, 0, 0
     mins = _least_iterations(pools, last)
     iteration = min([0] * plain + list(mins.values()) or [0])
     if iteration < 0:
@@ -378,6 +382,10 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
         for l, inner in body.leaves:
             if fr.get(inner) is not None:
                 collected[l].append(fr[inner])
+        peak = max(peak, _held_rows(r.arr, records, collected, pending, pools))
+        if row_budget is not None and peak > row_budget:
+            r.con.close()
+            return Outcome({}, {}, rounds + 1, updates, True, held=peak, too_big=True)
         mins = _least_iterations({**pending, **pools}, last)
         if not mins:
             break
@@ -402,7 +410,19 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
             for nid, ts in records.items() if ts}
     r.con.close()
     return Outcome({k: v for k, v in leaves.items() if v is not None}, {k: v for k, v in recs.items() if v is not None},
-                   rounds + 1, updates, True)
+                   rounds + 1, updates, True, held=peak)
+
+
+def _held_rows(*held: dict) -> int:
+    """Rows of the tables the task holds (each table once: a round's output may be both
+    state and a record)."""
+    tables = {}
+    for d in held:
+        for v in d.values():
+            for t in (v if isinstance(v, list) else [v]):
+                if t is not None:
+                    tables[id(t)] = t.num_rows
+    return sum(tables.values())
 
 
 def _floored(t: pa.Table, col: str, floor: int | None) -> pa.Table:

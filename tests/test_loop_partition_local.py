@@ -68,6 +68,29 @@ def test_cc_runs_round_by_round_when_its_rows_are_too_many_for_one_task(spark, t
     bench.check(graphs_ref, {"labels": GRAPH_COLUMNS["labels"]})
 
 
+def test_a_task_holding_more_than_its_row_budget_hands_the_loop_to_rounds_whose_reduces_hold_little(
+        spark, tmp_path, monkeypatch):
+    """Issue 13: a loop's task stops once it holds more rows than ``DDCLI_LOOP_TASK_ROWS``
+    (a hot root), and the loop runs round by round, for that batch and the rest of the
+    run; there each reduce task holds at most ``DDCLI_REDUCE_TASK_ROWS`` rows in Arrow
+    (``ops/held_rows.py``), the rest spilled and reduced in shares. Exact at every time."""
+    monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
+    monkeypatch.setenv("DDCLI_LOOP_TASK_ROWS", "40")
+    monkeypatch.setenv("DDCLI_REDUCE_TASK_ROWS", "16")
+    bench = Bench(tmp_path)
+    path = bench.pipeline("graphs", samples_source("reach", "bfs"))
+    for r, (eu, ru, upper) in enumerate(sliding_window_runs(6, nodes=14, edges=26, steps=[8, 9])):
+        bench.ingest("edges", EDGES, eu, upper=upper)
+        bench.ingest("roots", ROOTS, ru, upper=upper)
+        steps = loop_paths(bench.run(path, batch_times=4))
+        assert [s["path"] for s in steps] == ["round"] * 2, steps
+        assert all(s["why"].startswith("a task held ") and "more than 40 (DDCLI_LOOP_TASK_ROWS)" in s["why"]
+                   for s in steps), steps
+        if r == 0:
+            bench.advance_and_compact((upper[0] - 3,))
+    bench.check(local_graphs_ref, LOCAL_OUTPUTS)
+
+
 def test_round_by_round_when_forced_by_the_switch(spark, tmp_path, monkeypatch):
     monkeypatch.setenv("DDCLI_LOOP_PATH", "round")
     bench = Bench(tmp_path)
