@@ -50,6 +50,7 @@ def _one(sample: str, path: str, *, nodes: int, edges: int, roots: int, batch: i
         t0 = _time.perf_counter()
         res = run_pipeline(st, pipe)
         rows[i] = (_time.perf_counter() - t0, res.spark_jobs)
+        timed = res.steps
         if i == 2 and keep is not None:
             keep.update(initial=initial, warm=stream[1], batch=stream[2], since=g.time - batch,
                         ours=st.read_updates(st.trace(OUTPUTS[sample])))
@@ -62,7 +63,11 @@ def _one(sample: str, path: str, *, nodes: int, edges: int, roots: int, batch: i
            # the Spark session's start, part of the first run of the first sample in a process
            "first_run_spark_start_s": round(sum(s.get("seconds", 0) for s in first.steps if s["step"] == "spark_start"), 3),
            "batch": batch,
-           "seconds": round(seconds, 3), "spark_jobs": jobs, "updates_per_second": round(batch / seconds, 1)}
+           "seconds": round(seconds, 3), "spark_jobs": jobs, "updates_per_second": round(batch / seconds, 1),
+           # the timed run's path (a task over DDCLI_LOOP_TASK_ROWS hands the loop to rounds)
+           # and the most rows a loop's task held after a round
+           "timed_path": next((s["path"] for s in timed if s["step"] == "loop_path"), "?"),
+           "held_rows": max((s.get("held_rows", 0) for s in timed if s["step"] == "loop_local"), default=0)}
     if log:
         log(f"{sample} ({out['path']}): first run {first_s:.1f} s; {batch:,} updates in {seconds:.1f} s "
             f"= {out['updates_per_second']:,.0f} updates/s ({jobs} Spark jobs)")

@@ -271,6 +271,7 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
                                    "held_rows": int(stats["held"] or 0)})
     if runtime.progress is not None:
         runtime.progress.steps.append({"step": "loop_local", "loop": scope.name, "rounds": rounds,
+                                       "held_rows": int(stats["held"] or 0),
                                        "seconds": round(time.monotonic() - started, 3)})
         runtime.progress(f"loop {scope.name}: {rounds} rounds inside tasks in {time.monotonic() - started:.2f} s")
     by_id = {n.id: n for n in nodes}

@@ -13,8 +13,8 @@ the kernel on both. Three ways, cheapest first:
   as a big run's split among tasks, ``ops/reduce.py`` ``_split_keys``), and the results
   are reduced together. A hot key whose history retracts never lands whole in the task.
   A reducer whose key cannot be split (user logic, a sum of floats at ``d >= 2``) takes
-  the touched keys in groups of at most ``budget`` old updates instead, and a single key
-  over the grid's cell budget is refused with its error before its rows are read.
+  the touched keys in groups of at most ``budget`` old updates instead; a single key of
+  user logic over the grid's cell budget is refused with its error before its rows are read.
 
 Every other reduce task (a first run, a big run of a reducer that cannot be split, a
 round of a loop against its view, the second stage of a split) receives all its keys'
@@ -212,8 +212,12 @@ def _second_stage(reducer: rk.Reducer, key: list[str], values: list[str], d: int
 
 
 def _refuse_oversized(counts: pa.Table, key: list[str], reducer: rk.Reducer, what: str) -> None:
-    """The grid's one-line error for a key (``counts``: key columns and ``_n``) with more
-    updates than the grid's cell budget: a key has at least a cell per update."""
+    """The grid's one-line error for a key (``counts``: key columns and ``_n``) of user logic
+    with more updates than the grid's cell budget (a key has at least a cell per update).
+    The built-in reducers that come here (no value columns to split by, a sum of floats at
+    ``d >= 2``) are not refused by the kernel either: their keys are taken whole."""
+    if not isinstance(reducer, rk.PerKey):
+        return
     n = counts.column("_n").to_numpy()
     cells = rk.memory_budget() // rk.BYTES_PER_CELL
     if n.size and n.max() > cells:

@@ -122,3 +122,21 @@ def test_a_held_key_over_the_grid_budget_is_one_clear_error(monkeypatch):
     finally:
         held.close()
     assert not reads  # refused before any key's rows were read back
+
+
+def test_a_count_without_value_columns_takes_its_hot_key_whole_however_small_the_grid_budget(monkeypatch):
+    """No value columns to split by: the key is a group of its own, and only user logic is
+    refused over the grid's budget (a count at d = 1 sweeps, it never builds a grid)."""
+    from ops.reducers import Count
+    rng, d, n = random.Random(1), 1, 400
+    table = pa.table({"k": [rng.randrange(2) for _ in range(n)],
+                      **{f"time_{i}" if d > 1 else "time": [rng.randrange(30) for _ in range(n)] for i in range(d)},
+                      "diff": [rng.choice([1, 1, -1]) for _ in range(n)], "_new": [rng.random() < 0.3 for _ in range(n)]})
+    monkeypatch.setenv("DDCLI_REDUCE_MEMORY", str(10 * 120))  # 10 cells
+    out_arrow = output_arrow_schema(table.select(["k"]).schema, Count().output_schema(pa.schema([])), d)
+    held = _held(table, 50)
+    try:
+        out = rl.reduce_held(held, ["k"], [], d, Count(), out_arrow, budget=50, shares_ok=False)
+    finally:
+        held.close()
+    assert out.num_rows and _consolidated(out) == _consolidated(reduce_delta(table, ["k"], [], d, Count()))
