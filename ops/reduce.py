@@ -35,7 +35,7 @@ from ops.old_lookup import OldLookup
 from ops.python_stage import python_stage
 from ops.reduce_shared import SharedShuffle
 from ops.held_rows import HeldRows
-from ops.reduce_lookup import in_shares, reduce_held, reduce_with_lookup, task_rows
+from ops.reduce_lookup import held_shares, in_shares, reduce_held, reduce_with_lookup, task_rows
 from ops.reduce_summary import summarisable
 from ops.session import partitions
 from storage.lattice import time_columns
@@ -122,7 +122,7 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
     shared = None
     if lookup_files is None and two_stage(ctx, reducer, df_new, key):
         source, last = _split_keys(both, full_key, values, in_schema, reducer, out_arrow, parts, kernel,
-                                   ctx.delta_rows or 0, d)
+                                   ctx.delta_rows or 0, d, budget)
     else:
         # one partition holds every key: no shuffle needed to bring a key's updates together
         source, last = (both.coalesce(1) if parts == 1 else both.repartition(parts, *full_key)), kernel
@@ -136,9 +136,25 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
 
 
 def _split_keys(both: DataFrame, key: list[str], values: list[str], in_schema: pa.Schema, reducer: rk.Reducer,
-                out_arrow: pa.Schema, parts: int, kernel, rows: int, d: int) -> tuple[DataFrame, Callable]:
+                out_arrow: pa.Schema, parts: int, kernel, rows: int, d: int,
+                budget: int) -> tuple[DataFrame, Callable]:
     """The two stages of a reduce whose keys' value rows are dealt to tasks: the first
-    stage's frame, partitioned by key, and the function of the second."""
+    stage's frame, partitioned by key, and the function of the second. A first stage's
+    task takes its rows in shares of about ``budget`` (``ops/held_rows.py``)."""
+
+    def first_stage(fn):
+        """``fn`` (a table of whole value rows -> a table or None) over a task's rows, share by share."""
+        def run(batches):
+            held = HeldRows(batches, budget)
+            try:
+                for table in held_shares(held, values, budget) if held.rows else ():
+                    out = fn(table)
+                    if out is not None and out.num_rows:
+                        yield from out.to_batches()
+            finally:
+                held.close()
+        return run
+
     if not values:  # nothing to split a key by
         return both.repartition(parts, *key), kernel
     key_fields = [in_schema.field(k) for k in key]
@@ -150,11 +166,9 @@ def _split_keys(both: DataFrame, key: list[str], values: list[str], in_schema: p
         syn_schema = pa.schema(key_fields + time_fields + [pa.field("diff", pa.int64()), pa.field("_new", pa.bool_()),
                                                            pa.field(rk.CHANNEL, pa.int64())])
 
-        def synthetic(batches):
-            table = _table(batches)
-            syn = None if table is None else rk.abelian_synthetic(table, key, values, d, reducer)
-            if syn is not None:
-                yield from syn.select(syn_schema.names).cast(syn_schema).to_batches()
+        def synthetic(table):
+            syn = rk.abelian_synthetic(table, key, values, d, reducer)
+            return None if syn is None else syn.select(syn_schema.names).cast(syn_schema)
 
         def from_synthetic(batches):
             table = _table(batches)
@@ -163,7 +177,7 @@ def _split_keys(both: DataFrame, key: list[str], values: list[str], in_schema: p
                 if out.num_rows:
                     yield from out.select(out_arrow.names).cast(out_arrow).to_batches()
 
-        stage1 = both.repartition(parts, *key, *values).mapInArrow(synthetic, from_arrow_schema(syn_schema))
+        stage1 = both.repartition(parts, *key, *values).mapInArrow(first_stage(synthetic), from_arrow_schema(syn_schema))
         summed = stage1.groupBy(*key, *tcols, "_new", rk.CHANNEL).agg(F.sum("diff").alias("diff")) \
             .where(F.col("diff") != 0)
         return summed.repartition(parts, *key), from_synthetic
@@ -172,10 +186,8 @@ def _split_keys(both: DataFrame, key: list[str], values: list[str], in_schema: p
         partial_schema = pa.schema(key_fields + [pa.field(rk.SIDE, pa.int64()), pa.field("time", pa.int64()),
                                                  pa.field(rk.DW, wtype), pa.field(rk.DN, pa.int64())])
 
-        def partials(batches):
-            table = _table(batches)
-            if table is not None:
-                yield from rk.abelian_partials(table, key, values, reducer).cast(partial_schema).to_batches()
+        def partials(table):
+            return rk.abelian_partials(table, key, values, reducer).cast(partial_schema)
 
         def finish(batches):
             table = _table(batches)
@@ -184,7 +196,8 @@ def _split_keys(both: DataFrame, key: list[str], values: list[str], in_schema: p
                 if out.num_rows:
                     yield from out.cast(out_arrow).to_batches()
 
-        stage1 = both.repartition(parts, *key, *values).mapInArrow(partials, from_arrow_schema(partial_schema))
+        stage1 = both.repartition(parts, *key, *values).mapInArrow(first_stage(partials),
+                                                                   from_arrow_schema(partial_schema))
         summed = stage1.groupBy(*key, rk.SIDE, "time").agg(F.sum(rk.DW).alias(rk.DW), F.sum(rk.DN).alias(rk.DN))
         return summed.repartition(parts, *key), finish
     # min, max, top_k: shares of each key's value rows by a hash of the values, enough of
@@ -193,15 +206,11 @@ def _split_keys(both: DataFrame, key: list[str], values: list[str], in_schema: p
     trace_schema = pa.schema(key_fields + [pa.field(rk.SALT, pa.int64())] + [in_schema.field(v) for v in values]
                              + time_fields + [pa.field("diff", pa.int64()), pa.field("_new", pa.bool_())])
 
-    def traces(batches):
-        table = _table(batches)
-        if table is not None:
-            out = rk.order_traces(table, key + [rk.SALT], values, reducer, d=d)
-            if out.num_rows:
-                yield from out.select(trace_schema.names).cast(trace_schema).to_batches()
+    def traces(table):
+        return rk.order_traces(table, key + [rk.SALT], values, reducer, d=d).select(trace_schema.names).cast(trace_schema)
 
     salted = both.withColumn(rk.SALT, F.pmod(F.xxhash64(*values), F.lit(salts)))
-    stage1 = salted.repartition(parts, *key, rk.SALT).mapInArrow(traces, from_arrow_schema(trace_schema))
+    stage1 = salted.repartition(parts, *key, rk.SALT).mapInArrow(first_stage(traces), from_arrow_schema(trace_schema))
     return stage1.drop(rk.SALT).repartition(parts, *key), kernel
 
 

@@ -235,22 +235,13 @@ def reduce_held(held: HeldRows, key: list[str], values: list[str], d: int, reduc
     group of its own), each read from DuckDB in turn."""
     if not held.spilled:
         return rk.reduce_delta(held.table, key, values, d, reducer)
-    con = held.con
     if shares_ok:
-        shares = math.ceil(held.rows / budget)
-        types = dict(con.sql(f"SELECT column_name, column_type FROM (DESCRIBE {TABLE})").fetchall())
-        share = f"hash({', '.join(f'{quote(v)}::{types[v]}' for v in values)}) % {shares}"
-        wanted = range(shares)
-        if isinstance(reducer, (Distinct, Threshold)):  # a share without new updates changes no output
-            wanted = sorted(r[0] for r in con.sql(f"SELECT DISTINCT {share} FROM {TABLE} WHERE _new").fetchall())
         stage_one = _first_stage(reducer, key, values, d)
-        firsts = []
-        for i in wanted:
-            part = stage_one(held.select(f"{share} = {i}"))
-            if part is not None and part.num_rows:
-                firsts.append(part)
-        return _second_stage(reducer, key, values, d, out_arrow, firsts)
-    k = ", ".join(quote(c) for c in key)
+        # a share without new updates changes no output of a reducer of one value row at a time
+        firsts = [stage_one(t) for t in held_shares(held, values, budget,
+                                                    only_new=isinstance(reducer, (Distinct, Threshold)))]
+        return _second_stage(reducer, key, values, d, out_arrow, [t for t in firsts if t is not None and t.num_rows])
+    con, k = held.con, ", ".join(quote(c) for c in key)
     counts = con.sql(f"SELECT {k}, count(*) AS _n FROM {TABLE} GROUP BY ALL").to_arrow_table()
     _refuse_oversized(counts, key, reducer, "updates in one task")
     groups = counts.select(key).append_column("_g", pa.array(exclusive_cumsum(counts.column("_n").to_numpy()) // budget))
@@ -263,6 +254,23 @@ def reduce_held(held: HeldRows, key: list[str], values: list[str], d: int, reduc
             parts.append(out)
     con.unregister("key_groups")
     return pa.concat_tables(parts) if parts else rk.empty_table(out_arrow)
+
+
+def held_shares(held: HeldRows, values: list[str], budget: int, *, only_new: bool = False):
+    """A task's held rows in parts of about ``budget`` rows, all updates of a value row in
+    one part: the rows whole when they are in Arrow, else shares by a hash of ``values``
+    (``only_new``: only the shares that hold a new update)."""
+    if not held.spilled:
+        yield held.table
+        return
+    shares = math.ceil(held.rows / budget)
+    types = dict(held.con.sql(f"SELECT column_name, column_type FROM (DESCRIBE {TABLE})").fetchall())
+    share = f"hash({', '.join(f'{quote(v)}::{types[v]}' for v in values)}) % {shares}"
+    wanted = range(shares)
+    if only_new:
+        wanted = sorted(r[0] for r in held.con.sql(f"SELECT DISTINCT {share} FROM {TABLE} WHERE _new").fetchall())
+    for i in wanted:
+        yield held.select(f"{share} = {i}")
 
 
 def _held_group(held: HeldRows, cond: str, g: int) -> pa.Table:

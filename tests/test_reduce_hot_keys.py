@@ -207,13 +207,15 @@ PIPELINE_CASES = {"d1": (1, False, False), "d1-keys-split-among-tasks": (1, True
 def test_hot_keys_through_pipelines_over_runs_with_compaction(spark, tmp_path, monkeypatch, d, split, inserts_only):
     """Two keys, ~90 distinct rows each, 24 distinct times per run (d = 1; d = 2: 4 x 6),
     retractions; three runs with advance --since and compaction between. ``split``: every
-    run deals each key's rows to three tasks (the plan of big runs). ``inserts_only``: later
+    run deals each key's rows to three tasks (the plan of big runs), which take them in
+    shares of 25 (ops/held_rows.py). ``inserts_only``: later
     runs read a summary of the keys' old updates (ops/reduce_summary.py). ``split`` None:
     later runs' tasks take their keys' old updates in shares of 20 (ops/reduce_lookup.py)."""
     planned = []
     if split is None:
         monkeypatch.setenv("DDCLI_REDUCE_TASK_ROWS", "20")
-    if split:
+    if split:  # and every task of both stages holds at most 25 rows in Arrow (ops/held_rows.py)
+        monkeypatch.setenv("DDCLI_REDUCE_TASK_ROWS", "25")
         monkeypatch.setenv("DDCLI_REDUCE_SPLIT_ROWS", "0")
         monkeypatch.setenv("DDCLI_SHUFFLE_PARTITIONS", "3")
         import ops.reduce
