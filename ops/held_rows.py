@@ -16,6 +16,7 @@ from typing import Iterable
 import pyarrow as pa
 
 from ops.old_lookup import MEMORY_LIMIT, spill_directory
+from storage.query import quote
 
 TABLE = "held_rows"
 
@@ -75,6 +76,17 @@ class HeldRows:
         self.con.register("_batch", table)
         self.con.execute(f"INSERT INTO {TABLE} SELECT * FROM _batch")
         self.con.unregister("_batch")
+
+    def keep_touched(self, key: list[str]) -> None:
+        """Keep only the spilled rows of keys that have a new update (``_new``): the others'
+        outputs cannot change (a loop round's task receives its whole share of the view)."""
+        cond = " AND ".join(f"h.{quote(c)} IS NOT DISTINCT FROM n.{quote(c)}" for c in key)
+        keys = ", ".join(quote(c) for c in key)
+        self.con.execute(f"CREATE TEMP TABLE _touched AS SELECT h.* FROM {TABLE} h SEMI JOIN "
+                         f"(SELECT DISTINCT {keys} FROM {TABLE} WHERE _new) n ON {cond}")
+        self.con.execute(f"DROP TABLE {TABLE}")
+        self.con.execute(f"ALTER TABLE _touched RENAME TO {TABLE}")
+        self.rows = int(self.con.sql(f"SELECT count(*) FROM {TABLE}").fetchall()[0][0])
 
     def select(self, where: str = "TRUE", columns: str = "*") -> pa.Table:
         """Spilled rows matching ``where`` (DuckDB SQL over :data:`TABLE`), in the input's schema."""

@@ -230,11 +230,13 @@ def _refuse_oversized(counts: pa.Table, key: list[str], reducer: rk.Reducer, wha
 def reduce_held(held: HeldRows, key: list[str], values: list[str], d: int, reducer: rk.Reducer,
                 out_arrow: pa.Schema, *, budget: int, shares_ok: bool) -> pa.Table:
     """The output changes of a task's input rows (old and new updates, ``_new``): whole
-    when they are held in Arrow, else (spilled: more than ``budget``) in shares by their
-    values (``shares_ok``) or in groups of keys of about the budget (a key with more is a
-    group of its own), each read from DuckDB in turn."""
-    if not held.spilled:
-        return rk.reduce_delta(held.table, key, values, d, reducer)
+    when they are held in Arrow or their touched keys' rows are at most ``budget``, else in
+    shares by their values (``shares_ok``) or in groups of keys of about the budget (a key
+    with more is a group of its own), each read from DuckDB in turn."""
+    if held.spilled:
+        held.keep_touched(key)
+    if not held.spilled or held.rows <= budget:
+        return rk.reduce_delta(held.table if not held.spilled else held.select(), key, values, d, reducer)
     if shares_ok:
         stage_one = _first_stage(reducer, key, values, d)
         # a share without new updates changes no output of a reducer of one value row at a time

@@ -140,3 +140,27 @@ def test_a_count_without_value_columns_takes_its_hot_key_whole_however_small_the
     finally:
         held.close()
     assert out.num_rows and _consolidated(out) == _consolidated(reduce_delta(table, ["k"], [], d, Count()))
+
+
+def test_spilled_rows_of_keys_without_new_updates_are_dropped_before_the_reduce(monkeypatch):
+    """A loop round's task receives its whole share of the view: only the keys its new
+    updates touch are reduced, whole when their rows fit the budget."""
+    make, plain = REDUCERS["min"]
+    rng = random.Random(7)
+    rows = [r for r in hot_rows(rng, 1, 300, 40, keys=6, rows_per_key=30)]
+    rows = [(k, v, t, df, nw and k[0] == 3) for k, v, t, df, nw in rows]  # only key 3 has new updates
+    table = make_table(rows, KEYS, VALUES, 1, KTYPES, VTYPES)
+    touched = sum(1 for r in rows if r[0][0] == 3)
+    assert 0 < touched < 120 < table.num_rows
+    reducer = make()
+    out_arrow = output_arrow_schema(table.select(KEYS).schema, reducer.output_schema(table.select(VALUES).schema), 1)
+    shares = []
+    monkeypatch.setattr(rl, "held_shares", lambda *a, **k: shares.append(a) or [])
+    held = _held(table, 120)
+    try:
+        out = rl.reduce_held(held, KEYS, VALUES, 1, reducer, out_arrow, budget=120, shares_ok=True)
+        assert held.rows == touched and not shares  # whole: no shares needed
+    finally:
+        held.close()
+    assert out.num_rows and _consolidated(out) == _consolidated(reduce_delta(table, KEYS, VALUES, 1, reducer))
+    check_accumulation(rows, out, 1, plain)
