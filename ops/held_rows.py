@@ -19,6 +19,7 @@ from ops.old_lookup import MEMORY_LIMIT, spill_directory
 from storage.query import quote
 
 TABLE = "held_rows"
+INSERT_ROWS = 1 << 17  # spilled rows move into DuckDB in chunks of about this many
 
 
 class HeldRows:
@@ -31,19 +32,24 @@ class HeldRows:
         self.schema: pa.Schema | None = None
         self.rows = 0
         held: list[pa.RecordBatch] = []
+        pending = 0  # rows held since the spill, inserted a chunk at a time (an INSERT costs ~2 ms)
         for b in batches:
             if b.num_rows == 0:
                 continue
             self.schema = b.schema
             self.rows += b.num_rows
-            if self.con is not None:
-                self._insert(pa.Table.from_batches([b]))
-                continue
             held.append(b)
-            if self.rows > budget:
+            if self.con is not None:
+                pending += b.num_rows
+                if pending >= INSERT_ROWS:
+                    self._insert(pa.Table.from_batches(held))
+                    held, pending = [], 0
+            elif self.rows > budget:
                 self._spill(pa.Table.from_batches(held))
                 held = []
-        if self.con is None and held:
+        if self.con is not None and held:
+            self._insert(pa.Table.from_batches(held))
+        elif self.con is None and held:
             self.table = pa.Table.from_batches(held)
 
     @classmethod
