@@ -365,6 +365,12 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
                 r.arr[n.id].append(t)
                 if n.id in records:
                     records[n.id].append(t)
+                    if record_floor is not None and _fold_due(records[n.id]):
+                        # advanced to the floor, a record's rows at the batch's many outer
+                        # times merge: the cc tasks of the bench held 1.5 M record rows that
+                        # leave the task as 20 k
+                        records[n.id] = [consolidate(_floored(pa.concat_tables(records[n.id]), r.tcols[0],
+                                                              record_floor))]
         for v, init, result in body.variables:
             res, ini = fr.get(result), fr.get(init)
             neg = None if ini is None else ini.set_column(ini.schema.get_field_index("diff"), "diff",
