@@ -233,7 +233,7 @@ def reduce_held(held: HeldRows, key: list[str], values: list[str], d: int, reduc
     when they are held in Arrow or their touched keys' rows are at most ``budget``, else in
     shares by their values (``shares_ok``) or in groups of keys of about the budget (a key
     with more is a group of its own), each read from DuckDB in turn."""
-    if held.spilled:
+    if held.spilled:  # reduces sharing one input group by the same key: they keep the same rows
         held.keep_touched(key)
     if not held.spilled or held.rows <= budget:
         return rk.reduce_delta(held.table if not held.spilled else held.select(), key, values, d, reducer)

@@ -79,10 +79,10 @@ def test_a_task_holding_more_than_its_row_budget_hands_the_loop_to_rounds_whose_
     monkeypatch.setenv("DDCLI_REDUCE_TASK_ROWS", "16")
     bench = Bench(tmp_path)
     path = bench.pipeline("graphs", samples_source("reach", "bfs"))
-    for r, (eu, ru, upper) in enumerate(sliding_window_runs(6, nodes=14, edges=26, steps=[8, 9])):
+    for r, (eu, ru, upper) in enumerate(sliding_window_runs(6, nodes=12, edges=22, steps=[6, 7])):
         bench.ingest("edges", EDGES, eu, upper=upper)
         bench.ingest("roots", ROOTS, ru, upper=upper)
-        steps = loop_paths(bench.run(path, batch_times=4))
+        steps = loop_paths(bench.run(path))
         assert [s["path"] for s in steps] == ["round"] * 2, steps
         assert all(s["why"].startswith("a task held ") and "more than 40 (DDCLI_LOOP_TASK_ROWS)" in s["why"]
                    for s in steps), steps
