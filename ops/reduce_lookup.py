@@ -276,6 +276,10 @@ def held_shares(held: HeldRows, values: list[str], budget: int, *, only_new: boo
 
 
 def _held_group(held: HeldRows, cond: str, g: int) -> pa.Table:
-    """The held rows of the keys of group ``g`` (registered as ``key_groups``)."""
-    sql = f"SELECT h.* FROM {TABLE} h SEMI JOIN (SELECT * FROM key_groups WHERE _g = {g}) g ON {cond}"
-    return held.con.sql(sql).to_arrow_table().cast(held.schema)
+    """The held rows of the keys of group ``g`` (registered as ``key_groups``), equal rows
+    summed: a key without value columns to split it by comes back as one row per time."""
+    names = [c for c in held.schema.names if c != "diff"]
+    cols = ", ".join(f"h.{quote(c)}" for c in names)
+    sql = (f"SELECT {cols}, SUM(h.diff)::BIGINT AS diff FROM {TABLE} h "
+           f"SEMI JOIN (SELECT * FROM key_groups WHERE _g = {g}) g ON {cond} GROUP BY ALL HAVING SUM(h.diff) <> 0")
+    return held.con.sql(sql).to_arrow_table().select(held.schema.names).cast(held.schema)
