@@ -16,6 +16,10 @@ so a hot key never lands whole in one task: count, sum and count_distinct sum pe
 partials per (key, time) (one more shuffle, of partials; for ``d >= 2`` the synthetic rows
 of ``ops/reduce_lattice.py``); min, max and top_k reduce each share of a key's rows to its
 first k records over time, then reduce those.
+
+Every task of these stages holds at most ``DDCLI_REDUCE_TASK_ROWS`` rows in Arrow
+(``ops/held_rows.py``): more spill to a DuckDB table and are reduced in shares by their
+values, or in groups of keys (``ops/reduce_lookup.py`` ``reduce_held``).
 """
 
 from __future__ import annotations

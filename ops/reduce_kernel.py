@@ -176,9 +176,9 @@ def _dispatch(table, key, values, d, reducer, out_schema, result_schema, max_cel
         parts = lattice.abelian_grid(table, key, values, d, reducer, out_schema, result_schema, max_cells)
     elif isinstance(reducer, (Min, Max, TopK)):
         parts = lattice.order_grid(table, key, values, d, reducer, out_schema, result_schema, max_cells, limit)
-    else:  # user reducers (and sums of floats): the whole collection at every grid point
-        parts = grid_delta(table, key, values, d, reducer, out_schema, result_schema, max_cells,
-                           None if isinstance(reducer, Sum) else limit)
+    else:  # user reducers (and sums of floats): the whole collection at every grid point,
+        # a key over the memory budget refused with one line rather than taking the worker down
+        parts = grid_delta(table, key, values, d, reducer, out_schema, result_schema, max_cells, limit)
     return parts
 
 

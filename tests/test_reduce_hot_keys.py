@@ -161,6 +161,17 @@ def test_user_reducer_over_the_budget_is_one_clear_error():
     assert out.num_rows > 0
 
 
+def test_a_float_sum_at_d2_over_the_budget_is_one_clear_error():
+    """A sum of floats at d >= 2 stays on the plain grid (its weight cannot be a synthetic
+    row's count): like user logic, a key over the budget is refused, not taken whole."""
+    make, plain = REDUCERS["sum_float"]
+    rows = hot_rows(random.Random(9), 2, 160, 6)
+    table = make_table(rows, KEYS, VALUES, 2, KTYPES, VTYPES)
+    with pytest.raises(KeyTooLarge, match=r"key \{'k': \d+, 'g': '[pq]'\} needs .* cells .* over the budget of 60"):
+        reduce_delta(table, KEYS, VALUES, 2, make(), limit_bytes=60 * 120, max_cells=60)
+    check_accumulation(rows, reduce_delta(table, KEYS, VALUES, 2, make(), max_cells=60), 2, plain)
+
+
 def test_memory_budget_is_read_from_the_environment(monkeypatch):
     from ops.reduce_kernel import memory_budget
     monkeypatch.setenv("DDCLI_REDUCE_MEMORY", "512m")
