@@ -15,7 +15,7 @@ from typing import Iterable
 
 import pyarrow as pa
 
-from ops.old_lookup import MEMORY_LIMIT, spill_directory
+from ops.old_lookup import limit_memory
 from storage.query import quote
 
 TABLE = "held_rows"
@@ -71,9 +71,7 @@ class HeldRows:
     def _spill(self, table: pa.Table) -> None:
         import duckdb
 
-        self.con = duckdb.connect()
-        self.con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
-        self.con.execute(f"SET temp_directory = '{spill_directory()}'")
+        self.con = limit_memory(duckdb.connect())
         self.con.register("_batch", table)
         self.con.execute(f"CREATE TEMP TABLE {TABLE} AS SELECT * FROM _batch")
         self.con.unregister("_batch")
@@ -94,10 +92,9 @@ class HeldRows:
         self.con.execute(f"ALTER TABLE _touched RENAME TO {TABLE}")
         self.rows = int(self.con.sql(f"SELECT count(*) FROM {TABLE}").fetchall()[0][0])
 
-    def select(self, where: str = "TRUE", columns: str = "*") -> pa.Table:
+    def select(self, where: str = "TRUE") -> pa.Table:
         """Spilled rows matching ``where`` (DuckDB SQL over :data:`TABLE`), in the input's schema."""
-        out = self.con.sql(f"SELECT {columns} FROM {TABLE} WHERE {where}").to_arrow_table()
-        return out.cast(self.schema) if columns == "*" else out
+        return self.con.sql(f"SELECT * FROM {TABLE} WHERE {where}").to_arrow_table().cast(self.schema)
 
     def close(self) -> None:
         if self.con is not None:

@@ -27,6 +27,13 @@ def spill_directory() -> str:
     return path.replace("'", "''")
 
 
+def limit_memory(con):
+    """``con`` holding its rows under :data:`MEMORY_LIMIT`, spilling beyond it to this worker's folder."""
+    con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+    con.execute(f"SET temp_directory = '{spill_directory()}'")
+    return con
+
+
 class OldLookup:
     """A DuckDB connection over the stored files with a task's touched keys registered
     (``touched_keys``), and whether it holds their accumulated old rows (``old_rows``)."""
@@ -38,10 +45,7 @@ class OldLookup:
     def __init__(self, files: list[str], keys: pa.Table, key: list[str], values: list[str]):
         from storage.blob import duckdb_connect
         self.what, self.keys, self.accumulated = (tuple(files), tuple(key), tuple(values)), keys, False
-        self.con = duckdb_connect(files)  # the files may be on an object store
-        # the rows it holds are bounded: beyond the limit DuckDB spills them to disk
-        self.con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
-        self.con.execute(f"SET temp_directory = '{spill_directory()}'")
+        self.con = limit_memory(duckdb_connect(files))  # the files may be on an object store
         self.con.register("touched_keys", keys)
         self._count: int | None = None
 

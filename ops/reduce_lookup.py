@@ -129,8 +129,7 @@ def _by_shares(new: pa.Table, look: OldLookup, sql: str, key: list[str], values:
     at = pc.min(new.column(time_columns(d)[-1])).as_py()
     con.register("new_rows", new)
     # the share of a row is a hash of its values, cast to the new rows' types on both sides
-    types = dict(con.sql("SELECT column_name, column_type FROM (DESCRIBE new_rows)").fetchall())
-    share = f"hash({', '.join(f'{quote(v)}::{types[v]}' for v in values)}) % {shares}"
+    share = _share_sql(con, "new_rows", values, shares)
     tcols, names = time_columns(d), [c for c in new.column_names if c != "_new"]
     cols = ", ".join(quote(c) for c in names)
     con.execute(f"CREATE OR REPLACE TEMP TABLE old_shared AS SELECT {cols}, {share} AS {_SHARE} FROM ({sql})")
@@ -266,13 +265,19 @@ def held_shares(held: HeldRows, values: list[str], budget: int, *, only_new: boo
         yield held.table
         return
     shares = math.ceil(held.rows / budget)
-    types = dict(held.con.sql(f"SELECT column_name, column_type FROM (DESCRIBE {TABLE})").fetchall())
-    share = f"hash({', '.join(f'{quote(v)}::{types[v]}' for v in values)}) % {shares}"
+    share = _share_sql(held.con, TABLE, values, shares)
     wanted = range(shares)
     if only_new:
         wanted = sorted(r[0] for r in held.con.sql(f"SELECT DISTINCT {share} FROM {TABLE} WHERE _new").fetchall())
     for i in wanted:
         yield held.select(f"{share} = {i}")
+
+
+def _share_sql(con, table: str, values: list[str], shares: int) -> str:
+    """SQL of a row's share: a hash of its values, cast to ``table``'s types (so that a
+    row's updates land in one share wherever they were read from)."""
+    types = dict(con.sql(f"SELECT column_name, column_type FROM (DESCRIBE {table})").fetchall())
+    return f"hash({', '.join(f'{quote(v)}::{types[v]}' for v in values)}) % {shares}"
 
 
 def _held_group(held: HeldRows, cond: str, g: int) -> pa.Table:
