@@ -27,6 +27,7 @@ from ops.context import RESERVED, EvalContext
 from ops.pipeline import Node, Pipeline, PipelineError, Scope
 from ops.progress import RunProgress
 from ops.reduce import SPLIT_ROWS, reduce_changes, two_stage
+from ops.reduce_lookup import task_rows
 from ops.calculus import CALCULUS_OPS, evaluate_calculus  # issue 5
 
 
@@ -315,8 +316,9 @@ def _check_join_keys(n: Node, ctx: EvalContext, left: DataFrame, right: DataFram
 def _small(ctx: EvalContext) -> bool:
     """A delta small enough that every task may look its keys up in a stored arrangement
     (a task scans at most the whole arrangement with DuckDB, and there are few tasks):
-    below the split of big runs, so that no run takes a hot key's old updates whole."""
-    return ctx.delta_rows is not None and ctx.delta_rows < SPLIT_ROWS
+    below the split of big runs, so that no run takes a hot key's old updates whole, and
+    at most a task's budget of rows, which a lookup task holds its new updates within."""
+    return ctx.delta_rows is not None and ctx.delta_rows < SPLIT_ROWS and ctx.delta_rows <= task_rows()
 
 
 def _reduce(n: Node, ctx: EvalContext, df: DataFrame | None, runtime: Runtime) -> DataFrame | None:
@@ -326,7 +328,7 @@ def _reduce(n: Node, ctx: EvalContext, df: DataFrame | None, runtime: Runtime) -
     _need_columns(n, df, key, ctx, "reduce key")
     arr = None if runtime.planning else runtime.arrangement(n.inputs[0])
     # a split reduce deals each key's rows to several tasks: they cannot look keys up
-    split = two_stage(ctx, reducer, df, key)
+    split = two_stage(ctx, reducer)
     lookup = arr.lookup_source() if arr is not None and _small(ctx) and not split else None
     old = arr.old_for_keys(ctx, df, key) if arr is not None and lookup is None else None
     if not ctx.extra:

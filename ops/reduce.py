@@ -53,15 +53,14 @@ from storage.lattice import time_columns
 SPLIT_ROWS = 1 << 20
 
 
-def two_stage(ctx: EvalContext, reducer: rk.Reducer, df: DataFrame, key: list[str]) -> bool:
+def two_stage(ctx: EvalContext, reducer: rk.Reducer) -> bool:
     """Split keys among tasks: outside loops, a built-in reducer that composes over
     shares of value rows (``rk.splits``), and a run big enough for a key to be hot
     (``DDCLI_REDUCE_SPLIT_ROWS`` overrides the threshold; 0 splits every run)."""
     limit = int(os.environ.get("DDCLI_REDUCE_SPLIT_ROWS", SPLIT_ROWS))
     if ctx.extra or (ctx.delta_rows or 0) < limit:
         return False
-    values = [c for c in ctx.data_columns(df) if c not in key]
-    return rk.splits(reducer, ctx.d, to_arrow_schema(df.select(*values).schema))
+    return rk.splits(reducer)
 
 
 def output_arrow_schema(key_schema: pa.Schema, out_schema: pa.Schema, d: int) -> pa.Schema:
@@ -98,7 +97,7 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
     d = ctx.d
     lookup_files = None if lookup is None else list(lookup.files)  # the closure ships to tasks
     summary = summarisable(reducer, values_schema, d, bool(ctx.extra))
-    budget, shares_ok = task_rows(), in_shares(reducer, d, values, values_schema)
+    budget, shares_ok = task_rows(), in_shares(reducer, values)
 
     def kernel(batches):
         if lookup_files is None:  # every row of the task's keys comes through the shuffle
@@ -124,7 +123,7 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
             yield from out.select(out_arrow.names).cast(out_arrow).to_batches()
 
     shared = None
-    if lookup_files is None and two_stage(ctx, reducer, df_new, key):
+    if lookup_files is None and two_stage(ctx, reducer):
         source, last = _split_keys(both, full_key, values, in_schema, reducer, out_arrow, parts, kernel,
                                    ctx.delta_rows or 0, d, budget)
     else:
@@ -167,8 +166,11 @@ def _split_keys(both: DataFrame, key: list[str], values: list[str], in_schema: p
     out_schema = pa.schema(list(out_arrow)[len(key):-1 - d])
     if isinstance(reducer, rk.ABELIAN) and d >= 2:
         # per share: synthetic rows (weight updates, presence changes), summed per key and time
-        syn_schema = pa.schema(key_fields + time_fields + [pa.field("diff", pa.int64()), pa.field("_new", pa.bool_()),
-                                                           pa.field(rk.CHANNEL, pa.int64())])
+        wtype = rk.partial_weight_type(reducer, pa.schema([in_schema.field(v) for v in values]))
+        syn_fields = {"diff": pa.int64(), "_new": pa.bool_(), rk.CHANNEL: pa.int64(), rk.WEIGHT: wtype}
+        syn_schema = pa.schema(key_fields + time_fields + [pa.field(c, syn_fields[c])
+                                                           for c in rk.synthetic_columns(reducer)])
+        sums = [c for c in ("diff", rk.WEIGHT) if c in syn_schema.names]
 
         def synthetic(table):
             syn = rk.abelian_synthetic(table, key, values, d, reducer)
@@ -182,8 +184,11 @@ def _split_keys(both: DataFrame, key: list[str], values: list[str], in_schema: p
                     yield from out.select(out_arrow.names).cast(out_arrow).to_batches()
 
         stage1 = both.repartition(parts, *key, *values).mapInArrow(first_stage(synthetic), from_arrow_schema(syn_schema))
-        summed = stage1.groupBy(*key, *tcols, "_new", rk.CHANNEL).agg(F.sum("diff").alias("diff")) \
-            .where(F.col("diff") != 0)
+        nonzero = F.col("diff") != 0
+        if rk.WEIGHT in sums:
+            nonzero = nonzero | (F.col(rk.WEIGHT) != 0)
+        summed = stage1.groupBy(*key, *tcols, "_new", rk.CHANNEL).agg(*(F.sum(c).alias(c) for c in sums)) \
+            .where(nonzero)
         return summed.repartition(parts, *key), from_synthetic
     if isinstance(reducer, rk.ABELIAN):
         wtype = rk.partial_weight_type(reducer, pa.schema([in_schema.field(v) for v in values]))

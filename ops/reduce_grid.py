@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from ops.reduce_util import (COUNT, GROUP, exclusive_cumsum, group_sum, lex_order, new_flags, np_int, row_ids,
-                              seg_cumsum_)
+                              seg_cumsum_any_)
 from storage.lattice import time_columns
 
 
@@ -53,9 +53,14 @@ def grid_cells(table: pa.Table, kid: np.ndarray, K: int, values: list[str], d: i
 
 
 def grid_delta(table: pa.Table, key: list[str], values: list[str], d: int, reducer, out_schema: pa.Schema,
-               result_schema: pa.Schema, max_cells: int, limit_cells: int | None = None) -> list[pa.Table]:
+               result_schema: pa.Schema, max_cells: int, limit_cells: int | None = None,
+               weight: str | None = None) -> list[pa.Table]:
     """Output changes (unsorted parts) of ``reducer`` for the touched keys of ``table``;
-    a key needing more than ``limit_cells`` dense cells raises :class:`KeyTooLarge`."""
+    a key needing more than ``limit_cells`` dense cells raises :class:`KeyTooLarge`.
+
+    ``weight`` names a numeric column accumulated along the grid like ``diff`` and handed
+    to ``reducer`` (as that column) beside ``COUNT``: a float sum's synthetic weight
+    (``ops/reduce_lattice.py``), which an int64 count cannot carry."""
     n = table.num_rows
     tcols = time_columns(d)
     # keys and (key, value row) pairs; kv ids are sorted by key
@@ -96,6 +101,8 @@ def grid_delta(table: pa.Table, key: list[str], values: list[str], d: int, reduc
         result_schema=result_schema,
         diff=np_int(table.column("diff")),
         new=new_flags(table),
+        weight=weight,
+        w=None if weight is None else np.asarray(table.column(weight).to_numpy(zero_copy_only=False)),
         ranks=ranks,
         tstart=tstart,
         tvals=tvals,
@@ -181,6 +188,13 @@ def _reduce_keys(ctx, sel, kid, kv, ncoord, kv_key, kv_rep, key_rep, k0):
     fresh = np.zeros(C, np.int64)
     np.add.at(total, at, diff)
     np.add.at(fresh, at, np.where(new, diff, 0))
+    sums = [total, fresh]
+    if ctx.weight is not None:  # the total weight and the old updates' own (not total - new: floats)
+        w = ctx.w[sel]
+        wtotal, wold = np.zeros(C, w.dtype), np.zeros(C, w.dtype)
+        np.add.at(wtotal, at, w)
+        np.add.at(wold, at, np.where(new, 0, w))
+        sums += [wtotal, wold]
 
     # accumulate: prefix sum along each coordinate within each block
     for i in range(d):
@@ -188,8 +202,8 @@ def _reduce_keys(ctx, sel, kid, kv, ncoord, kv_key, kv_rep, key_rep, k0):
         if i == d - 1:  # contiguous runs already
             idx = np.flatnonzero(first)
             lens = np.diff(np.append(idx, C))
-            for a in (total, fresh):
-                seg_cumsum_(a, idx, lens)
+            for a in sums:
+                seg_cumsum_any_(a, idx, lens)
             continue
         # move coordinate i last: a permutation within the block, no sort needed
         pos = base + gperm[i][gid]
@@ -197,33 +211,41 @@ def _reduce_keys(ctx, sel, kid, kv, ncoord, kv_key, kv_rep, key_rep, k0):
         start[pos] = first
         idx = np.flatnonzero(start)
         lens = np.diff(np.append(idx, C))
-        for a in (total, fresh):
+        for a in sums:
             tr = np.empty_like(a)
             tr[pos] = a
-            seg_cumsum_(tr, idx, lens)
+            seg_cumsum_any_(tr, idx, lens)
             a[:] = tr[pos]
         del pos, start, tr
     del base
 
     # grid points where the new updates change the accumulated input: E = F_total - F_old
+    touched, has_t, has_o = fresh != 0, total != 0, total != fresh
+    if ctx.weight is not None:
+        touched |= wtotal != wold
+        has_t |= wtotal != 0
+        has_o |= wold != 0
     changed = np.zeros(len(gkey), bool)
-    changed[gid[fresh != 0]] = True
+    changed[gid[touched]] = True
     point_ids = np.flatnonzero(changed)
     compact = np.cumsum(changed) - 1
     in_pt = changed[gid]
-    cells_t = np.flatnonzero(in_pt & (total != 0))
-    cells_o = np.flatnonzero(in_pt & (total != fresh))
+    cells_t = np.flatnonzero(in_pt & has_t)
+    cells_o = np.flatnonzero(in_pt & has_o)
     group = np.concatenate([2 * compact[gid[cells_t]], 2 * compact[gid[cells_o]] + 1])
     if len(group) == 0:
         return None
     count = np.concatenate([total[cells_t], total[cells_o] - fresh[cells_o]])
     take = pa.array(kv_rep[cell_kv[np.concatenate([cells_t, cells_o])]])
-    del gid, cell_kv, total, fresh, in_pt
+    weights = {} if ctx.weight is None else \
+        {ctx.weight: pa.array(np.concatenate([wtotal[cells_t], wold[cells_o]]))}
+    del gid, cell_kv, total, fresh, in_pt, sums
     rin = pa.table(
         {
             GROUP: pa.array(group, pa.int64()),
             **{c: table.column(c).take(take) for c in ctx.values},
             COUNT: pa.array(count, pa.int64()),
+            **weights,
         }
     )
 

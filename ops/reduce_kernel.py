@@ -176,9 +176,10 @@ def _dispatch(table, key, values, d, reducer, out_schema, result_schema, max_cel
         parts = lattice.abelian_grid(table, key, values, d, reducer, out_schema, result_schema, max_cells)
     elif isinstance(reducer, (Min, Max, TopK)):
         parts = lattice.order_grid(table, key, values, d, reducer, out_schema, result_schema, max_cells, limit)
-    else:  # user reducers (and sums of floats): the whole collection at every grid point,
-        # a key over the memory budget refused with one line rather than taking the worker down
-        parts = grid_delta(table, key, values, d, reducer, out_schema, result_schema, max_cells, limit)
+    else:  # user reducers (and the synthetic rows' scalar): the whole collection at every grid
+        # point, a key over the memory budget refused with one line rather than taking the worker down
+        parts = grid_delta(table, key, values, d, reducer, out_schema, result_schema, max_cells, limit,
+                           weight=getattr(reducer, "weight", None))
     return parts
 
 
@@ -286,7 +287,7 @@ def _assemble(table, key, key_rep, okey, t, out, diff, out_schema, result_schema
 # (rows hashed to tasks), the second the first's small results for whole keys.
 
 SIDE, DW, DN, SALT = "_side", "_dw", "_dn", "_salt"
-CHANNEL = lattice.CHANNEL
+CHANNEL, WEIGHT, synthetic_columns = lattice.CHANNEL, lattice.WEIGHT, lattice.synthetic_columns
 ABELIAN = (Count, Sum, CountDistinct)
 ORDER = (Min, Max, TopK)
 
@@ -337,15 +338,10 @@ def abelian_from_partials(table: pa.Table, key: list[str], reducer, out_schema: 
     return part
 
 
-def splits(reducer: Reducer, d: int, values_schema: pa.Schema) -> bool:
-    """Whether a key's value rows can be dealt to tasks for ``reducer`` (two stages); for
-    ``d >= 2`` an abelian reducer's weight must be an integer (the synthetic rows'
-    ``diff``)."""
-    if isinstance(reducer, ORDER) or (d == 1 and isinstance(reducer, ABELIAN)):
-        return True
-    if isinstance(reducer, Sum):
-        return reducer.output_schema(values_schema).field(reducer.name).type == pa.int64()
-    return isinstance(reducer, (Count, CountDistinct))
+def splits(reducer: Reducer) -> bool:
+    """Whether a key's value rows can be dealt to tasks for ``reducer`` (two stages):
+    every built-in reducer that looks at more than one value row at a time."""
+    return isinstance(reducer, ORDER + ABELIAN)
 
 
 def abelian_synthetic(table: pa.Table, key: list[str], values: list[str], d: int, reducer) -> pa.Table | None:

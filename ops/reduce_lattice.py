@@ -4,12 +4,13 @@ The grid kernel evaluates ``f`` on every (value row, grid point) cell of a key: 
 distinct rows per key that product, not the updates, sets the cost. The built-in
 reducers avoid it on the same kernel:
 
-* **abelian** (``count``, ``sum`` of integers, ``count_distinct``): a key's output at a
-  time depends on two numbers only, its weight (the count or the sum) and how many rows
-  make it present (a non-zero count; a positive one for ``count_distinct``). Whether a
-  row is present is a question about that row alone, answered on the grid of each (key,
-  value row). The key's grid then holds two synthetic rows instead of all of them: the
-  weight's updates and the presence changes.
+* **abelian** (``count``, ``sum``, ``count_distinct``): a key's output at a time depends
+  on two numbers only, its weight (the count or the sum) and how many rows make it
+  present (a non-zero count; a positive one for ``count_distinct``). Whether a row is
+  present is a question about that row alone, answered on the grid of each (key, value
+  row). The key's grid then holds two synthetic rows instead of all of them: the
+  weight's updates and the presence changes. A sum's weight travels in its own column
+  (``_w``, int64 or float64), accumulated along the grid beside the counts.
 * **order** (``min``, ``max``, ``top_k``): the first k records of a collection are the
   first k of the union of the first k of any split of its rows. A key whose cells exceed
   the budget has its value rows dealt into shares small enough for the budget; each share
@@ -29,6 +30,7 @@ from ops.reducers import Count, CountDistinct, Max, Reducer, Sum, Threshold, Top
 from storage.lattice import time_columns
 
 CHANNEL = "_channel"  # 0: the weight's updates, 1: presence changes
+WEIGHT = "_w"  # a sum's weight on channel 0 (0 on channel 1)
 SHARE = "_share"
 
 
@@ -56,10 +58,11 @@ def _traces(table: pa.Table, key: list[str], values: list[str], d: int, reducer:
 class _Scalar(Reducer):
     """``f`` over the two synthetic rows of a key: channel 0 accumulates the weight,
     channel 1 the number of rows present. Output: the weight (or, for ``count_distinct``,
-    the number of rows) when some row is present."""
+    the number of rows) when some row is present. ``weight``: the column that carries a
+    sum's weight (the grid accumulates it, ``ops/reduce_grid.py``); a count's is ``COUNT``."""
 
-    def __init__(self, name: str, type_: pa.DataType, rows_count: bool):
-        self.name, self.type, self.rows_count = name, type_, rows_count
+    def __init__(self, name: str, type_: pa.DataType, rows_count: bool, weight: str | None):
+        self.name, self.type, self.rows_count, self.weight = name, type_, rows_count, weight
 
     def output_schema(self, values_schema):
         return pa.schema([pa.field(self.name, self.type)])
@@ -68,9 +71,10 @@ class _Scalar(Reducer):
         ug, inv = groups_of(rows)
         ch = np_int(rows.column(CHANNEL))
         cnt = np_int(rows.column(COUNT))
-        weight = np.zeros(len(ug), np.int64)
+        w = cnt if self.weight is None else rows.column(self.weight).to_numpy(zero_copy_only=False)
+        weight = np.zeros(len(ug), w.dtype)
         present = np.zeros(len(ug), np.int64)
-        np.add.at(weight, inv[ch == 0], cnt[ch == 0])
+        np.add.at(weight, inv[ch == 0], w[ch == 0])
         np.add.at(present, inv[ch == 1], cnt[ch == 1])
         value = present if self.rows_count else weight
         keep = present > 0
@@ -80,12 +84,8 @@ class _Scalar(Reducer):
 
 def abelian_pays(table: pa.Table, key: list[str], values: list[str], reducer: Reducer) -> bool:
     """Two synthetic rows (and the presence grids) beat the plain grid once keys hold more
-    than a few distinct value rows; sums of floats stay on the plain grid (the synthetic
-    weight is an int64 count)."""
-    if isinstance(reducer, Sum):
-        if reducer.output_schema(table.select(values).schema).field(reducer.name).type != pa.int64():
-            return False
-    elif not isinstance(reducer, (Count, CountDistinct)):
+    than a few distinct value rows."""
+    if not isinstance(reducer, (Count, Sum, CountDistinct)):
         return False
     kid, K = row_ids(table, key, ordered=False)
     kv, P = row_ids(table, values, base=kid, ordered=False)
@@ -97,21 +97,29 @@ def abelian_grid(table: pa.Table, key: list[str], values: list[str], d: int, red
     syn = abelian_synthetic(table, key, values, d, reducer, max_cells)
     if syn is None:
         return []
-    return grid_delta(syn, key, [CHANNEL], d, scalar_of(reducer, out_schema), out_schema, result_schema, max_cells)
+    scalar = scalar_of(reducer, out_schema)
+    return grid_delta(syn, key, [CHANNEL], d, scalar, out_schema, result_schema, max_cells, weight=scalar.weight)
 
 
 def scalar_of(reducer: Reducer, out_schema: pa.Schema) -> "_Scalar":
     """``reducer`` over a key's two synthetic rows (:func:`abelian_synthetic`)."""
     name = out_schema.names[0]
-    return _Scalar(name, out_schema.field(name).type, isinstance(reducer, CountDistinct))
+    return _Scalar(name, out_schema.field(name).type, isinstance(reducer, CountDistinct),
+                   WEIGHT if isinstance(reducer, Sum) else None)
+
+
+def synthetic_columns(reducer: Reducer) -> list[str]:
+    """The columns of a key's synthetic rows besides the key and time columns."""
+    return ["diff", "_new", CHANNEL] + ([WEIGHT] if isinstance(reducer, Sum) else [])
 
 
 def abelian_synthetic(table: pa.Table, key: list[str], values: list[str], d: int, reducer: Reducer,
                       max_cells: int) -> pa.Table | None:
     """A key's synthetic rows: key and time columns, ``diff``, ``_new`` and ``_channel``
-    (0: the weight's updates, 1: presence changes, from each value row's own grid). Rows
-    of different value rows add up, so the synthetic rows of shares of a key's value rows
-    (``ops/reduce.py``'s two stages) sum to the key's."""
+    (0: the weight's updates, 1: presence changes, from each value row's own grid), and
+    for a sum ``_w``, the weight (value x diff on channel 0). Rows of different value rows
+    add up, so the synthetic rows of shares of a key's value rows (``ops/reduce.py``'s two
+    stages) sum to the key's."""
     tcols = time_columns(d)
     rows_count = isinstance(reducer, CountDistinct)
     present = (lambda c: (np.asarray(c) > 0).astype(np.int64)) if rows_count else \
@@ -124,18 +132,25 @@ def abelian_synthetic(table: pa.Table, key: list[str], values: list[str], d: int
     parts = [_channel(p.select(key_cols + ["diff"]), 1, False) for p in old]
     parts += [_channel(p.select(key_cols + ["diff"]), 1, True) for p in delta]
     if not rows_count:
-        diff = np_int(table.column("diff"))
-        if isinstance(reducer, Sum):
-            v = pc.fill_null(table.column(reducer.col).cast(pa.int64()), 0)
-            diff = diff * np.asarray(v.to_numpy(), np.int64)
-        weights = table.select(key_cols).append_column("diff", pa.array(diff, pa.int64()))
-        parts.append(_channel(weights.append_column("_new", pa.array(new_flags(table))), 0, None))
+        weights = table.select(key_cols + ["diff"]).append_column("_new", pa.array(new_flags(table)))
+        if isinstance(reducer, Sum):  # presence changes weigh nothing
+            w = _sum_weights(table, values, reducer)
+            parts = [p.append_column(WEIGHT, pa.array(np.zeros(p.num_rows, w.dtype))) for p in parts]
+            weights = weights.append_column(WEIGHT, pa.array(w))
+        parts.append(_channel(weights, 0, None))
     parts = [p for p in parts if p.num_rows]
     if not parts:
         return None
-    names = key_cols + ["diff", "_new", CHANNEL]
+    names = key_cols + synthetic_columns(reducer)
     schema = parts[0].select(names).schema
     return pa.concat_tables([p.select(names).cast(schema) for p in parts])
+
+
+def _sum_weights(table: pa.Table, values: list[str], reducer: Sum) -> np.ndarray:
+    """value x diff per update, in the sum's type (int64 or float64; a null adds 0)."""
+    wtype = reducer.output_schema(table.select(values).schema).field(reducer.name).type
+    v = pc.fill_null(table.column(reducer.col).cast(wtype), 0).to_numpy()
+    return np.asarray(v, np.int64 if wtype == pa.int64() else np.float64) * np_int(table.column("diff"))
 
 
 def _channel(t: pa.Table, channel: int, new: bool | None) -> pa.Table:

@@ -12,7 +12,7 @@ the kernel on both. Three ways, cheapest first:
   are reduced one after another to what the reducer needs of them (the same first stage
   as a big run's split among tasks, ``ops/reduce.py`` ``_split_keys``), and the results
   are reduced together. A hot key whose history retracts never lands whole in the task.
-  A reducer whose key cannot be split (user logic, a sum of floats at ``d >= 2``) takes
+  A reducer whose key cannot be split (user logic, a reduce without value columns) takes
   the touched keys in groups of at most ``budget`` old updates instead; a single key of
   user logic over the grid's cell budget is refused with its error before its rows are read.
 
@@ -58,10 +58,10 @@ def task_rows() -> int:
     return max(1, int(os.environ.get("DDCLI_REDUCE_TASK_ROWS", TASK_ROWS)))
 
 
-def in_shares(reducer: rk.Reducer, d: int, values: list[str], values_schema: pa.Schema) -> bool:
+def in_shares(reducer: rk.Reducer, values: list[str]) -> bool:
     """Whether a key's rows can be reduced share by share: the reducers a big run splits
     among tasks, and those that look at one value row at a time."""
-    return bool(values) and (isinstance(reducer, (Distinct, Threshold)) or rk.splits(reducer, d, values_schema))
+    return bool(values) and (isinstance(reducer, (Distinct, Threshold)) or rk.splits(reducer))
 
 
 def reduce_with_lookup(new: pa.Table, files: list[str], key: list[str], values: list[str], d: int,
@@ -173,11 +173,33 @@ def _by_key_groups(new: pa.Table, files: list[str], look: OldLookup, sql: str, k
     parts = []
     for g in np.unique(new_group):
         mine = new.filter(pa.array(new_group == g))
-        old = None if g < 0 else duckdb_keyed_read(files, stored.filter(pa.array(group == g)), key)
+        keys = stored.filter(pa.array(group == g))
+        if g < 0:
+            old = None
+        elif d == 1:  # every new update is later than every stored one: a row per live value row
+            old = _accumulated_old(look, sql, keys, key, values, pc.min(new.column("time")).as_py())
+        else:
+            old = duckdb_keyed_read(files, keys, key)
         out = rk.reduce_delta(_with_old(mine, old), key, values, d, reducer)
         if out.num_rows:
             parts.append(out)
     return pa.concat_tables(parts) if parts else rk.empty_table(out_arrow)
+
+
+def _accumulated_old(look: OldLookup, sql: str, keys: pa.Table, key: list[str], values: list[str],
+                     at: int) -> pa.Table:
+    """The stored old updates of ``keys`` accumulated at time ``at`` (d = 1): a key without
+    value columns comes back as one row, however long its history."""
+    con = look.con
+    con.register("group_keys", keys)
+    cond = " AND ".join(f"o.{quote(c)} IS NOT DISTINCT FROM g.{quote(c)}" for c in key)
+    kv = ", ".join(f"o.{quote(c)}" for c in key + values)
+    try:
+        return con.sql(f"SELECT {kv}, {int(at)}::BIGINT AS {quote('time')}, SUM(o.diff)::BIGINT AS diff "
+                       f"FROM ({sql}) o SEMI JOIN group_keys g ON {cond} GROUP BY ALL HAVING SUM(o.diff) <> 0"
+                       ).to_arrow_table()
+    finally:
+        con.unregister("group_keys")
 
 
 def _first_stage(reducer: rk.Reducer, key: list[str], values: list[str], d: int):
@@ -205,16 +227,18 @@ def _second_stage(reducer: rk.Reducer, key: list[str], values: list[str], d: int
     if d == 1:
         return rk.abelian_from_partials(table, key, reducer, out_schema, out_arrow)
     group = key + time_columns(d) + ["_new", rk.CHANNEL]
-    summed = table.group_by(group, use_threads=False).aggregate([("diff", "sum")]).rename_columns(group + ["diff"])
-    summed = summed.filter(pc.not_equal(summed.column("diff"), 0))
+    sums = [c for c in rk.synthetic_columns(reducer) if c not in group]
+    summed = table.group_by(group, use_threads=False).aggregate([(c, "sum") for c in sums]).rename_columns(group + sums)
+    nonzero = [pc.not_equal(summed.column(c), 0) for c in sums]
+    summed = summed.filter(nonzero[0] if len(nonzero) == 1 else pc.or_(*nonzero))
     return rk.abelian_from_synthetic(summed, key, d, reducer, out_schema)
 
 
 def _refuse_oversized(counts: pa.Table, key: list[str], reducer: rk.Reducer, what: str) -> None:
     """The grid's one-line error for a key (``counts``: key columns and ``_n``) of user logic
     with more updates than the grid's cell budget (a key has at least a cell per update).
-    The built-in reducers that come here (no value columns to split by, a sum of floats at
-    ``d >= 2``) are not refused by the kernel either: their keys are taken whole."""
+    The built-in reducers that come here (no value columns to split by) are not refused:
+    their keys are reduced in time slices (:func:`_held_group`)."""
     if not isinstance(reducer, rk.PerKey):
         return
     n = counts.column("_n").to_numpy()
@@ -248,13 +272,47 @@ def reduce_held(held: HeldRows, key: list[str], values: list[str], d: int, reduc
     groups = counts.select(key).append_column("_g", pa.array(exclusive_cumsum(counts.column("_n").to_numpy()) // budget))
     con.register("key_groups", groups)
     cond = " AND ".join(f"h.{quote(c)} IS NOT DISTINCT FROM g.{quote(c)}" for c in key)
+    group_rows = np.bincount(groups.column("_g").to_numpy(), weights=counts.column("_n").to_numpy())
     parts = []
     for g in np.unique(groups.column("_g").to_numpy()):
-        out = rk.reduce_delta(_held_group(held, cond, int(g)), key, values, d, reducer)
-        if out.num_rows:
-            parts.append(out)
+        if d == 1 and group_rows[g] > budget:  # a key of its own, over the budget: in slices of time
+            outs = [rk.reduce_delta(t, key, values, d, reducer).filter(pc.greater_equal(pc.field("time"), first))
+                    for t, first in _time_slices(held, cond, int(g), budget)]
+        else:
+            outs = [rk.reduce_delta(_held_group(held, cond, int(g)), key, values, d, reducer)]
+        parts += [out for out in outs if out.num_rows]
     con.unregister("key_groups")
     return pa.concat_tables(parts) if parts else rk.empty_table(out_arrow)
+
+
+def _time_slices(held: HeldRows, cond: str, g: int, budget: int):
+    """d = 1: the held rows of the keys of group ``g`` (registered as ``key_groups``) in
+    slices of consecutive times of about ``budget`` rows, equal rows summed; each slice
+    with the rows of every earlier time accumulated at the time just before it (old and
+    new apart), yielded as (rows, the slice's first time). The output changes of a slice's
+    times are then those of the whole; the carried rows' own are not the slice's to give.
+    Nothing here grows with a key's updates but the DuckDB tables, which spill."""
+    con, t = held.con, quote("time")
+    names = [c for c in held.schema.names if c != "diff"]
+    cols = ", ".join(quote(c) for c in names)
+    timeless = ", ".join(quote(c) for c in names if c != "time")  # what a carried row keeps
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _slices AS SELECT h.* FROM {TABLE} h "
+                f"SEMI JOIN (SELECT * FROM key_groups WHERE _g = {g}) g ON {cond}")
+    firsts = [r[0] for r in con.sql(
+        f"SELECT min(t) FROM (SELECT t, (sum(n) OVER (ORDER BY t) - n) // {int(budget)} AS s FROM "
+        f"(SELECT {t} AS t, count(*) AS n FROM _slices GROUP BY 1)) GROUP BY s ORDER BY 1").fetchall()]
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _carry AS SELECT {timeless}, diff FROM _slices LIMIT 0")
+    for first, end in zip(firsts, firsts[1:] + [None]):
+        upto = "" if end is None else f" AND {t} < {end}"
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _slice AS SELECT {cols}, SUM(diff)::BIGINT AS diff FROM _slices "
+                    f"WHERE {t} >= {first}{upto} GROUP BY ALL HAVING SUM(diff) <> 0")
+        rows = con.sql(f"SELECT {cols}, diff FROM _slice UNION ALL BY NAME "
+                       f"SELECT {timeless}, {int(first) - 1}::BIGINT AS {t}, diff FROM _carry").to_arrow_table()
+        yield rows.select(held.schema.names).cast(held.schema), first
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _carry AS SELECT {timeless}, SUM(diff)::BIGINT AS diff FROM "
+                    f"(SELECT {timeless}, diff FROM _carry UNION ALL SELECT {timeless}, diff FROM _slice) "
+                    f"GROUP BY ALL HAVING SUM(diff) <> 0")
+    con.execute("DROP TABLE _slices; DROP TABLE IF EXISTS _slice; DROP TABLE _carry")
 
 
 def held_shares(held: HeldRows, values: list[str], budget: int, *, only_new: bool = False):

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ops import reducers as R
-from ops.reduce_util import group_sum, lex_order, new_flags, np_int, seg_cumsum_
+from ops.reduce_util import group_sum, lex_order, new_flags, np_int, seg_cumsum_, seg_cumsum_float
 
 OLD = 1  # side of the old collection (0: the total collection)
 
@@ -160,7 +160,7 @@ def abelian_changes(reducer, pg, pt, dw, dn) -> tuple:
         if w.dtype == np.int64:
             seg_cumsum_(w, idx, lens)
         else:
-            w = _seg_cumsum_float(w, idx, lens)
+            w = seg_cumsum_float(w, idx, lens)
     w_prev = w - dw if w.dtype == np.int64 else np.where(start, 0.0, np.r_[0.0, w[:-1]])
     n_prev = nl - dn
     if isinstance(reducer, R.CountDistinct):
@@ -171,14 +171,6 @@ def abelian_changes(reducer, pg, pt, dw, dn) -> tuple:
     out_v = np.concatenate([w_prev[before], w[now]])
     out_d = np.concatenate([-np.ones(int(before.sum()), np.int64), np.ones(int(now.sum()), np.int64)])
     return out_g, out_t, out_v, signed(out_g, out_d)
-
-
-def _seg_cumsum_float(x: np.ndarray, idx: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Segmented running sums of floats, in extended precision so that restarting each
-    segment by subtraction does not carry another segment's rounding into it."""
-    cs = np.cumsum(x.astype(np.longdouble))
-    base = np.repeat(cs[idx] - x[idx], lens)
-    return (cs - base).astype(np.float64)
 
 
 def signed(pair_or_group: np.ndarray, diff: np.ndarray) -> np.ndarray:

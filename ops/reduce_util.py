@@ -147,6 +147,22 @@ def seg_cumsum_(x: np.ndarray, idx: np.ndarray, lens: np.ndarray) -> None:
     x -= np.repeat(x[idx] - head, lens)
 
 
+def seg_cumsum_float(x: np.ndarray, idx: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Segmented running sums of floats, in extended precision so that restarting each
+    segment by subtraction does not carry another segment's rounding into it."""
+    cs = np.cumsum(x.astype(np.longdouble))
+    base = np.repeat(cs[idx] - x[idx], lens)
+    return (cs - base).astype(np.float64)
+
+
+def seg_cumsum_any_(x: np.ndarray, idx: np.ndarray, lens: np.ndarray) -> None:
+    """:func:`seg_cumsum_` for int64 or float64 arrays, in place."""
+    if x.dtype == np.int64:
+        seg_cumsum_(x, idx, lens)
+    else:
+        x[:] = seg_cumsum_float(x, idx, lens)
+
+
 def exclusive_cumsum(x: np.ndarray) -> np.ndarray:
     out = np.zeros(len(x), np.int64)
     np.cumsum(x[:-1], out=out[1:])

@@ -26,7 +26,7 @@ from tests.test_reduce_hot_keys import _consolidated, hot_rows
 from tests.test_reduce_kernel import KEYS, KTYPES, REDUCERS, VALUES, VTYPES, check_accumulation, make_table
 
 NAMES = ["count", "count_distinct", "sum_int", "sum_float", "min", "max_str", "topk", "distinct", "threshold"]
-CASES = [(1, n) for n in NAMES] + [(2, n) for n in NAMES if n != "sum_float"]
+CASES = [(d, n) for d in (1, 2) for n in NAMES]
 BUDGET = 60
 
 
@@ -41,7 +41,7 @@ def _case(rng: random.Random, d: int, name: str, shares_ok: bool, budget: int = 
     table = make_table(rows, KEYS, VALUES, d, KTYPES, VTYPES)
     reducer = make()
     values_schema = table.select(VALUES).schema
-    assert rl.in_shares(reducer, d, VALUES, values_schema) == shares_ok
+    assert rl.in_shares(reducer, VALUES) == shares_ok
     out_arrow = output_arrow_schema(table.select(KEYS).schema, reducer.output_schema(values_schema), d)
     held = _held(table, budget)
     try:
@@ -88,21 +88,29 @@ def test_a_held_input_over_the_budget_is_reduced_in_shares_exactly(monkeypatch, 
         check_accumulation(rows, out, d, plain)
 
 
-GROUPED = [(1, "perkey"), (2, "perkey"), (2, "sum_float")]
+GROUPED = [(1, "perkey"), (2, "perkey")]
 
 
 @pytest.mark.parametrize("d,name", GROUPED, ids=[f"d{d}-{n}" for d, n in GROUPED])
 def test_a_held_input_that_cannot_be_split_is_reduced_in_key_groups_exactly(monkeypatch, d, name):
+    """User logic keeps a key whole: each hot key (over the budget) is a group of its own;
+    at d = 1 the group is reduced in slices of time, each carrying the key's collection
+    just before it (the function still sees the whole collection at every time)."""
     _, plain = REDUCERS[name]
-    sizes = []
-    real = rl._held_group
+    sizes, slices = [], []
+    real, real_slices = rl._held_group, rl._time_slices
     monkeypatch.setattr(rl, "_held_group", lambda *a: (lambda t: sizes.append(t.num_rows) or t)(real(*a)))
+    monkeypatch.setattr(rl, "_time_slices", lambda *a: (slices.append(a[2]) or (t, f) for t, f in real_slices(*a)))
     rng = random.Random(f"held-groups-{name}-{d}")
     for _ in range(2):
         sizes.clear()
+        slices.clear()
         rows, out = _case(rng, d, name, shares_ok=False, budget=100)
-        assert len({r[0] for r in rows}) == len(sizes) == 2, sizes  # each hot key (over the budget) alone
-        assert 0 < sum(sizes) <= len(rows)  # equal rows summed
+        if d == 1:  # both hot keys sliced, each group in several slices
+            assert not sizes and len(set(slices)) == 2 and len(slices) >= 4, slices
+        else:
+            assert len({r[0] for r in rows}) == len(sizes) == 2, sizes  # each hot key (over the budget) alone
+            assert 0 < sum(sizes) <= len(rows)  # equal rows summed
         check_accumulation(rows, out, d, plain)
 
 
@@ -124,25 +132,78 @@ def test_a_held_key_over_the_grid_budget_is_one_clear_error(monkeypatch):
     assert not reads  # refused before any key's rows were read back
 
 
-def test_a_count_without_value_columns_takes_its_hot_key_whole_however_small_the_grid_budget(monkeypatch):
-    """No value columns to split by: the key is a group of its own, and only user logic is
-    refused over the grid's budget (a count at d = 1 sweeps, it never builds a grid)."""
+def _no_value_reference(table: pa.Table, name: str, t: int) -> dict:
+    """Z(total) - Z(old) at time ``t`` of a count or distinct by ``k`` (no value columns)."""
+    total, old = {}, {}
+    for r in table.to_pylist():
+        if r["time"] <= t:
+            total[r["k"]] = total.get(r["k"], 0) + r["diff"]
+            if not r["_new"]:
+                old[r["k"]] = old.get(r["k"], 0) + r["diff"]
+    z: dict = {}
+    for acc, sign in ((total, 1), (old, -1)):
+        for k, c in acc.items():
+            if name == "count" and c != 0:
+                z[(k, c)] = z.get((k, c), 0) + sign
+            elif name == "distinct" and c > 0:
+                z[(k,)] = z.get((k,), 0) + sign
+    return {k: v for k, v in z.items() if v}
+
+
+@pytest.mark.parametrize("name", ["count", "distinct"])
+def test_a_key_without_value_columns_over_the_budget_is_reduced_in_slices_of_time(monkeypatch, name):
+    """No value columns to split a key by: at d = 1 a key over the budget is reduced in
+    slices of consecutive times, each with the earlier rows carried in as one row per
+    (key, new or old), so no slice holds much more than the budget."""
+    from ops.reducers import Count, Distinct
+    reducer = Count() if name == "count" else Distinct()
+    rng, n, budget = random.Random(f"slices-{name}"), 600, 50
+    table = pa.table({"k": [rng.randrange(3) for _ in range(n)], "time": [rng.randrange(400) for _ in range(n)],
+                      "diff": [rng.choice([1, 1, 2, -1]) for _ in range(n)],
+                      "_new": [rng.random() < 0.4 for _ in range(n)]})
+    out_arrow = output_arrow_schema(table.select(["k"]).schema, reducer.output_schema(pa.schema([])), 1)
+    sizes, real = [], rl._time_slices
+    monkeypatch.setattr(rl, "_time_slices", lambda *a: ((sizes.append(t.num_rows) or (t, f)) for t, f in real(*a)))
+    held = _held(table, budget)
+    try:
+        out = rl.reduce_held(held, ["k"], [], 1, reducer, out_arrow, budget=budget, shares_ok=False)
+    finally:
+        held.close()
+    assert len(sizes) >= 3 * 3 and max(sizes) <= budget + 2, sizes  # every key sliced; a slice plus its carry
+    times = sorted(set(table.column("time").to_pylist()))
+    for t in times + [times[-1] + 1]:
+        got: dict = {}
+        for r in out.filter(pa.compute.less_equal(out.column("time"), t)).to_pylist():
+            row = (r["k"], r["count"]) if name == "count" else (r["k"],)
+            got[row] = got.get(row, 0) + r["diff"]
+        assert {k: v for k, v in got.items() if v} == _no_value_reference(table, name, t), t
+
+
+def test_a_key_without_value_columns_at_d2_is_reduced_whole_under_the_grid_budget(monkeypatch):
+    """d = 2 has no slices of time: the key is a group of its own, under the grid's memory
+    budget as ever (a count without value columns is refused only by the grid's cells)."""
     from ops.reducers import Count
-    rng, d, n = random.Random(1), 1, 400
+    rng, n = random.Random(1), 400
     table = pa.table({"k": [rng.randrange(2) for _ in range(n)],
-                      **{f"time_{i}" if d > 1 else "time": [rng.randrange(30) for _ in range(n)] for i in range(d)},
+                      **{f"time_{i}": [rng.randrange(6) for _ in range(n)] for i in range(2)},
                       "diff": [rng.choice([1, 1, -1]) for _ in range(n)], "_new": [rng.random() < 0.3 for _ in range(n)]})
-    monkeypatch.setenv("DDCLI_REDUCE_MEMORY", str(10 * 120))  # 10 cells
-    out_arrow = output_arrow_schema(table.select(["k"]).schema, Count().output_schema(pa.schema([])), d)
+    out_arrow = output_arrow_schema(table.select(["k"]).schema, Count().output_schema(pa.schema([])), 2)
     held, sizes = _held(table, 50), []
     real = rl._held_group
     monkeypatch.setattr(rl, "_held_group", lambda *a: (lambda t: sizes.append(t.num_rows) or t)(real(*a)))
     try:
-        out = rl.reduce_held(held, ["k"], [], d, Count(), out_arrow, budget=50, shares_ok=False)
+        out = rl.reduce_held(held, ["k"], [], 2, Count(), out_arrow, budget=50, shares_ok=False)
     finally:
         held.close()
-    assert out.num_rows and _consolidated(out) == _consolidated(reduce_delta(table, ["k"], [], d, Count()))
-    assert sum(sizes) <= 2 * 2 * 30  # a key comes back as a row per (time, new or old), not per update
+    assert out.num_rows and _consolidated(out) == _consolidated(reduce_delta(table, ["k"], [], 2, Count()))
+    assert len(sizes) == 2 and sum(sizes) <= 2 * 2 * 36  # a row per (key, time, new or old), not per update
+    monkeypatch.setenv("DDCLI_REDUCE_MEMORY", str(10 * 120))  # 10 cells: the grid refuses the key
+    held = _held(table, 50)
+    try:
+        with pytest.raises(KeyTooLarge, match="over the budget of 10"):
+            rl.reduce_held(held, ["k"], [], 2, Count(), out_arrow, budget=50, shares_ok=False)
+    finally:
+        held.close()
 
 
 def test_spilled_rows_of_keys_without_new_updates_are_dropped_before_the_reduce(monkeypatch):

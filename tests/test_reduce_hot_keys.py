@@ -161,17 +161,6 @@ def test_user_reducer_over_the_budget_is_one_clear_error():
     assert out.num_rows > 0
 
 
-def test_a_float_sum_at_d2_over_the_budget_is_one_clear_error():
-    """A sum of floats at d >= 2 stays on the plain grid (its weight cannot be a synthetic
-    row's count): like user logic, a key over the budget is refused, not taken whole."""
-    make, plain = REDUCERS["sum_float"]
-    rows = hot_rows(random.Random(9), 2, 160, 6)
-    table = make_table(rows, KEYS, VALUES, 2, KTYPES, VTYPES)
-    with pytest.raises(KeyTooLarge, match=r"key \{'k': \d+, 'g': '[pq]'\} needs .* cells .* over the budget of 60"):
-        reduce_delta(table, KEYS, VALUES, 2, make(), limit_bytes=60 * 120, max_cells=60)
-    check_accumulation(rows, reduce_delta(table, KEYS, VALUES, 2, make(), max_cells=60), 2, plain)
-
-
 def test_memory_budget_is_read_from_the_environment(monkeypatch):
     from ops.reduce_kernel import memory_budget
     monkeypatch.setenv("DDCLI_REDUCE_MEMORY", "512m")
@@ -188,12 +177,13 @@ def pipeline(p):
     xs = p.input("xs")
     p.output("cnt", xs.count(by="k"))
     p.output("total", xs.sum(by="k", column="w"))
+    p.output("ftotal", xs.sum(by="k", column="f"))
     p.output("lo", xs.min(by="k", column="w"))
     p.output("hi", xs.max(by="k", column="v", name="top_v"))
     p.output("nd", xs.count_distinct(by="k", name="nv"))
     p.output("top", xs.top_k(by="k", k=3, order_by="w", descending=True))
 '''
-HOT_SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string()), ("w", pa.int64())])
+HOT_SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string()), ("w", pa.int64()), ("f", pa.float64())])
 
 
 def hot_ref(i):
@@ -201,6 +191,7 @@ def hot_ref(i):
     return {
         "cnt": R.count(xs, "k"),
         "total": R.sum_(xs, "k", "w"),
+        "ftotal": R.sum_(xs, "k", "f"),
         "lo": R.min_(xs, "k", "w"),
         "hi": R.max_(xs, "k", "v", name="top_v"),
         "nd": R.count_distinct(xs, "k", name="nv"),
@@ -221,10 +212,16 @@ def test_hot_keys_through_pipelines_over_runs_with_compaction(spark, tmp_path, m
     run deals each key's rows to three tasks (the plan of big runs), which take them in
     shares of 25 (ops/held_rows.py). ``inserts_only``: later
     runs read a summary of the keys' old updates (ops/reduce_summary.py). ``split`` None:
-    later runs' tasks take their keys' old updates in shares of 20 (ops/reduce_lookup.py)."""
-    planned = []
+    a task holds at most 40 rows. The second run (30 updates, within it, so looked up)
+    takes its keys' old updates in shares of 40 (ops/reduce_lookup.py); the third (60,
+    over it) is not looked up: its tasks hold old and new updates under the budget."""
+    planned, looked_up = [], []
     if split is None:
-        monkeypatch.setenv("DDCLI_REDUCE_TASK_ROWS", "20")
+        monkeypatch.setenv("DDCLI_REDUCE_TASK_ROWS", "40")
+        import ops.evaluate
+        real_changes = ops.evaluate.reduce_changes
+        monkeypatch.setattr(ops.evaluate, "reduce_changes",
+                            lambda *a, **kw: looked_up.append(kw.get("lookup") is not None) or real_changes(*a, **kw))
     if split:  # and every task of both stages holds at most 25 rows in Arrow (ops/held_rows.py)
         monkeypatch.setenv("DDCLI_REDUCE_TASK_ROWS", "25")
         monkeypatch.setenv("DDCLI_REDUCE_SPLIT_ROWS", "0")
@@ -243,18 +240,20 @@ def test_hot_keys_through_pipelines_over_runs_with_compaction(spark, tmp_path, m
             times = [(4 * r + a, b) for a in range(4) for b in range(6)]
             upper, since = f"({4 * r + 4},0)", f"({4 * r + 2},3)"
         updates = []
-        for _ in range(150):
+        for _ in range(150 if split is not None else (150, 30, 60)[r]):
             t = rng.choice(times)
             if pool and rng.random() < 0.3 and not inserts_only:
                 updates.append((rng.choice(pool), t, -1))
             else:
-                row = (rng.randrange(2), rng.choice("pqrs"), rng.randrange(-5, 20))
+                row = (rng.randrange(2), rng.choice("pqrs"), rng.randrange(-5, 20), rng.randrange(-20, 80) / 8)
                 pool.append(row)
                 updates.append((row, t, rng.choice((1, 1, 2))))
         bench.ingest("xs", HOT_SCHEMA, updates, upper=upper)
         bench.run(path)
-        bench.check(path, hot_ref, ["cnt", "total", "lo", "hi", "nd", "top"], verify=r == 2)
+        bench.check(path, hot_ref, ["cnt", "total", "ftotal", "lo", "hi", "nd", "top"], verify=r == 2)
         bench.advance_and_compact(since, full=r % 2 == 1)
+    if split is None:  # each run plans first (nothing looked up); only the second run looks keys up
+        assert looked_up.count(True) == 7 and not any(looked_up[-7:]), str(looked_up)
     if split:  # every reducer of the pipeline took the split plan, in every run
         names = Counter(type(x).__name__ for x in planned)  # (checking the pipeline plans them too)
         assert set(names) == {"Count", "Sum", "Min", "Max", "CountDistinct", "TopK"} and min(names.values()) >= 3, names
@@ -282,8 +281,7 @@ def _consolidated(out: pa.Table) -> dict:
     return {k: v for k, v in acc.items() if v}
 
 
-TWO_STAGE = [(1, n) for n in ["count", "count_distinct", "sum_int", "sum_float", "min", "max_str", "topk"]] \
-    + [(2, n) for n in ["count", "count_distinct", "sum_int", "min", "max_str", "topk"]]
+TWO_STAGE = [(d, n) for d in (1, 2) for n in ["count", "count_distinct", "sum_int", "sum_float", "min", "max_str", "topk"]]
 
 
 @pytest.mark.parametrize("d,name", TWO_STAGE, ids=[f"d{d}-{n}" for d, n in TWO_STAGE])
@@ -293,6 +291,7 @@ def test_two_stages_over_shares_of_value_rows_equal_the_reference(d, name):
     time; for d = 2 the abelian shares give synthetic rows, summed as Spark sums them."""
     from ops.reduce_kernel import (ABELIAN, CHANNEL, SALT, abelian_from_partials, abelian_from_synthetic,
                                    abelian_partials, abelian_synthetic, order_traces, splits)
+    from ops.reduce_lattice import WEIGHT
     from storage.lattice import time_columns
     make, plain = REDUCERS[name]
     rng = random.Random(f"split-{name}-{d}")
@@ -300,7 +299,7 @@ def test_two_stages_over_shares_of_value_rows_equal_the_reference(d, name):
         rows = hot_rows(rng, d, 300 if d == 1 else 160, 40 if d == 1 else 6)
         table = make_table(rows, KEYS, VALUES, d, KTYPES, VTYPES)
         reducer = make()
-        assert splits(reducer, d, table.select(VALUES).schema)
+        assert splits(reducer)
         shares = _shares(table, VALUES, 1 + case * 2, seed=case)
         whole = reduce_delta(table, KEYS, VALUES, d, reducer)
         out_schema = reducer.output_schema(table.select(VALUES).schema)
@@ -311,8 +310,9 @@ def test_two_stages_over_shares_of_value_rows_equal_the_reference(d, name):
             syn = [abelian_synthetic(sh, KEYS, VALUES, d, reducer) for sh in shares if sh.num_rows]
             syn = pa.concat_tables([t for t in syn if t is not None])
             group = KEYS + time_columns(d) + ["_new", CHANNEL]
-            summed = syn.group_by(group, use_threads=False).aggregate([("diff", "sum")]) \
-                .rename_columns(group + ["diff"])
+            sums = ["diff"] + [c for c in [WEIGHT] if c in syn.column_names]
+            summed = syn.group_by(group, use_threads=False).aggregate([(c, "sum") for c in sums]) \
+                .rename_columns(group + sums)
             out = abelian_from_synthetic(summed, KEYS, d, reducer, out_schema)
         else:
             traces = [order_traces(sh.append_column(SALT, pa.array([j] * sh.num_rows, pa.int64())),
@@ -323,15 +323,16 @@ def test_two_stages_over_shares_of_value_rows_equal_the_reference(d, name):
         assert _consolidated(out) == _consolidated(whole)
 
 
-def test_float_sums_at_d2_are_not_split():
-    """The synthetic rows of d >= 2 carry an integer weight: a sum of floats keeps its
-    keys whole (it is not dealt to tasks)."""
+def test_every_built_in_reducer_of_several_value_rows_is_split():
+    """Since the synthetic rows carry a sum's weight in a column of its own, a sum of
+    floats is dealt to tasks at d >= 2 too; user logic and the reducers of one value row at
+    a time are not (the latter need no second stage)."""
     from ops.reduce_kernel import splits
-    schema = pa.schema([("v", pa.int64()), ("x", pa.float64())])
-    assert splits(Sum("v"), 2, schema) and not splits(Sum("x"), 2, schema) and splits(Sum("x"), 1, schema)
+    from ops.reducers import Distinct, PerKey
+    assert splits(Sum("v")) and splits(Sum("x")) and not splits(PerKey(lambda r: r)) and not splits(Distinct())
 
 
-@pytest.mark.parametrize("name", ["min", "max_str", "topk", "count", "count_distinct", "sum_int"])
+@pytest.mark.parametrize("name", ["min", "max_str", "topk", "count", "count_distinct", "sum_int", "sum_float"])
 def test_d2_keys_over_the_cell_budget_are_reduced_in_shares_exactly(name):
     """d = 2: a budget of 60 cells (value rows x grid points) per key; the keys here need
     hundreds, so order reducers reduce shares of their rows first (abelian ones never
