@@ -10,7 +10,7 @@ reducers avoid it on the same kernel:
   present is a question about that row alone, answered on the grid of each (key, value
   row). The key's grid then holds two synthetic rows instead of all of them: the
   weight's updates and the presence changes. A sum's weight travels in its own column
-  (``_w``, int64 or float64), accumulated along the grid beside the counts.
+  (``WEIGHT``, int64 or float64), accumulated along the grid beside the counts.
 * **order** (``min``, ``max``, ``top_k``): the first k records of a collection are the
   first k of the union of the first k of any split of its rows. A key whose cells exceed
   the budget has its value rows dealt into shares small enough for the budget; each share
@@ -30,7 +30,7 @@ from ops.reducers import Count, CountDistinct, Max, Reducer, Sum, Threshold, Top
 from storage.lattice import time_columns
 
 CHANNEL = "_channel"  # 0: the weight's updates, 1: presence changes
-WEIGHT = "_w"  # a sum's weight on channel 0 (0 on channel 1)
+WEIGHT = "_ddcli_weight"  # a sum's weight on channel 0 (0 on channel 1)
 SHARE = "_share"
 
 
@@ -117,7 +117,7 @@ def abelian_synthetic(table: pa.Table, key: list[str], values: list[str], d: int
                       max_cells: int) -> pa.Table | None:
     """A key's synthetic rows: key and time columns, ``diff``, ``_new`` and ``_channel``
     (0: the weight's updates, 1: presence changes, from each value row's own grid), and
-    for a sum ``_w``, the weight (value x diff on channel 0). Rows of different value rows
+    for a sum ``WEIGHT``, the weight (value x diff on channel 0). Rows of different value rows
     add up, so the synthetic rows of shares of a key's value rows (``ops/reduce.py``'s two
     stages) sum to the key's."""
     tcols = time_columns(d)
