@@ -59,8 +59,8 @@ def grid_delta(table: pa.Table, key: list[str], values: list[str], d: int, reduc
     a key needing more than ``limit_cells`` dense cells raises :class:`KeyTooLarge`.
 
     ``weight`` names a numeric column accumulated along the grid like ``diff`` and handed
-    to ``reducer`` (as that column) beside ``COUNT``: a float sum's synthetic weight
-    (``ops/reduce_lattice.py``), which an int64 count cannot carry."""
+    to ``reducer`` (as that column) beside ``COUNT``: a sum's weight on its synthetic rows
+    (``ops/reduce_lattice.py``), which for a sum of floats an int64 count cannot carry."""
     n = table.num_rows
     tcols = time_columns(d)
     # keys and (key, value row) pairs; kv ids are sorted by key

@@ -237,8 +237,9 @@ def _second_stage(reducer: rk.Reducer, key: list[str], values: list[str], d: int
 def _refuse_oversized(counts: pa.Table, key: list[str], reducer: rk.Reducer, what: str) -> None:
     """The grid's one-line error for a key (``counts``: key columns and ``_n``) of user logic
     with more updates than the grid's cell budget (a key has at least a cell per update).
-    The built-in reducers that come here (no value columns to split by) are not refused:
-    their keys are reduced in time slices (:func:`_held_group`)."""
+    The built-in reducers that come here (no value columns to split by) are not refused
+    here: at d = 1 a key over the budget is reduced in slices of time (:func:`_time_slices`),
+    at d >= 2 whole, under the grid's own budget."""
     if not isinstance(reducer, rk.PerKey):
         return
     n = counts.column("_n").to_numpy()

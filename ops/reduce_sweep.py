@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ops import reducers as R
-from ops.reduce_util import group_sum, lex_order, new_flags, np_int, seg_cumsum_, seg_cumsum_float
+from ops.reduce_util import group_sum, lex_order, new_flags, np_int, seg_cumsum_, seg_cumsum_any_
 
 OLD = 1  # side of the old collection (0: the total collection)
 
@@ -157,10 +157,7 @@ def abelian_changes(reducer, pg, pt, dw, dn) -> tuple:
     w, nl = dw.copy(), dn.copy()
     if n:
         seg_cumsum_(nl, idx, lens)
-        if w.dtype == np.int64:
-            seg_cumsum_(w, idx, lens)
-        else:
-            w = seg_cumsum_float(w, idx, lens)
+        seg_cumsum_any_(w, idx, lens)
     w_prev = w - dw if w.dtype == np.int64 else np.where(start, 0.0, np.r_[0.0, w[:-1]])
     n_prev = nl - dn
     if isinstance(reducer, R.CountDistinct):
