@@ -96,8 +96,9 @@ GROUPED = [(1, "perkey"), (2, "perkey")]
 
 @pytest.mark.parametrize("d,name", GROUPED, ids=[f"d{d}-{n}" for d, n in GROUPED])
 def test_keys_that_cannot_be_split_are_looked_up_in_groups_exactly(tmp_path, monkeypatch, d, name):
-    """User logic and a sum of floats at d = 2 keep a key whole: over the budget the task
-    reads and reduces its keys a group at a time (here one key per group)."""
+    """User logic keeps a key whole: over the budget the task reads and reduces its keys a
+    group at a time (here one key per group); at d = 1 a group's stored updates come back
+    accumulated at the first new time, a row per live value row."""
     from ops.arrangement import duckdb_keyed_read
     make, plain = REDUCERS[name]
     reads = []
