@@ -20,7 +20,8 @@ Every other reduce task (a first run, a big run of a reducer that cannot be spli
 round of a loop against its view, the second stage of a split) receives all its keys'
 rows through the shuffle. It holds them with ``ops/held_rows.py``: in Arrow up to the
 budget, beyond it in a DuckDB table that spills, reduced in the same shares or key groups
-(``reduce_held``), so a hot key is never taken whole there either.
+(``reduce_held``); a key that cannot be split and is over the budget goes in slices of its
+first time coordinate, so a hot key is never taken whole there either.
 
 DuckDB holds the looked-up rows under a memory limit and spills beyond it, so the task's
 memory is the limit plus one share. With one-dimensional times every new update is later
@@ -130,18 +131,17 @@ def _by_shares(new: pa.Table, look: OldLookup, sql: str, key: list[str], values:
     con.register("new_rows", new)
     # the share of a row is a hash of its values, cast to the new rows' types on both sides
     share = _share_sql(con, "new_rows", values, shares)
-    tcols, names = time_columns(d), [c for c in new.column_names if c != "_new"]
+    names = [c for c in new.column_names if c != "_new"]
     cols = ", ".join(quote(c) for c in names)
     con.execute(f"CREATE OR REPLACE TEMP TABLE old_shared AS SELECT {cols}, {share} AS {_SHARE} FROM ({sql})")
     new_share = con.sql(f"SELECT {share} FROM new_rows").to_arrow_table().column(0).to_numpy()
-    kv = ", ".join(quote(c) for c in key + values)
     stage_one = _first_stage(reducer, key, values, d)
     per_row = isinstance(reducer, (Distinct, Threshold))
     firsts = []
     for i in range(shares):
         if d == 1:  # every new update is later than every old one: accumulate the old rows at the first new time
-            old = con.sql(f"SELECT {kv}, {int(at)}::BIGINT AS {quote(tcols[0])}, SUM(diff)::BIGINT AS diff "
-                          f"FROM old_shared WHERE {_SHARE} = {i} GROUP BY ALL HAVING SUM(diff) <> 0").to_arrow_table()
+            old = con.sql(_accumulated_sql(f"SELECT * FROM old_shared WHERE {_SHARE} = {i}", key + values,
+                                           at)).to_arrow_table()
         else:
             old = con.sql(f"SELECT {cols} FROM old_shared WHERE {_SHARE} = {i}").to_arrow_table()
         mine = new.filter(pa.array(new_share == i))
@@ -171,13 +171,14 @@ def _by_key_groups(new: pa.Table, files: list[str], look: OldLookup, sql: str, k
     group_of[kid[:stored.num_rows]] = group
     new_group = group_of[kid[stored.num_rows:]]
     parts = []
+    at = pc.min(new.column(time_columns(d)[-1])).as_py()
     for g in np.unique(new_group):
         mine = new.filter(pa.array(new_group == g))
         keys = stored.filter(pa.array(group == g))
         if g < 0:
             old = None
         elif d == 1:  # every new update is later than every stored one: a row per live value row
-            old = _accumulated_old(look, sql, keys, key, values, pc.min(new.column("time")).as_py())
+            old = _accumulated_old(look, sql, keys, key, values, at)
         else:
             old = duckdb_keyed_read(files, keys, key)
         out = rk.reduce_delta(_with_old(mine, old), key, values, d, reducer)
@@ -193,13 +194,18 @@ def _accumulated_old(look: OldLookup, sql: str, keys: pa.Table, key: list[str], 
     con = look.con
     con.register("group_keys", keys)
     cond = " AND ".join(f"o.{quote(c)} IS NOT DISTINCT FROM g.{quote(c)}" for c in key)
-    kv = ", ".join(f"o.{quote(c)}" for c in key + values)
     try:
-        return con.sql(f"SELECT {kv}, {int(at)}::BIGINT AS {quote('time')}, SUM(o.diff)::BIGINT AS diff "
-                       f"FROM ({sql}) o SEMI JOIN group_keys g ON {cond} GROUP BY ALL HAVING SUM(o.diff) <> 0"
-                       ).to_arrow_table()
+        return con.sql(_accumulated_sql(f"SELECT o.* FROM ({sql}) o SEMI JOIN group_keys g ON {cond}",
+                                        key + values, at)).to_arrow_table()
     finally:
         con.unregister("group_keys")
+
+
+def _accumulated_sql(source: str, columns: list[str], at: int) -> str:
+    """SQL of the rows of ``source`` (one-dimensional times) summed per ``columns`` at time ``at``."""
+    cols = ", ".join(quote(c) for c in columns)
+    return (f"SELECT {cols}, {int(at)}::BIGINT AS {quote(time_columns(1)[0])}, SUM(diff)::BIGINT AS diff "
+            f"FROM ({source}) GROUP BY ALL HAVING SUM(diff) <> 0")
 
 
 def _first_stage(reducer: rk.Reducer, key: list[str], values: list[str], d: int):
@@ -237,9 +243,8 @@ def _second_stage(reducer: rk.Reducer, key: list[str], values: list[str], d: int
 def _refuse_oversized(counts: pa.Table, key: list[str], reducer: rk.Reducer, what: str) -> None:
     """The grid's one-line error for a key (``counts``: key columns and ``_n``) of user logic
     with more updates than the grid's cell budget (a key has at least a cell per update).
-    The built-in reducers that come here (no value columns to split by) are not refused
-    here: at d = 1 a key over the budget is reduced in slices of time (:func:`_time_slices`),
-    at d >= 2 whole, under the grid's own budget."""
+    The built-in reducers that come here (no value columns to split by) are not refused:
+    a key over the budget is reduced in slices of time (:func:`_time_slices`)."""
     if not isinstance(reducer, rk.PerKey):
         return
     n = counts.column("_n").to_numpy()
@@ -273,12 +278,14 @@ def reduce_held(held: HeldRows, key: list[str], values: list[str], d: int, reduc
     groups = counts.select(key).append_column("_g", pa.array(exclusive_cumsum(counts.column("_n").to_numpy()) // budget))
     con.register("key_groups", groups)
     cond = " AND ".join(f"h.{quote(c)} IS NOT DISTINCT FROM g.{quote(c)}" for c in key)
-    group_rows = np.bincount(groups.column("_g").to_numpy(), weights=counts.column("_n").to_numpy())
+    group_of = groups.column("_g").to_numpy()
+    hot = np.bincount(group_of, weights=counts.column("_n").to_numpy() > budget) > 0  # holds a key over the budget
     parts = []
-    for g in np.unique(groups.column("_g").to_numpy()):
-        if d == 1 and group_rows[g] > budget:  # a key of its own, over the budget: in slices of time
-            outs = [rk.reduce_delta(t, key, values, d, reducer).filter(pc.greater_equal(pc.field("time"), first))
-                    for t, first in _time_slices(held, cond, int(g), budget)]
+    t0 = time_columns(d)[0]
+    for g in np.unique(group_of):
+        if hot[g]:  # a key over the budget (with the small keys before it in its group): in slices of time
+            outs = [rk.reduce_delta(t, key, values, d, reducer).filter(pc.greater_equal(pc.field(t0), first))
+                    for t, first in _time_slices(held, cond, int(g), budget, t0)]
         else:
             outs = [rk.reduce_delta(_held_group(held, cond, int(g)), key, values, d, reducer)]
         parts += [out for out in outs if out.num_rows]
@@ -286,32 +293,35 @@ def reduce_held(held: HeldRows, key: list[str], values: list[str], d: int, reduc
     return pa.concat_tables(parts) if parts else rk.empty_table(out_arrow)
 
 
-def _time_slices(held: HeldRows, cond: str, g: int, budget: int):
-    """d = 1: the held rows of the keys of group ``g`` (registered as ``key_groups``) in
-    slices of consecutive times of about ``budget`` rows, equal rows summed; each slice
-    with the rows of every earlier time accumulated at the time just before it (old and
-    new apart), yielded as (rows, the slice's first time). The output changes of a slice's
-    times are then those of the whole; the carried rows' own are not the slice's to give.
-    Nothing here grows with a key's updates but the DuckDB tables, which spill."""
-    con, t = held.con, quote("time")
+def _time_slices(held: HeldRows, cond: str, g: int, budget: int, t0: str):
+    """The held rows of the keys of group ``g`` (registered as ``key_groups``) in slices of
+    consecutive values of the first time coordinate ``t0`` of about ``budget`` rows, equal
+    rows summed; each slice with the rows of every earlier value accumulated at the value
+    just before it (their other coordinates, and old and new, kept apart), yielded as
+    (rows, the slice's first value). At any time whose first coordinate is in the slice,
+    the accumulated input is then that of the whole (a carried row is at or before it
+    exactly when its other coordinates are), so the slice's output changes there are the
+    whole's; those at the carried value belong to the slice before. A single value of
+    ``t0`` holding more than the budget is a slice of its own. Nothing here grows with a
+    key's updates but the DuckDB tables, which spill."""
+    con, t = held.con, quote(t0)
     names = [c for c in held.schema.names if c != "diff"]
     cols = ", ".join(quote(c) for c in names)
-    timeless = ", ".join(quote(c) for c in names if c != "time")  # what a carried row keeps
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _slices AS SELECT h.* FROM {TABLE} h "
-                f"SEMI JOIN (SELECT * FROM key_groups WHERE _g = {g}) g ON {cond}")
+    carried = ", ".join(quote(c) for c in names if c != t0)  # what a carried row keeps
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _slices AS {_group_sql(g, cond, 'h.*')}")
     firsts = [r[0] for r in con.sql(
         f"SELECT min(t) FROM (SELECT t, (sum(n) OVER (ORDER BY t) - n) // {int(budget)} AS s FROM "
         f"(SELECT {t} AS t, count(*) AS n FROM _slices GROUP BY 1)) GROUP BY s ORDER BY 1").fetchall()]
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _carry AS SELECT {timeless}, diff FROM _slices LIMIT 0")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _carry AS SELECT {carried}, diff FROM _slices LIMIT 0")
     for first, end in zip(firsts, firsts[1:] + [None]):
         upto = "" if end is None else f" AND {t} < {end}"
         con.execute(f"CREATE OR REPLACE TEMP TABLE _slice AS SELECT {cols}, SUM(diff)::BIGINT AS diff FROM _slices "
                     f"WHERE {t} >= {first}{upto} GROUP BY ALL HAVING SUM(diff) <> 0")
         rows = con.sql(f"SELECT {cols}, diff FROM _slice UNION ALL BY NAME "
-                       f"SELECT {timeless}, {int(first) - 1}::BIGINT AS {t}, diff FROM _carry").to_arrow_table()
+                       f"SELECT {carried}, {int(first) - 1}::BIGINT AS {t}, diff FROM _carry").to_arrow_table()
         yield rows.select(held.schema.names).cast(held.schema), first
-        con.execute(f"CREATE OR REPLACE TEMP TABLE _carry AS SELECT {timeless}, SUM(diff)::BIGINT AS diff FROM "
-                    f"(SELECT {timeless}, diff FROM _carry UNION ALL SELECT {timeless}, diff FROM _slice) "
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _carry AS SELECT {carried}, SUM(diff)::BIGINT AS diff FROM "
+                    f"(SELECT {carried}, diff FROM _carry UNION ALL SELECT {carried}, diff FROM _slice) "
                     f"GROUP BY ALL HAVING SUM(diff) <> 0")
     con.execute("DROP TABLE _slices; DROP TABLE IF EXISTS _slice; DROP TABLE _carry")
 
@@ -344,6 +354,10 @@ def _held_group(held: HeldRows, cond: str, g: int) -> pa.Table:
     summed: a key without value columns to split it by comes back as one row per time."""
     names = [c for c in held.schema.names if c != "diff"]
     cols = ", ".join(f"h.{quote(c)}" for c in names)
-    sql = (f"SELECT {cols}, SUM(h.diff)::BIGINT AS diff FROM {TABLE} h "
-           f"SEMI JOIN (SELECT * FROM key_groups WHERE _g = {g}) g ON {cond} GROUP BY ALL HAVING SUM(h.diff) <> 0")
+    sql = f"{_group_sql(g, cond, cols + ', SUM(h.diff)::BIGINT AS diff')} GROUP BY ALL HAVING SUM(h.diff) <> 0"
     return held.con.sql(sql).to_arrow_table().select(held.schema.names).cast(held.schema)
+
+
+def _group_sql(g: int, cond: str, items: str) -> str:
+    """SQL selecting ``items`` from the held rows of the keys of group ``g``."""
+    return f"SELECT {items} FROM {TABLE} h SEMI JOIN (SELECT * FROM key_groups WHERE _g = {g}) g ON {cond}"

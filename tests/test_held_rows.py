@@ -93,9 +93,9 @@ GROUPED = [(1, "perkey"), (2, "perkey")]
 
 @pytest.mark.parametrize("d,name", GROUPED, ids=[f"d{d}-{n}" for d, n in GROUPED])
 def test_a_held_input_that_cannot_be_split_is_reduced_in_key_groups_exactly(monkeypatch, d, name):
-    """User logic keeps a key whole: each hot key (over the budget) is a group of its own;
-    at d = 1 the group is reduced in slices of time, each carrying the key's collection
-    just before it (the function still sees the whole collection at every time)."""
+    """User logic keeps a key whole: each hot key (over the budget) is a group of its own,
+    reduced in slices of time, each carrying the key's collection just before it (the
+    function still sees the whole collection at every time)."""
     _, plain = REDUCERS[name]
     sizes, slices = [], []
     real, real_slices = rl._held_group, rl._time_slices
@@ -106,12 +106,32 @@ def test_a_held_input_that_cannot_be_split_is_reduced_in_key_groups_exactly(monk
         sizes.clear()
         slices.clear()
         rows, out = _case(rng, d, name, shares_ok=False, budget=100)
-        if d == 1:  # both hot keys sliced, each group in several slices
-            assert not sizes and len(set(slices)) == 2 and len(slices) >= 4, slices
-        else:
-            assert len({r[0] for r in rows}) == len(sizes) == 2, sizes  # each hot key (over the budget) alone
-            assert 0 < sum(sizes) <= len(rows)  # equal rows summed
+        # both hot keys (over the budget) alone, each group in several slices
+        assert len({r[0] for r in rows}) == len(set(slices)) == 2 and len(slices) >= 4 and not sizes, slices
         check_accumulation(rows, out, d, plain)
+
+
+@pytest.mark.parametrize("d", [1, 2])
+def test_keys_under_the_budget_that_cannot_be_split_are_reduced_a_group_of_keys_at_a_time(monkeypatch, d):
+    """Many small keys of user logic spilled together: groups of whole keys of about the
+    budget each, equal rows summed, no slices."""
+    _, plain = REDUCERS["perkey"]
+    sizes, slices = [], []
+    real, real_slices = rl._held_group, rl._time_slices
+    monkeypatch.setattr(rl, "_held_group", lambda *a: (lambda t: sizes.append(t.num_rows) or t)(real(*a)))
+    monkeypatch.setattr(rl, "_time_slices", lambda *a: (slices.append(a[2]) or (t, f) for t, f in real_slices(*a)))
+    rng = random.Random(f"small-groups-{d}")
+    rows = hot_rows(rng, d, 300, 30 if d == 1 else 5, keys=12, rows_per_key=10)
+    table = make_table(rows, KEYS, VALUES, d, KTYPES, VTYPES)
+    reducer = REDUCERS["perkey"][0]()
+    out_arrow = output_arrow_schema(table.select(KEYS).schema, reducer.output_schema(table.select(VALUES).schema), d)
+    held = _held(table, 100)
+    try:
+        out = rl.reduce_held(held, KEYS, VALUES, d, reducer, out_arrow, budget=100, shares_ok=False)
+    finally:
+        held.close()
+    assert not slices and len(sizes) >= 3 and 0 < sum(sizes) <= len(rows), sizes
+    check_accumulation(rows, out, d, plain)
 
 
 def test_a_held_key_over_the_grid_budget_is_one_clear_error(monkeypatch):
@@ -132,11 +152,11 @@ def test_a_held_key_over_the_grid_budget_is_one_clear_error(monkeypatch):
     assert not reads  # refused before any key's rows were read back
 
 
-def _no_value_reference(table: pa.Table, name: str, t: int) -> dict:
-    """Z(total) - Z(old) at time ``t`` of a count or distinct by ``k`` (no value columns)."""
+def _no_value_reference(table: pa.Table, name: str, at: tuple, tcols: list[str]) -> dict:
+    """Z(total) - Z(old) at time ``at`` of a count or distinct by ``k`` (no value columns)."""
     total, old = {}, {}
     for r in table.to_pylist():
-        if r["time"] <= t:
+        if all(r[c] <= a for c, a in zip(tcols, at)):
             total[r["k"]] = total.get(r["k"], 0) + r["diff"]
             if not r["_new"]:
                 old[r["k"]] = old.get(r["k"], 0) + r["diff"]
@@ -150,53 +170,65 @@ def _no_value_reference(table: pa.Table, name: str, t: int) -> dict:
     return {k: v for k, v in z.items() if v}
 
 
-@pytest.mark.parametrize("name", ["count", "distinct"])
-def test_a_key_without_value_columns_over_the_budget_is_reduced_in_slices_of_time(monkeypatch, name):
-    """No value columns to split a key by: at d = 1 a key over the budget is reduced in
-    slices of consecutive times, each with the earlier rows carried in as one row per
-    (key, new or old), so no slice holds much more than the budget."""
+def _no_value_table(rng: random.Random, d: int, n: int) -> pa.Table:
+    """Three keys, no value columns, retractions; d = 1: 400 times; d = 2: 40 x 5."""
+    times = {"time": [rng.randrange(400) for _ in range(n)]} if d == 1 else \
+        {"time_0": [rng.randrange(40) for _ in range(n)], "time_1": [rng.randrange(5) for _ in range(n)]}
+    return pa.table({"k": [rng.randrange(3) for _ in range(n)], **times,
+                     "diff": [rng.choice([1, 1, 2, -1]) for _ in range(n)],
+                     "_new": [rng.random() < 0.4 for _ in range(n)]})
+
+
+NO_VALUE = [(d, name) for d in (1, 2) for name in ("count", "distinct")]
+
+
+@pytest.mark.parametrize("d,name", NO_VALUE, ids=[f"d{d}-{n}" for d, n in NO_VALUE])
+def test_a_key_without_value_columns_over_the_budget_is_reduced_in_slices_of_time(monkeypatch, d, name):
+    """No value columns to split a key by: a key over the budget is reduced in slices of
+    consecutive values of its first time coordinate, each with the earlier rows carried in
+    as one row per (key, other coordinates, new or old), so no slice holds much more than
+    the budget. Checked at every point of the times' grid."""
+    import itertools
     from ops.reducers import Count, Distinct
+    from storage.lattice import time_columns
     reducer = Count() if name == "count" else Distinct()
-    rng, n, budget = random.Random(f"slices-{name}"), 600, 50
-    table = pa.table({"k": [rng.randrange(3) for _ in range(n)], "time": [rng.randrange(400) for _ in range(n)],
-                      "diff": [rng.choice([1, 1, 2, -1]) for _ in range(n)],
-                      "_new": [rng.random() < 0.4 for _ in range(n)]})
-    out_arrow = output_arrow_schema(table.select(["k"]).schema, reducer.output_schema(pa.schema([])), 1)
+    rng, budget, tcols = random.Random(f"slices-{name}-{d}"), 50, time_columns(d)
+    table = _no_value_table(rng, d, 600)
+    out_arrow = output_arrow_schema(table.select(["k"]).schema, reducer.output_schema(pa.schema([])), d)
     sizes, real = [], rl._time_slices
     monkeypatch.setattr(rl, "_time_slices", lambda *a: ((sizes.append(t.num_rows) or (t, f)) for t, f in real(*a)))
     held = _held(table, budget)
     try:
-        out = rl.reduce_held(held, ["k"], [], 1, reducer, out_arrow, budget=budget, shares_ok=False)
+        out = rl.reduce_held(held, ["k"], [], d, reducer, out_arrow, budget=budget, shares_ok=False)
     finally:
         held.close()
-    assert len(sizes) >= 3 * 3 and max(sizes) <= budget + 2, sizes  # every key sliced; a slice plus its carry
-    times = sorted(set(table.column("time").to_pylist()))
-    for t in times + [times[-1] + 1]:
+    carried = 2 if d == 1 else 2 * 5 + 15  # a slice's carried rows, and (d = 2) the rows at its last first coordinate
+    assert len(sizes) >= 3 * 3 and max(sizes) <= budget + carried, sizes  # every key sliced
+    axes = [sorted(set(table.column(c).to_pylist())) for c in tcols]
+    for at in itertools.product(*[a + [a[-1] + 1] for a in axes]):
         got: dict = {}
-        for r in out.filter(pa.compute.less_equal(out.column("time"), t)).to_pylist():
-            row = (r["k"], r["count"]) if name == "count" else (r["k"],)
-            got[row] = got.get(row, 0) + r["diff"]
-        assert {k: v for k, v in got.items() if v} == _no_value_reference(table, name, t), t
+        for r in out.to_pylist():
+            if all(r[c] <= a for c, a in zip(tcols, at)):
+                row = (r["k"], r["count"]) if name == "count" else (r["k"],)
+                got[row] = got.get(row, 0) + r["diff"]
+        assert {k: v for k, v in got.items() if v} == _no_value_reference(table, name, at, tcols), at
 
 
-def test_a_key_without_value_columns_at_d2_is_reduced_whole_under_the_grid_budget(monkeypatch):
-    """d = 2 has no slices of time: the key is a group of its own, under the grid's memory
-    budget as ever (a count without value columns is refused only by the grid's cells)."""
+def test_a_key_without_value_columns_at_d2_over_the_grid_budget_is_one_clear_error(monkeypatch):
+    """Its slices still hold the key whole within each slice: under the grid's memory budget
+    as ever, and refused with one line over it."""
     from ops.reducers import Count
     rng, n = random.Random(1), 400
     table = pa.table({"k": [rng.randrange(2) for _ in range(n)],
                       **{f"time_{i}": [rng.randrange(6) for _ in range(n)] for i in range(2)},
                       "diff": [rng.choice([1, 1, -1]) for _ in range(n)], "_new": [rng.random() < 0.3 for _ in range(n)]})
     out_arrow = output_arrow_schema(table.select(["k"]).schema, Count().output_schema(pa.schema([])), 2)
-    held, sizes = _held(table, 50), []
-    real = rl._held_group
-    monkeypatch.setattr(rl, "_held_group", lambda *a: (lambda t: sizes.append(t.num_rows) or t)(real(*a)))
+    held = _held(table, 50)
     try:
         out = rl.reduce_held(held, ["k"], [], 2, Count(), out_arrow, budget=50, shares_ok=False)
     finally:
         held.close()
     assert out.num_rows and _consolidated(out) == _consolidated(reduce_delta(table, ["k"], [], 2, Count()))
-    assert len(sizes) == 2 and sum(sizes) <= 2 * 2 * 36  # a row per (key, time, new or old), not per update
     monkeypatch.setenv("DDCLI_REDUCE_MEMORY", str(10 * 120))  # 10 cells: the grid refuses the key
     held = _held(table, 50)
     try:
