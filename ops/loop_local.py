@@ -11,9 +11,19 @@ For a loop that ``ops/loop_plan.py`` finds partitionable by columns ``P``, a bat
    leaves' changes and the arrangements' processed updates, materialised by one local
    checkpoint; a tiny second job reads the rounds and checks convergence.
 
-A loop that no columns deal (``P`` empty) runs in one task, all its rows together, when
-they are at most :data:`ONE_TASK_ROWS`; the task refuses more (before running a round)
-and the loop then runs round by round, for this batch and the rest of the run. Every task
+A loop that no columns deal (``P`` empty) is *resident*: its rows are dealt round-robin
+to N tasks that run together (a barrier stage, N the session's task slots), each task owns
+the rows of every arrangement whose read key hashes to it, and the tasks exchange each
+round's changes through files (``ops/loop_exchange.py``): the state stays in the tasks
+across rounds, a round costs milliseconds beyond its work, and no round is a Spark job.
+``DDCLI_LOOP_PATH=resident`` runs every loop the plan allows that way (partitionable ones
+too: a test setting). With one slot, no shared folder (a cluster whose store is not on a
+shared filesystem) or a body whose arrangements are read by two different keys, the loop
+runs in one task instead. Either way its rows are at most :data:`ONE_TASK_ROWS` a task;
+the tasks refuse more (before running a round) and the loop then runs round by round, for
+this batch and the rest of the run. A task that fails fails them all, and so does a stage
+Spark retries (the exchange's files cannot be trusted then): the batch then runs round by
+round. Every task
 also stops once the rows it holds after a round (state, processed updates, pending
 feedback, outputs) are more than :func:`task_rows` (a hot partition value, or a fixed
 point that grows), and the loop then runs round by round too, whose reduce tasks hold
@@ -28,13 +38,17 @@ of ``ops/iterate.py`` record theirs, so the state written, later batches and lat
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
+from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from ops.context import EvalContext
+from ops.loop_exchange import Exchange, ExchangeAborted, Router, read_keys
 from ops.loop_pack import pack_frames, pack_tables, unpack_frame, unpack_table, wide_schema
 from ops.loop_plan import LoopPlan, loop_path, portable_sql
 from ops.loop_task import Body, TaskNode, fixed_point, update_schema
@@ -150,14 +164,18 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
         return None
     started = time.monotonic()
     nodes = scope_nodes(p, scope)
-    if not plan.by and loop_path() != "local":
-        # the stored state alone is more than one task may take: say so without a job that
-        # ships every row to one task only for it to refuse them (every later run would)
+    res = resident(plan, body, runtime, spark)
+    tasks = res.tasks if isinstance(res, Resident) else 0
+    limited = loop_path() == "auto"  # ``local`` and ``resident`` (tests) take the rows whatever their number
+    if not plan.by and limited:
+        # the stored state alone is more than the tasks may take: say so without a job that
+        # ships every row to the tasks only for them to refuse them (every later run would)
         stored = sum(a.stored.rows for n in nodes if n.id in runtime.arranged
                      for a in [runtime.arrangement(n)] if a.stored is not None)
-        if stored > ONE_TASK_ROWS:
+        if stored > ONE_TASK_ROWS * max(1, tasks):
             report(runtime, plan, f"no columns deal it to tasks, and its stored state holds {stored:,} rows, "
-                                  f"more than {ONE_TASK_ROWS:,} rows for one task ({plan.unpartitioned})")
+                                  f"more than {ONE_TASK_ROWS:,} rows a task for {max(1, tasks)} "
+                                  f"task{'s' if tasks > 1 else ''} ({plan.unpartitioned})")
             return None
     tags: dict[tuple[str, int], int] = {}
     parts, bparts, in_schemas = {}, {}, {}
@@ -173,7 +191,7 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
             tag = tags[(kind, n.id)] = len(tags) + 1
             in_schemas[tag] = update_schema(schemas[n.id], ictx.d)
             cols = plan.placed[n.id]
-            (bparts if cols is None else parts)[tag] = (df.select(*in_schemas[tag].names), cols)
+            (bparts if cols is None and not tasks else parts)[tag] = (df.select(*in_schemas[tag].names), cols)
     if not parts:  # nothing dealt by P: no variable state and nothing entering it
         return {l: None for l, _ in body.leaves}
 
@@ -191,7 +209,7 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
         bc = spark.sparkContext.broadcast(sink.getvalue().to_pybytes())
 
     v0 = scope.variables[0]
-    pfields = [schemas[v0.id].field(c) for c in plan.by]
+    pfields = [] if tasks else [schemas[v0.id].field(c) for c in plan.by]
     in_wide = wide_schema({t: in_schemas[t] for t in parts}, pfields)
     out_tags: dict[tuple[str, int], int] = {}
     out_schemas: dict[int, pa.Schema] = {}
@@ -206,22 +224,44 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
 
     in_wide_tags = set(parts)
     acc = spark.sparkContext.accumulator(None, TaskStats())
-    row_limit = ONE_TASK_ROWS if not plan.by and loop_path() != "local" else None
+    row_limit = ONE_TASK_ROWS if not plan.by and limited else None
     row_budget = task_rows()
     floor = runtime.record_floor  # the processed updates leave the task advanced to it
+    keys = res.keys if tasks else None
+    folder = os.path.join(res.root, f"ddcli-loop-{os.getpid()}-{time.time_ns()}") if tasks else None
 
     def task(batches):
+        ex = None
+        if tasks:
+            from pyspark import BarrierTaskContext
+            ex = Exchange(folder, BarrierTaskContext.get().partitionId(), tasks)
+            if not ex.claim():  # a stage Spark runs again: the files of the first run cannot be trusted
+                ex.abort("a task of the loop ran a second time")
+                raise ExchangeAborted("a task of the loop ran a second time")
+        try:
+            yield from task_rounds(batches, ex)
+        except Exception as e:  # noqa: BLE001 - the other tasks stop waiting, the error goes on
+            if ex is not None:
+                ex.abort(f"{type(e).__name__}: {e}")
+            raise
+
+    def task_rounds(batches, ex: Exchange | None):
         held, n = [], 0
         for b in batches:
             held.append(b)
             n += b.num_rows
-            if row_limit is not None and n > row_limit:  # refused before any round: too many for one task
+            if ex is None and row_limit is not None and n > row_limit:  # refused before any round
                 acc.add((0, 0, TOO_BIG, n, None, None))
                 return
-        if not held:
+        if ex is not None and row_limit is not None:  # together: every task refuses, or none
+            total = sum(ex.agree(n))
+            if total > row_limit * tasks:
+                acc.add((0, 0, TOO_BIG, total, None, None))
+                return
+        if not held and ex is None:
             return
-        table = pa.Table.from_batches(held).cast(in_wide)
-        if table.num_rows == 0:
+        table = (pa.Table.from_batches(held) if held else in_wide.empty_table()).cast(in_wide)
+        if table.num_rows == 0 and ex is None:
             return
         small = None
         if bc is not None:
@@ -231,7 +271,7 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
             src = table if tag in in_wide_tags else small
             t = unpack_table(src, tag, in_schemas[tag])
             (new if kind == "new" else old)[nid] = t
-        got = fixed_point(body, new, old, floor, row_budget)
+        got = fixed_point(body, new, old, floor, row_budget, None if ex is None else Router(ex, keys))
         bad = got.refused or (None, None)
         acc.add((got.rounds, got.updates, TOO_BIG if got.too_big else int(got.converged), got.held, bad[1], bad[0]))
         out = {}
@@ -245,9 +285,17 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
             yield from wide.to_batches()
 
     packed = pack_frames(parts, {t: in_schemas[t] for t in parts}, pfields)
-    dealt = packed.repartition(partitions(spark), *[f"_p{j}" for j in range(len(pfields))]) if pfields \
-        else packed.coalesce(1)
-    out = dealt.mapInArrow(task, from_arrow_schema(out_wide)).localCheckpoint(eager=True)
+    if tasks:  # dealt any way: each task routes its rows to their owners first
+        out = _resident_job(packed.repartition(tasks), task, out_wide, folder)
+        if isinstance(out, str):
+            if bc is not None:
+                bc.unpersist()
+            report(runtime, plan, out)
+            return None
+    else:
+        dealt = packed.repartition(partitions(spark), *[f"_p{j}" for j in range(len(pfields))]) if pfields \
+            else packed.coalesce(1)
+        out = dealt.mapInArrow(task, from_arrow_schema(out_wide)).localCheckpoint(eager=True)
     # the accumulator holds the statistics of the job's successful tasks; a stage Spark had
     # to run again could count a task twice, which only the sum ``updates`` (a figure for
     # reports) would show: max, min and least are idempotent
@@ -259,26 +307,28 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
         check_iteration(stats["refused_iteration"], scope.name, {n.id: n for n in nodes}[stats["refused_node"]])
     if stats["converged"] == TOO_BIG:
         if stats["rounds"] == 0:
-            why = f"no columns deal it to tasks, and it holds more than {ONE_TASK_ROWS:,} rows for one task " \
-                  f"({plan.unpartitioned})"
+            why = f"no columns deal it to tasks, and it holds more than {ONE_TASK_ROWS:,} rows a task for " \
+                  f"{max(1, tasks)} task{'s' if tasks > 1 else ''} ({plan.unpartitioned})"
         else:
             why = f"a task held {stats['held']:,} rows after a round, more than {row_budget:,} " \
                   f"(DDCLI_LOOP_TASK_ROWS)"
         report(runtime, plan, why)
         return None
-    report(runtime, plan, "", rows)
+    report(runtime, plan, "", rows, res)
     if stats["converged"] == 0:
         raise PipelineError(f"loop {scope.name} ({loop_node.where}) did not reach a fixed point within "
                             f"{body.max_rounds} rounds; raise max_rounds or check that the body converges")
     rounds, updates = int(stats["rounds"] or 0), int(stats["updates"] or 0)
     if runtime.loop_stats is not None:
-        runtime.loop_stats.append({"loop": scope.name, "rounds": rounds, "updates": updates, "path": "local",
+        runtime.loop_stats.append({"loop": scope.name, "rounds": rounds, "updates": updates,
+                                   "path": "resident" if tasks else "local",
                                    "held_rows": int(stats["held"] or 0)})
     if runtime.progress is not None:
         runtime.progress.steps.append({"step": "loop_local", "loop": scope.name, "rounds": rounds,
                                        "held_rows": int(stats["held"] or 0),
                                        "seconds": round(time.monotonic() - started, 3)})
-        runtime.progress(f"loop {scope.name}: {rounds} rounds inside tasks in {time.monotonic() - started:.2f} s")
+        runtime.progress(f"loop {scope.name}: {rounds} rounds inside {max(1, tasks)} task{'s' if tasks > 1 else ''}"
+                         f" in {time.monotonic() - started:.2f} s")
     by_id = {n.id: n for n in nodes}
     for (kind, nid), tag in out_tags.items():
         if kind == "rec":
@@ -289,11 +339,63 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
     return {nid: unpack_frame(out, tag, out_schemas[tag]) for (kind, nid), tag in out_tags.items() if kind == "leave"}
 
 
-def report(runtime, plan: LoopPlan, why: str, broadcast_rows: int = 0) -> None:
+@dataclass
+class Resident:
+    """A loop runs resident in ``tasks`` tasks, routing each arranged node by ``keys``
+    (``ops.loop_exchange.read_keys``), exchanging through a folder under ``root``."""
+
+    tasks: int
+    keys: dict[int, list[str]]
+    root: str
+
+
+def resident(plan: LoopPlan, body: Body, runtime, spark) -> Resident | str:
+    """How the loop runs resident, or why it does not (empty: it is partition-local)."""
+    from ops.session import cores, is_local
+
+    if plan.by and loop_path() != "resident":
+        return ""
+    tasks = cores(spark)
+    if tasks < 2 and loop_path() != "resident":
+        return "the session has one task slot"
+    keys = read_keys(body)
+    if isinstance(keys, str):
+        return keys
+    if spark.conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+        return "Spark's dynamic allocation is on (tasks that run together need fixed executors)"
+    root = tempfile.gettempdir() if is_local(spark.sparkContext.master) else runtime.exchange_root
+    if root is None:
+        return "its tasks would need a shared folder to exchange rows, and the store is not in one"
+    return Resident(tasks, keys, root)
+
+
+def _resident_job(dealt, task, out_wide: pa.Schema, folder: str):
+    """Run the resident loop's tasks together; the output frame, or why they failed (the
+    loop then runs round by round: a retried stage's exchange cannot be trusted)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    from ops.session import check_interrupt
+
+    os.makedirs(folder, exist_ok=True)
+    try:
+        # a shuffle after the barrier stage: without it, every later job reading the output
+        # (even from the checkpoint) is a barrier stage too, and Spark refuses those
+        out = dealt.mapInArrow(task, from_arrow_schema(out_wide), barrier=True)
+        return out.repartition(dealt.rdd.getNumPartitions()).localCheckpoint(eager=True)
+    except (Py4JJavaError, PySparkException) as e:
+        check_interrupt()  # Ctrl-C cancels the job: the run stops, it does not go round by round
+        lines = [l.strip() for l in str(e).splitlines() if "Error" in l or "Exception" in l]
+        return f"its tasks failed together ({lines[-1][:300] if lines else type(e).__name__})"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def report(runtime, plan: LoopPlan, why: str, broadcast_rows: int = 0, res: Resident | str = "") -> None:
     """One line (and step) per loop and run: which path it takes, and why (again when a
-    loop that ran partition-local must go round by round from a later batch on)."""
+    loop that ran inside tasks must go round by round from a later batch on)."""
     taken = runtime.loop_paths.get(plan.loop)
-    if taken is not None and not (why and taken["path"] == "local"):
+    if taken is not None and not (why and taken["path"] in ("local", "resident")):
         return
     if why or not plan.local:
         line = f"loop {plan.loop}: round by round: {why or plan.reason}"
@@ -303,8 +405,14 @@ def report(runtime, plan: LoopPlan, why: str, broadcast_rows: int = 0) -> None:
         what = f" (broadcast: {len(b)} collection{'s' if len(b) != 1 else ''}, {broadcast_rows:,} rows)" if b else ""
         line = f"loop {plan.loop}: partition-local by {', '.join(plan.by)}{what}"
         runtime.loop_paths[plan.loop] = {"path": "local", "by": list(plan.by), "broadcast_rows": broadcast_rows}
-        if not plan.by:
-            line = f"loop {plan.loop}: in one task, every row of it together (no columns deal it: {plan.unpartitioned})"
+        if isinstance(res, Resident):
+            line = (f"loop {plan.loop}: resident in {res.tasks} tasks that exchange each round's changes by key "
+                    f"({'no columns deal it: ' + plan.unpartitioned if not plan.by else 'DDCLI_LOOP_PATH=resident'})")
+            runtime.loop_paths[plan.loop] = {"path": "resident", "tasks": res.tasks,
+                                             "why": plan.unpartitioned or "DDCLI_LOOP_PATH=resident"}
+        elif not plan.by:
+            line = (f"loop {plan.loop}: in one task, every row of it together (no columns deal it: {plan.unpartitioned}; "
+                    f"not resident: {res})")
             runtime.loop_paths[plan.loop]["why"] = plan.unpartitioned
     if runtime.progress is not None:
         runtime.progress.steps.append({"step": "loop_path", "loop": plan.loop, **runtime.loop_paths[plan.loop]})

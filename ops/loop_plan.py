@@ -23,7 +23,9 @@ up to :data:`~ops.loop_local.ONE_TASK_ROWS`, and otherwise runs the loop round b
 The plan is a pure function of the pipeline graph and the planned schemas; a loop that
 does not qualify gets a reason, shown in the run's report. ``DDCLI_LOOP_PATH=round`` turns
 the partition-local path off (``auto``, the default, and ``local`` take it wherever the
-plan allows; ``local`` also ignores the broadcast and one-task limits).
+plan allows; ``local`` also ignores the broadcast and one-task limits). ``resident`` runs
+every loop the plan allows in tasks as a loop no columns deal (``ops/loop_local.py``),
+without those limits either: a setting for tests.
 """
 
 from __future__ import annotations
@@ -42,10 +44,10 @@ LOCAL_OPS = {"enter", "variable", "select", "filter", "negate", "concat", "conso
 
 
 def loop_path() -> str:
-    """``round``, ``auto`` (default) or ``local``, from ``DDCLI_LOOP_PATH``."""
+    """``round``, ``auto`` (default), ``local`` or ``resident``, from ``DDCLI_LOOP_PATH``."""
     v = os.environ.get("DDCLI_LOOP_PATH", "auto").strip().lower() or "auto"
-    if v not in ("round", "auto", "local"):
-        raise ValueError(f"DDCLI_LOOP_PATH={v!r}: use round, auto or local")
+    if v not in ("round", "auto", "local", "resident"):
+        raise ValueError(f"DDCLI_LOOP_PATH={v!r}: use round, auto, local or resident")
     return v
 
 

@@ -142,7 +142,7 @@ def _quote(c: str) -> str:
 class _Round:
     """DuckDB and the arrangements of one task's fixed point."""
 
-    def __init__(self, body: Body, old: dict[int, pa.Table]):
+    def __init__(self, body: Body, old: dict[int, pa.Table], router=None):
         import duckdb
 
         self.body = body
@@ -150,9 +150,13 @@ class _Round:
         self.tcols = time_columns(body.d)
         self.schemas = {n.id: update_schema(n.schema, body.d) for n in body.nodes}
         self.arr: dict[int, list[pa.Table]] = {n.id: [] for n in body.nodes if n.arranged}
-        for nid, t in old.items():
-            if nid in self.arr and t is not None and t.num_rows:
-                self.arr[nid].append(conform(t, self.schemas[nid]))
+        for nid in self.arr:  # in the body's order: with a router every task routes alike
+            t = _present(old.get(nid))
+            t = None if t is None else conform(t, self.schemas[nid])
+            if router is not None and nid in router.keys:
+                t = router.route(self.con, nid, t, self.schemas[nid])
+            if t is not None:
+                self.arr[nid].append(t)
         self.iteration = 0
 
     def sql(self, q: str, **tables: pa.Table) -> pa.Table:
@@ -291,15 +295,21 @@ class _Round:
 
 
 def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Table],
-                record_floor: int | None = None, row_budget: int | None = None) -> Outcome:
+                record_floor: int | None = None, row_budget: int | None = None, router=None) -> Outcome:
     """Run ``body`` to its fixed point on one task's rows: ``entered`` (enter node id -> this
     batch's updates entering the loop) and ``old`` (arranged node id -> its old updates).
     ``record_floor``: the processed updates it returns are advanced to it in the first time
     coordinate (every later read is at or beyond it), so the rounds' updates at the batch's
     many outer times merge before they leave the task. ``row_budget``: the task stops
     (``too_big``) once the rows it holds after a round are more: its rows are too many for
-    one task, and the loop runs round by round instead."""
-    r = _Round(body, old)
+    one task, and the loop runs round by round instead.
+
+    ``router`` (``ops.loop_exchange.Router``): this task is one of several that run the
+    fixed point together, each owning the rows of every arrangement whose read key hashes
+    to it. Each arranged node's changes are routed to their owners as they are computed,
+    the tasks agree on each round's iteration and on stopping, and the leaves' changes are
+    routed by their rows before they are consolidated."""
+    r = _Round(body, old, router)
     last = r.tcols[-1]
     by_id = {n.id: n for n in body.nodes}
     pending: dict[int, pa.Table | None] = {v: None for v, _, _ in body.variables}
@@ -310,10 +320,13 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
     collected: dict[int, list[pa.Table]] = {l: [] for l, _ in body.leaves}
     first, rounds, updates, peak = True, 0, 0, 0
     mins = _least_iterations(pools, last)
-    iteration = min([0] * plain + list(mins.values()) or [0])
+    iteration = min([0] * plain + list(mins.values()), default=None)
+    if router is not None:
+        iteration = min((x for x in router.agree(iteration) if x is not None), default=None)
+    iteration = 0 if iteration is None else iteration
     if iteration < 0:
         r.con.close()
-        return _refused(mins)
+        return _refused(mins, iteration)
     while True:
         r.iteration = iteration
         fr: dict[int, pa.Table | None] = {}
@@ -356,6 +369,8 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
                 else:
                     raise ValueError(f"operator {n.op} cannot run inside a task")
             out = _present(out if out is None else conform(out, r.schemas[n.id]))
+            if router is not None and n.id in router.keys:
+                out = router.route(r.con, n.id, out, r.schemas[n.id])
             if out is not None and n.arranged and n.op not in ("enter", "variable"):
                 out = _present(consolidate(out))
             fr[n.id] = out
@@ -389,24 +404,32 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
             if fr.get(inner) is not None:
                 collected[l].append(fr[inner])
         peak = max(peak, _held_rows(r.arr, records, collected, pending, pools))
+        mins = _least_iterations({**pending, **pools}, last)
+        following = min(mins.values(), default=None)
+        if router is not None:  # every task's: the least next iteration, the most rows held
+            notes = router.agree([following, peak])
+            following = min((x for x, _ in notes if x is not None), default=None)
+            peak = max(p for _, p in notes)
         if row_budget is not None and peak > row_budget:
             r.con.close()
             return Outcome({}, {}, rounds + 1, updates, True, held=peak, too_big=True)
-        mins = _least_iterations({**pending, **pools}, last)
-        if not mins:
+        if following is None:
             break
-        if min(mins.values()) < 0:
+        if following < 0:
             r.con.close()
-            return _refused(mins)
+            return _refused(mins, following)
         rounds += 1
         if rounds >= body.max_rounds:
             r.con.close()
             return Outcome({}, {}, rounds, updates, False)
-        first, iteration = False, min(mins.values())
+        first, iteration = False, following
     outer = time_columns(body.d - 1)
     leaves = {}
     for l, inner in body.leaves:
         t = _union(collected[l], r.schemas[inner])
+        if router is not None:  # equal rows (and outer times) meet in one task
+            t = router.route_by(r.con, t, [c for c in r.schemas[inner].names if c not in (last, "diff")],
+                                r.schemas[inner])
         if t is None:
             continue
         t = t.drop_columns([last])
@@ -440,8 +463,11 @@ def _least_iterations(pools: dict[int, pa.Table | None], last: str) -> dict[int,
     return {k: pc.min(t.column(last)).as_py() for k, t in pools.items() if t is not None}
 
 
-def _refused(mins: dict[int, int]) -> Outcome:
-    """A pool holds a record whose priority was null or negative: the loop stops at once,
-    and the driver says which node and value (``ops.priority.check_iteration``)."""
-    nid, value = min(mins.items(), key=lambda kv: kv[1])
+def _refused(mins: dict[int, int], least: int) -> Outcome:
+    """A pool holds a record whose priority was null or negative (``least``, of this task
+    or of another): the loop stops at once, and the driver says which node and value
+    (``ops.priority.check_iteration``) from the task that holds it."""
+    nid, value = min(mins.items(), key=lambda kv: kv[1], default=(None, None))
+    if value != least:
+        return Outcome({}, {}, 0, 0, True)
     return Outcome({}, {}, 0, 0, True, refused=(nid, value))

@@ -67,24 +67,33 @@ REACH = open(os.path.join(SAMPLES, "reach.py")).read()
 
 
 def pytest_generate_tests(metafunc):
-    """Every test here on both ways a loop runs (issue 14, ``ops/loop_plan.py``): round by
-    round on the driver, and partition-local inside tasks wherever the plan allows it. A
-    test whose loops the plan never runs in tasks (``round_only``) would run the same code
-    twice, so it runs once."""
+    """Every test here on the three ways a loop runs (issue 14, ``ops/loop_plan.py``): round
+    by round on the driver; inside tasks wherever the plan allows it (``local``:
+    partition-local where columns deal the loop, resident otherwise); and resident for
+    every such loop (``resident``: N tasks exchanging rows by key each round). A test whose
+    loops the plan never runs in tasks (``round_only``) would run the same code thrice, so
+    it runs once. The two longest (``tasks_only``) leave out the round path, which costs
+    a Spark job a round: tests/test_loop_partition_local.py runs it on sliding windows in
+    batches, and checks it writes the very traces the other paths write."""
     if "loop_path" in metafunc.fixturenames:
-        only = metafunc.definition.get_closest_marker("round_only")
-        metafunc.parametrize("loop_path", ["round"] if only else ["round", "local"], indirect=True)
+        paths = ["round", "local", "resident"]
+        if metafunc.definition.get_closest_marker("round_only"):
+            paths = ["round"]
+        elif metafunc.definition.get_closest_marker("tasks_only"):
+            paths = ["local", "resident"]
+        metafunc.parametrize("loop_path", paths, indirect=True)
 
 
 @pytest.fixture(autouse=True)
 def loop_path(request, monkeypatch):
-    """The test's setting of ``DDCLI_LOOP_PATH``; with ``local``, some loop of the test's
-    runs must really have run in tasks (else the setting tested nothing new)."""
+    """The test's setting of ``DDCLI_LOOP_PATH``; with ``local`` or ``resident``, some loop
+    of the test's runs must really have taken that path (else the setting tested nothing new)."""
     monkeypatch.setenv("DDCLI_LOOP_PATH", request.param)
     Bench.paths_taken = []
     yield request.param
-    if request.param == "local" and Bench.paths_taken:
-        assert "local" in Bench.paths_taken, f"no loop ran partition-local: {Bench.paths_taken}"
+    wanted = {"local": {"local", "resident"}, "resident": {"resident"}}.get(request.param)
+    if wanted and Bench.paths_taken:
+        assert wanted & set(Bench.paths_taken), f"no loop ran inside tasks as {request.param}: {Bench.paths_taken}"
 
 
 # ------------------------------------------------------------------ plain references
@@ -348,6 +357,7 @@ def sliding_window_runs(seed: int, *, nodes: int, edges: int, steps: list[int]):
         yield eu, ru, (t,)
 
 
+@pytest.mark.tasks_only
 def test_reach_cc_and_bfs_equal_bfs_and_union_find_at_every_time_of_sliding_windows(spark, tmp_path):
     bench = Bench(tmp_path)
     path = bench.pipeline("graphs", GRAPHS)
@@ -365,6 +375,7 @@ def test_reach_cc_and_bfs_equal_bfs_and_union_find_at_every_time_of_sliding_wind
     assert len(bench.input_times()) >= 90
 
 
+@pytest.mark.tasks_only
 def test_a_run_in_batches_of_a_few_times_equals_bfs_and_union_find_at_every_time(spark, tmp_path):
     """``batch_times``: a run takes its new times a few at a time, compacting its state to
     each next batch's first time; outputs stay exact at every time, across runs too."""

@@ -2,11 +2,11 @@
 
 Reachability and hop counts only ever combine rows of one root, with the edges broadcast,
 so their loops run inside Spark tasks, dealt by root; connected components spread labels
-across nodes, so no columns deal them: cc runs in one task while its rows are few and
-round by round beyond that. On the same random streams (sliding windows with retractions,
-many times per run, several runs, compaction between them) both paths must write the same
-output traces for reach and bfs, and both must equal breadth-first search at every time
-(cc is checked against union-find on both paths by tests/test_iterate.py).
+across nodes, so no columns deal them: cc runs resident, in tasks that exchange each
+round's changes by key, while its rows are few enough for them, and round by round beyond
+that. On the same random streams (sliding windows with retractions, many times per run,
+several runs, compaction between them) every path must write the same output traces, and
+all must equal breadth-first search and union-find at every time.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def loop_paths(result) -> list[dict]:
 
 
 @pytest.mark.parametrize("sample,local", [("reach", True), ("bfs", True), ("cc", False)])
-def test_reach_and_bfs_run_partition_local_by_root_and_cc_in_one_task(spark, tmp_path, monkeypatch, sample, local):
+def test_reach_and_bfs_run_partition_local_by_root_and_cc_resident(spark, tmp_path, monkeypatch, sample, local):
     monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
     bench = Bench(tmp_path)
     path = bench.pipeline(sample, samples_source(sample))
@@ -40,14 +40,14 @@ def test_reach_and_bfs_run_partition_local_by_root_and_cc_in_one_task(spark, tmp
     if local:
         assert step["path"] == "local" and step["by"] == ["root"], step
         assert step["broadcast_rows"] > 0  # the edges
-    else:  # no partition columns: every row in one task
-        assert step["path"] == "local" and step["by"] == [], step
+    else:  # no partition columns: resident in the session's two task slots
+        assert step["path"] == "resident" and step["tasks"] == 2, step
         assert "by node" in step["why"] and "by label" in step["why"], step["why"]
     out = OUTPUT[sample]
     bench.check(graphs_ref, {out: GRAPH_COLUMNS[out]})
 
 
-def test_cc_runs_round_by_round_when_its_rows_are_too_many_for_one_task(spark, tmp_path, monkeypatch):
+def test_cc_runs_round_by_round_when_its_rows_are_too_many_for_its_tasks(spark, tmp_path, monkeypatch):
     import ops.loop_local
 
     monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
@@ -62,7 +62,7 @@ def test_cc_runs_round_by_round_when_its_rows_are_too_many_for_one_task(spark, t
         bench.ingest("roots", ROOTS, ru, upper=upper)
         jobs.clear()
         [step] = loop_paths(run_pipeline(bench.store, path))
-        assert step["path"] == "round" and "more than 10 rows for one task" in step["why"], step
+        assert step["path"] == "round" and "more than 10 rows a task for 2 tasks" in step["why"], step
         if run:  # the stored state is over the limit: refused on the driver, no task job tried
             assert "stored state holds" in step["why"] and not jobs, (step, jobs)
     bench.check(graphs_ref, {"labels": GRAPH_COLUMNS["labels"]})
@@ -78,17 +78,17 @@ def test_a_task_holding_more_than_its_row_budget_hands_the_loop_to_rounds_whose_
     monkeypatch.setenv("DDCLI_LOOP_TASK_ROWS", "40")
     monkeypatch.setenv("DDCLI_REDUCE_TASK_ROWS", "16")
     bench = Bench(tmp_path)
-    path = bench.pipeline("graphs", samples_source("reach", "bfs"))
+    path = bench.pipeline("graphs", samples_source("reach", "bfs", "cc"))
     for r, (eu, ru, upper) in enumerate(sliding_window_runs(6, nodes=12, edges=22, steps=[6, 7])):
         bench.ingest("edges", EDGES, eu, upper=upper)
         bench.ingest("roots", ROOTS, ru, upper=upper)
         steps = loop_paths(bench.run(path))
-        assert [s["path"] for s in steps] == ["round"] * 2, steps
+        assert [s["path"] for s in steps] == ["round"] * 3, steps  # cc's resident tasks stop together
         assert all(s["why"].startswith("a task held ") and "more than 40 (DDCLI_LOOP_TASK_ROWS)" in s["why"]
                    for s in steps), steps
         if r == 0:
             bench.advance_and_compact((upper[0] - 3,))
-    bench.check(local_graphs_ref, LOCAL_OUTPUTS)
+    bench.check(graphs_ref, GRAPH_COLUMNS)
 
 
 def test_round_by_round_when_forced_by_the_switch(spark, tmp_path, monkeypatch):
@@ -111,30 +111,27 @@ def history(bench: Bench, out: str) -> dict:
     return {k: v for k, v in acc.items() if v}
 
 
-# the loops that differ between the two paths (cc runs round by round on both: see above)
-LOCAL_OUTPUTS = {out: GRAPH_COLUMNS[out] for out in ("reach", "distances")}
-
-
-def local_graphs_ref(inputs) -> dict:
-    return {out: rows for out, rows in graphs_ref(inputs).items() if out in LOCAL_OUTPUTS}
+# the path each sample's loop takes under each setting
+PATHS = {"round": ["round"] * 3, "local": ["local", "local", "resident"], "resident": ["resident"] * 3}
 
 
 @pytest.mark.parametrize("seed", [11])  # one stream of three runs: a second seed cost 6 min of suite
-def test_both_paths_write_identical_output_traces_equal_to_bfs_at_every_time(spark, tmp_path, monkeypatch, seed):
+def test_every_path_writes_identical_output_traces_equal_to_bfs_and_union_find_at_every_time(
+        spark, tmp_path, monkeypatch, seed):
     benches = {}
     runs = list(sliding_window_runs(seed, nodes=16, edges=30, steps=[10, 12, 12]))
-    for mode in ("round", "local"):
+    for mode in PATHS:
         monkeypatch.setenv("DDCLI_LOOP_PATH", mode)
         bench = benches[mode] = Bench(tmp_path / mode)
-        path = bench.pipeline("graphs", samples_source("reach", "bfs"))
+        path = bench.pipeline("graphs", samples_source("reach", "bfs", "cc"))
         for r, (eu, ru, upper) in enumerate(runs):
             bench.ingest("edges", EDGES, eu, upper=upper)
             bench.ingest("roots", ROOTS, ru, upper=upper)
             res = bench.run(path, batch_times=7 if r == 1 else None)  # run 2: a run in batches
-            assert [s["path"] for s in loop_paths(res)] == [mode] * 2
+            assert [s["path"] for s in loop_paths(res)] == PATHS[mode]
             if r < len(runs) - 1:
                 bench.advance_and_compact((upper[0] - 5,))
-        bench.check(local_graphs_ref, LOCAL_OUTPUTS)
-    for out in LOCAL_OUTPUTS:
-        a, b = history(benches["round"], out), history(benches["local"], out)
-        assert a and a == b, out
+        bench.check(graphs_ref, GRAPH_COLUMNS)
+    for out in GRAPH_COLUMNS:
+        histories = {mode: history(b, out) for mode, b in benches.items()}
+        assert histories["round"] and all(h == histories["round"] for h in histories.values()), out
