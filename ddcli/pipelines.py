@@ -319,7 +319,7 @@ def bench_reach(
     loop_paths: Annotated[bool, typer.Option(
         "--loop-paths", help="Instead: the loop queries (--samples) with each loop path (round by round, partition-local): "
                              "first run time and updates/s of a run of BATCH updates.")] = False,
-    paths: Annotated[str, typer.Option(help="With --loop-paths: the loop paths to measure, comma-separated (round, local).")] = "round,local",
+    paths: Annotated[str, typer.Option(help="With --loop-paths: the loop paths to measure, comma-separated (round, local, resident).")] = "round,local",
     pathway: Annotated[bool, typer.Option(help="With --loop-paths: also replay the stream in Pathway when it is installed.")] = True,
     samples: Annotated[str, typer.Option(help="With --loop-paths: the queries to measure, comma-separated (reach, bfs, cc; "
                                               "Pathway replays all three).")] = "reach,bfs",

@@ -48,7 +48,6 @@ from storage import faults
 from storage.lattice import Frontier, time_columns
 from storage.layer import Layer
 from storage.log import Conflict
-from storage.blob_local import LocalBlobs
 from storage.store import State, Store
 from storage.trace import Trace, check_new_name
 
@@ -260,8 +259,6 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
         return Arrangement(files, update_schema(schemas[node.id], node_dim(d, node)), st.rows() if st else 0)
 
     runtime = Runtime(p, stored, progress=progress, loop_stats=loop_stats, schemas=schemas)
-    if isinstance(store.blobs, LocalBlobs):  # a cluster's store is in a folder every executor sees
-        runtime.exchange_root = store.blobs.join(store.path, "exchange")
     ctx = EvalContext(spark, d, delta_rows=delta_rows)
     sources = {}
     for n, v in views.items():

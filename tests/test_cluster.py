@@ -3,7 +3,7 @@
 A master and two workers run as separate JVMs (pyspark's ``bin/spark-class``), the
 workers in a network namespace of their own where the machine allows it
 (tests/spark_cluster.py says how they are kept from working by accident). ``ddcli run``
-then runs wordcount, length_count, reach and the as-of join there, in two epochs, and
+then runs wordcount, length_count, reach, the as-of join and cc there, in two epochs, and
 the output traces must equal those of the same commands in local mode.
 
 One test holds all the cluster work, so that pytest-xdist (which spreads tests, not
@@ -23,8 +23,10 @@ from tests.operations_helpers import PIPELINES, REPO, run_ddcli
 from tests.spark_cluster import Cluster, executor_python
 
 SAMPLE = os.path.join(REPO, "sample_data")
-PIPES = [os.path.join(PIPELINES, f"{p}.py") for p in ("wordcount", "length_count", "reach", "asof")]
-OUTPUTS = ["counts", "length_counts", "reach", "bills"]
+# cc: a loop no columns deal, in one task on a cluster (ops/loop_local.py: resident tasks
+# are local mode only for now)
+PIPES = [os.path.join(PIPELINES, f"{p}.py") for p in ("wordcount", "length_count", "reach", "asof", "cc")]
+OUTPUTS = ["counts", "length_counts", "reach", "bills", "labels"]
 
 
 def _epochs(folder: str) -> list[list[list[str]]]:
@@ -127,8 +129,8 @@ def test_the_sample_pipelines_on_a_standalone_cluster_equal_local_mode(spark, cl
         t0 = time.monotonic()
         res = run_ddcli(["run", *PIPES], remote, env=_cluster_env(cluster, python, **extra), timeout=900)
         assert res.returncode == 0, f"exit {res.returncode}\n{res.stdout}\n{res.stderr}"
-        assert res.stdout.count("pipeline '") == 4, res.stdout
-        print(f"epoch {epoch}: four pipelines on the cluster in {time.monotonic() - t0:.0f} s:", res.stdout.strip())
+        assert res.stdout.count("pipeline '") == 5, res.stdout
+        print(f"epoch {epoch}: five pipelines on the cluster in {time.monotonic() - t0:.0f} s:", res.stdout.strip())
         assert _traces(remote) == _traces(local)
 
     # the outputs hold something worth comparing

@@ -11,6 +11,7 @@ all must equal breadth-first search and union-find at every time.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import pytest
@@ -65,6 +66,35 @@ def test_cc_runs_round_by_round_when_its_rows_are_too_many_for_its_tasks(spark, 
         assert step["path"] == "round" and "more than 10 rows a task for 2 tasks" in step["why"], step
         if run:  # the stored state is over the limit: refused on the driver, no task job tried
             assert "stored state holds" in step["why"] and not jobs, (step, jobs)
+    bench.check(graphs_ref, {"labels": GRAPH_COLUMNS["labels"]})
+
+
+def test_resident_tasks_that_fail_together_hand_the_batch_to_rounds_and_the_answer_is_exact(
+        spark, tmp_path, monkeypatch):
+    """A stage Spark runs again must not read the exchange files its first run left: each
+    task claims its place in the folder, and a task finding its claim taken fails them all
+    (here every claim is taken before the job starts, as after a lost executor). The job
+    fails, the batch runs round by round, the report says why, and cc is exact."""
+    import ops.loop_local
+
+    monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
+    real = ops.loop_local._resident_job
+
+    def claims_taken(dealt, task, out_wide, folder):
+        os.makedirs(folder)
+        for me in range(2):
+            open(os.path.join(folder, f"claim.{me}"), "w").close()
+        return real(dealt, task, out_wide, folder)
+
+    monkeypatch.setattr(ops.loop_local, "_resident_job", claims_taken)
+    bench = Bench(tmp_path)
+    path = bench.pipeline("cc", samples_source("cc"))
+    eu, ru, upper = next(sliding_window_runs(8, nodes=12, edges=20, steps=[4]))
+    bench.ingest("edges", EDGES, eu, upper=upper)
+    bench.ingest("roots", ROOTS, ru, upper=upper)
+    [step] = loop_paths(run_pipeline(bench.store, path))
+    assert step["path"] == "round" and step["why"].startswith("its tasks failed together"), step
+    assert "ran a second time" in step["why"], step
     bench.check(graphs_ref, {"labels": GRAPH_COLUMNS["labels"]})
 
 
