@@ -385,8 +385,10 @@ def _resident_job(dealt, task, out_wide: pa.Schema, folder: str):
         return out.repartition(dealt.rdd.getNumPartitions()).localCheckpoint(eager=True)
     except (Py4JJavaError, PySparkException) as e:
         check_interrupt()  # Ctrl-C cancels the job: the run stops, it does not go round by round
-        lines = [l.strip() for l in str(e).splitlines() if "Error" in l or "Exception" in l]
-        return f"its tasks failed together ({lines[-1][:300] if lines else type(e).__name__})"
+        lines = [l.strip() for l in str(e).splitlines()]
+        lines = [l for l in lines if not l.startswith("at ") and ("Error:" in l or "Exception:" in l or "Aborted:" in l)]
+        ours = [l for l in lines if "ExchangeAborted" in l]  # the tasks' own reason, before Spark's wrapping
+        return f"its tasks failed together ({(ours or lines or [type(e).__name__])[0][:300]})"
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
