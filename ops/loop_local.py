@@ -286,10 +286,8 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
 
     packed = pack_frames(parts, {t: in_schemas[t] for t in parts}, pfields)
     if tasks:  # dealt any way: each task routes its rows to their owners first
-        out = _resident_job(packed.repartition(tasks), task, out_wide, folder)
-        if isinstance(out, str):
-            if bc is not None:
-                bc.unpersist()
+        out = _resident_job(packed, tasks, task, out_wide, folder)
+        if isinstance(out, str):  # nothing was broadcast: every row was dealt
             report(runtime, plan, out)
             return None
     else:
@@ -369,7 +367,7 @@ def resident(plan: LoopPlan, body: Body, spark) -> Resident | str:
     return Resident(tasks, keys, tempfile.gettempdir())
 
 
-def _resident_job(dealt, task, out_wide: pa.Schema, folder: str):
+def _resident_job(packed, tasks: int, task, out_wide: pa.Schema, folder: str):
     """Run the resident loop's tasks together; the output frame, or why they failed (the
     loop then runs round by round: a retried stage's exchange cannot be trusted)."""
     from py4j.protocol import Py4JJavaError
@@ -381,8 +379,8 @@ def _resident_job(dealt, task, out_wide: pa.Schema, folder: str):
     try:
         # a shuffle after the barrier stage: without it, every later job reading the output
         # (even from the checkpoint) is a barrier stage too, and Spark refuses those
-        out = dealt.mapInArrow(task, from_arrow_schema(out_wide), barrier=True)
-        return out.repartition(dealt.rdd.getNumPartitions()).localCheckpoint(eager=True)
+        out = packed.repartition(tasks).mapInArrow(task, from_arrow_schema(out_wide), barrier=True)
+        return out.repartition(tasks).localCheckpoint(eager=True)
     except (Py4JJavaError, PySparkException) as e:
         check_interrupt()  # Ctrl-C cancels the job: the run stops, it does not go round by round
         lines = [l.strip() for l in str(e).splitlines()]

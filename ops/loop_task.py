@@ -369,7 +369,8 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
                 else:
                     raise ValueError(f"operator {n.op} cannot run inside a task")
             out = _present(out if out is None else conform(out, r.schemas[n.id]))
-            if router is not None and n.id in router.keys:
+            # routed by every task alike; a collection entered whole has nothing after round 0
+            if router is not None and n.id in router.keys and (first or n.op != "enter" or n.id in pools):
                 out = router.route(r.con, n.id, out, r.schemas[n.id])
             if out is not None and n.arranged and n.op not in ("enter", "variable"):
                 out = _present(consolidate(out))

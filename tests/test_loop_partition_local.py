@@ -28,16 +28,21 @@ def loop_paths(result) -> list[dict]:
     return [s for s in result.steps if s["step"] == "loop_path"]
 
 
+def one_run(tmp_path, sample: str, seed: int, nodes: int, edges: int, step: int) -> tuple[Bench, list[dict]]:
+    """``sample`` run once over one sliding window of a random graph: the bench and the
+    run's loop paths."""
+    bench = Bench(tmp_path)
+    path = bench.pipeline(sample, samples_source(sample))
+    eu, ru, upper = next(sliding_window_runs(seed, nodes=nodes, edges=edges, steps=[step]))
+    bench.ingest("edges", EDGES, eu, upper=upper)
+    bench.ingest("roots", ROOTS, ru, upper=upper)
+    return bench, loop_paths(run_pipeline(bench.store, path))
+
+
 @pytest.mark.parametrize("sample,local", [("reach", True), ("bfs", True), ("cc", False)])
 def test_reach_and_bfs_run_partition_local_by_root_and_cc_resident(spark, tmp_path, monkeypatch, sample, local):
     monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
-    bench = Bench(tmp_path)
-    path = bench.pipeline(sample, samples_source(sample))
-    eu, ru, upper = next(sliding_window_runs(3, nodes=12, edges=20, steps=[4]))
-    bench.ingest("edges", EDGES, eu, upper=upper)
-    bench.ingest("roots", ROOTS, ru, upper=upper)
-    res = run_pipeline(bench.store, path)
-    [step] = loop_paths(res)
+    bench, [step] = one_run(tmp_path, sample, 3, nodes=12, edges=20, step=4)
     if local:
         assert step["path"] == "local" and step["by"] == ["root"], step
         assert step["broadcast_rows"] > 0  # the edges
@@ -80,19 +85,14 @@ def test_resident_tasks_that_fail_together_hand_the_batch_to_rounds_and_the_answ
     monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
     real = ops.loop_local._resident_job
 
-    def claims_taken(dealt, task, out_wide, folder):
+    def claims_taken(packed, tasks, task, out_wide, folder):
         os.makedirs(folder)
-        for me in range(2):
+        for me in range(tasks):
             open(os.path.join(folder, f"claim.{me}"), "w").close()
-        return real(dealt, task, out_wide, folder)
+        return real(packed, tasks, task, out_wide, folder)
 
     monkeypatch.setattr(ops.loop_local, "_resident_job", claims_taken)
-    bench = Bench(tmp_path)
-    path = bench.pipeline("cc", samples_source("cc"))
-    eu, ru, upper = next(sliding_window_runs(8, nodes=12, edges=20, steps=[4]))
-    bench.ingest("edges", EDGES, eu, upper=upper)
-    bench.ingest("roots", ROOTS, ru, upper=upper)
-    [step] = loop_paths(run_pipeline(bench.store, path))
+    bench, [step] = one_run(tmp_path, "cc", 8, nodes=12, edges=20, step=4)
     assert step["path"] == "round" and step["why"].startswith("its tasks failed together"), step
     assert "ran a second time" in step["why"], step
     bench.check(graphs_ref, {"labels": GRAPH_COLUMNS["labels"]})
@@ -123,12 +123,7 @@ def test_a_task_holding_more_than_its_row_budget_hands_the_loop_to_rounds_whose_
 
 def test_round_by_round_when_forced_by_the_switch(spark, tmp_path, monkeypatch):
     monkeypatch.setenv("DDCLI_LOOP_PATH", "round")
-    bench = Bench(tmp_path)
-    path = bench.pipeline("reach", samples_source("reach"))
-    eu, ru, upper = next(sliding_window_runs(4, nodes=8, edges=12, steps=[2]))
-    bench.ingest("edges", EDGES, eu, upper=upper)
-    bench.ingest("roots", ROOTS, ru, upper=upper)
-    [step] = loop_paths(run_pipeline(bench.store, path))
+    _, [step] = one_run(tmp_path, "reach", 4, nodes=8, edges=12, step=2)
     assert step["path"] == "round" and "DDCLI_LOOP_PATH=round" in step["why"]
 
 
