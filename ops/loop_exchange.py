@@ -26,6 +26,8 @@ import time
 import numpy as np
 import pyarrow as pa
 
+from ops.loop_spine import comparable, key_hashes
+
 ABORT = "abort"
 #: seconds a task waits for the others at one exchange before it gives up (a task that
 #: died without leaving ``abort``; Spark normally kills a barrier stage's tasks together)
@@ -119,17 +121,12 @@ def _write_atomic(path: str, write) -> None:
 
 
 def owners(con, t: pa.Table, key: list[str], n: int) -> np.ndarray:
-    """The task owning each row of ``t``: DuckDB's hash of its ``key`` columns modulo
-    ``n`` (one hash for integers of every width, so both sides of a join agree)."""
+    """The task owning each row of ``t``: the hash of its ``key`` columns modulo ``n``
+    (``ops.loop_spine.key_hashes``: one hash for an integer of every width, so both sides
+    of a join agree)."""
     if not key:  # a global aggregate, a join without keys: every row in task 0
         return np.zeros(t.num_rows, np.int64)
-    cols = ", ".join('"' + c.replace('"', '""') + '"' for c in key)
-    con.register("_dd_owned", t.select(key))
-    try:
-        got = con.sql(f"SELECT (hash({cols}) % {int(n)})::BIGINT AS o FROM _dd_owned").fetchnumpy()["o"]
-    finally:
-        con.unregister("_dd_owned")
-    return np.asarray(got, np.int64)
+    return (key_hashes(con, t, key) % np.uint64(n)).astype(np.int64)
 
 
 def split_by_owner(t: pa.Table | None, owner: np.ndarray, n: int) -> list[pa.Table | None]:
@@ -177,7 +174,7 @@ def read_keys(body) -> dict[int, list[str]] | str:
             reads = [(i, list(n.on)) for i in n.inputs]
             for c in n.on:
                 a, b = (by_id[i].schema.field(c).type for i in n.inputs)
-                if a != b and not (pa.types.is_integer(a) and pa.types.is_integer(b)):
+                if not comparable(a, b):
                     return f"join of node {n.id} on {c}: its sides' types differ ({a}, {b})"
         elif n.op in ("reduce", "distinct", "threshold"):
             reads = [(n.inputs[0], list(n.key))]

@@ -11,13 +11,15 @@ collections entered at a priority wait in pools until their iteration comes, as 
 engine's own kernel (``ops.reduce_kernel.reduce_delta``), joins and SQL expressions run
 in an in-process DuckDB, consolidation in pyarrow: no Python loop over rows.
 
-An arrangement read by operators is kept advanced to the current iteration (the loop's
-frontier: nothing later can tell older iterations apart, as in ``LoopView``) and
-consolidated every few rounds; what the task returns as the nodes' processed updates
-keeps every exact iteration, and outer times from the batch's floor on (``record_floor``:
-no later batch or run reads below it), for the state the store keeps between runs. A
-join whose pairs all meet at the current iteration multiplies segments of constant
-accumulation (``pairs_over_time``) rather than every pair of updates.
+An arrangement read by operators is a spine of batches (``ops/loop_spine.py``) whose rows
+of a key are found by binary search, so a round costs its changes, not the state; batches
+are advanced to the current iteration (the loop's frontier: nothing later can tell older
+iterations apart, as in ``LoopView``) and consolidated as they merge. What the task
+returns as the nodes' processed updates keeps every exact iteration, and outer times
+from the batch's floor on (``record_floor``: no later batch or run reads below it), for
+the state the store keeps between runs. A join whose pairs all meet at the current
+iteration multiplies segments of constant accumulation (``pairs_over_time``) rather than
+every pair of updates.
 """
 
 from __future__ import annotations
@@ -29,11 +31,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ops.loop_spine import Spine
 from storage.lattice import time_columns
 
 _PLAIN = re.compile(r'^"[A-Za-z_][A-Za-z0-9_]*"$')  # portable_sql's form of a bare column
-FOLD_EVERY = 8  # chunks an arrangement collects before it is advanced and consolidated
-FOLD_GROWTH = 0.25  # fold once the chunks since the last fold exceed this share of the folded rows
 NULL_MARK = -(2 ** 63)  # the iteration of a record whose priority is null (as ops/priority.py marks it)
 
 
@@ -112,18 +113,6 @@ def advance(t: pa.Table, col: str, floor: int) -> pa.Table:
     return t.set_column(i, col, pc.max_element_wise(t.column(col), pa.scalar(floor, pa.int64())))
 
 
-def _fold_due(chunks: list[pa.Table]) -> bool:
-    """Fold when the chunks since the last fold hold more rows than FOLD_GROWTH x the folded
-    table, or there are too many chunks. A round's reduce reads the whole history of every
-    key it touches, so unfolded chunks (rows of earlier rounds that advancing to the current
-    iteration would merge) are paid for in every round: measured on a captured task of the
-    bench (2*10^4 updates), folding only every 8 chunks let a round read up to 6x the rows
-    a fold leaves."""
-    if len(chunks) > FOLD_EVERY:
-        return True
-    return len(chunks) > 1 and sum(c.num_rows for c in chunks[1:]) > FOLD_GROWTH * chunks[0].num_rows
-
-
 def _present(t: pa.Table | None) -> pa.Table | None:
     return t if t is not None and t.num_rows else None
 
@@ -149,15 +138,16 @@ class _Round:
         self.con = duckdb.connect()
         self.tcols = time_columns(body.d)
         self.schemas = {n.id: update_schema(n.schema, body.d) for n in body.nodes}
-        self.arr: dict[int, list[pa.Table]] = {n.id: [] for n in body.nodes if n.arranged}
-        for nid in self.arr:  # in the body's order: with a router every task routes alike
+        # advanced to the loop's frontier when batches merge: rounds' rows cancel
+        self.arr = {n.id: Spine(lambda t: consolidate(advance(t, self.tcols[-1], self.iteration)))
+                    for n in body.nodes if n.arranged}
+        self.iteration = 0
+        for nid, spine in self.arr.items():  # in the body's order: with a router every task routes alike
             t = _present(old.get(nid))
             t = None if t is None else conform(t, self.schemas[nid])
             if router is not None and nid in router.keys:
                 t = router.route(self.con, nid, t, self.schemas[nid])
-            if t is not None:
-                self.arr[nid].append(t)
-        self.iteration = 0
+            spine.add(t)
 
     def sql(self, q: str, **tables: pa.Table) -> pa.Table:
         for name, t in tables.items():
@@ -168,12 +158,10 @@ class _Round:
             for name in tables:
                 self.con.unregister(name)
 
-    def old(self, nid: int) -> pa.Table | None:
-        chunks = self.arr.get(nid) or []
-        if _fold_due(chunks):  # advanced to the loop's frontier: rounds' rows merge
-            folded = consolidate(advance(pa.concat_tables(chunks), self.tcols[-1], self.iteration))
-            chunks = self.arr[nid] = [folded] if folded.num_rows else []
-        return pa.concat_tables(chunks) if chunks else None
+    def old(self, nid: int, key: list[str], touched: pa.Table) -> pa.Table | None:
+        """What earlier rounds (and runs) processed of ``nid``, for the keys ``touched``
+        holds, and perhaps a few other keys (``Spine.matching``)."""
+        return self.arr[nid].matching(self.con, key, touched)
 
     def delay_at(self, t: pa.Table, priority: str) -> pa.Table:
         """Feedback of a prioritized variable: to the next iteration or to the record's
@@ -263,12 +251,12 @@ class _Round:
 
         parts = []
         if d_left is not None:
-            old_r = self.old(ri)
+            old_r = self.old(ri, n.on, d_left)
             partners = _union([d_right, old_r], rschema)
             if partners is not None:
                 parts.append(self.pairs(d_left, view(partners), n.on, right_cols))
         if d_right is not None:
-            old_l = self.old(li)
+            old_l = self.old(li, n.on, d_right)
             if old_l is not None:
                 parts.append(self.pairs(old_l, view(d_right), n.on, right_cols))
         return _union(parts, self.schemas[n.id])
@@ -281,11 +269,12 @@ class _Round:
         values = [c for c in in_schema.names if c not in key + self.tcols + ["diff"]]
         new = t.append_column("_new", pa.array(np.ones(t.num_rows, bool)))
         parts = [new]
-        old = self.old(n.inputs[0])
-        if old is not None:  # the old updates of the touched keys, advanced to the frontier
+        old = self.old(n.inputs[0], key, t)
+        if old is not None and key:  # the old updates of the touched keys, advanced to the frontier
             cond = " AND ".join(f"o.{_quote(k)} IS NOT DISTINCT FROM k.{_quote(k)}" for k in key)
             keys = ", ".join(_quote(k) for k in key)
             old = self.sql(f"SELECT o.* FROM o SEMI JOIN (SELECT DISTINCT {keys} FROM n) k ON {cond}", o=old, n=t)
+        if old is not None:
             if old.num_rows:
                 old = advance(conform(old, in_schema), self.tcols[-1], self.iteration)
                 parts.append(old.append_column("_new", pa.array(np.zeros(old.num_rows, bool))))
@@ -316,7 +305,10 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
     # collections entered at a priority: pools released iteration by iteration
     pools = {n.id: _present(entered.get(n.id)) for n in body.nodes if n.op == "enter" and n.at_priority}
     plain = any(_present(entered.get(n.id)) is not None for n in body.nodes if n.op == "enter" and not n.at_priority)
-    records: dict[int, list[pa.Table]] = {n.id: [] for n in body.nodes if n.arranged and n.op != "enter"}
+    # advanced to the floor when batches merge, a record's rows at the batch's many outer
+    # times merge: the cc tasks of the bench held 1.5 M record rows that leave the task as 20 k
+    records = {n.id: Spine(lambda t: consolidate(_floored(t, r.tcols[0], record_floor)))
+               for n in body.nodes if n.arranged and n.op != "enter"}
     collected: dict[int, list[pa.Table]] = {l: [] for l, _ in body.leaves}
     first, rounds, updates, peak = True, 0, 0, 0
     mins = _least_iterations(pools, last)
@@ -378,15 +370,9 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
         for n in body.nodes:  # processed: old for later rounds
             t = fr[n.id]
             if t is not None and n.arranged:
-                r.arr[n.id].append(t)
+                r.arr[n.id].add(t)
                 if n.id in records:
-                    records[n.id].append(t)
-                    if record_floor is not None and _fold_due(records[n.id]):
-                        # advanced to the floor, a record's rows at the batch's many outer
-                        # times merge: the cc tasks of the bench held 1.5 M record rows that
-                        # leave the task as 20 k
-                        records[n.id] = [consolidate(_floored(pa.concat_tables(records[n.id]), r.tcols[0],
-                                                              record_floor))]
+                    records[n.id].add(t)
         for v, init, result in body.variables:
             res, ini = fr.get(result), fr.get(init)
             neg = None if ini is None else ini.set_column(ini.schema.get_field_index("diff"), "diff",
@@ -404,7 +390,8 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
         for l, inner in body.leaves:
             if fr.get(inner) is not None:
                 collected[l].append(fr[inner])
-        peak = max(peak, _held_rows(r.arr, records, collected, pending, pools))
+        peak = max(peak, _held_rows(*({k: s.tables() for k, s in spines.items()} for spines in (r.arr, records)),
+                                     collected, pending, pools))
         mins = _least_iterations({**pending, **pools}, last)
         following = min(mins.values(), default=None)
         if router is not None:  # every task's: the least next iteration, the most rows held
@@ -436,8 +423,8 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
         t = t.drop_columns([last])
         t = t.rename_columns([c for c in t.column_names[:len(t.column_names) - len(outer) - 1]] + outer + ["diff"])
         leaves[l] = _present(consolidate(t))
-    recs = {nid: _present(consolidate(_floored(pa.concat_tables(ts), r.tcols[0], record_floor)))
-            for nid, ts in records.items() if ts}
+    recs = {nid: _present(consolidate(_floored(s.whole(), r.tcols[0], record_floor)))
+            for nid, s in records.items() if s.batches}
     r.con.close()
     return Outcome({k: v for k, v in leaves.items() if v is not None}, {k: v for k, v in recs.items() if v is not None},
                    rounds + 1, updates, True, held=peak)
