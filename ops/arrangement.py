@@ -162,6 +162,14 @@ class LiveArrangement:
             return None
         return None if self.stored.in_loop else self.stored
 
+    def for_tasks(self, ctx: EvalContext) -> tuple[list[str], DataFrame | None]:
+        """(the stored layer files, which the tasks of a loop read themselves; every other
+        old update, as a frame). Nothing is stored apart for a collection entered from an
+        outer loop: its old updates are moved in time as they are read."""
+        if self.base is not None or self.stored is None or self.stored.is_empty():
+            return [], self.whole(ctx)
+        return list(self.stored.files), self.processed_union()
+
     def processed_union(self) -> DataFrame | None:
         """This run's processed updates as one frame (coalesced: a union of k frames would
         otherwise cost k times the tasks)."""

@@ -8,6 +8,7 @@ store's storage (storage/blob.py), one partition per file, inside ``mapInArrow``
 
 from __future__ import annotations
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from storage.blob import for_path
@@ -23,10 +24,17 @@ def read_layers(spark, paths: list[str], schema) -> DataFrame:
     files = list(paths)
 
     def read(batches):
-        from storage.blob import read_table
         for b in batches:
             for i in b.column(0).to_pylist():
-                table = read_table(files[i], page_checksum_verification=True).replace_schema_metadata(None)
-                yield from table.select(arrow_schema.names).cast(arrow_schema).to_batches()
+                yield from layer_table(files[i], arrow_schema).to_batches()
 
     return spark.range(0, len(files), 1, len(files)).mapInArrow(read, schema)
+
+
+def layer_table(path: str, schema: pa.Schema) -> pa.Table:
+    """One layer file's updates as ``schema`` (an Arrow schema), read with pyarrow wherever
+    the store lives: inside a task, without a Spark job."""
+    from storage.blob import read_table
+
+    table = read_table(path, page_checksum_verification=True).replace_schema_metadata(None)
+    return table.select(schema.names).cast(schema)

@@ -48,6 +48,7 @@ from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from ops.context import EvalContext
+from ops.layer_read import layer_table
 from ops.loop_exchange import Exchange, ExchangeAborted, Router, read_keys
 from ops.loop_pack import pack_frames, pack_tables, unpack_frame, unpack_table, wide_schema
 from ops.loop_plan import LoopPlan, loop_path, portable_sql
@@ -179,10 +180,17 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
             return None
     tags: dict[tuple[str, int], int] = {}
     parts, bparts, in_schemas = {}, {}, {}
+    # tag -> stored layer files the tasks read themselves (without a job that ships their
+    # rows through Spark, which cost cc's tasks 3.3 s of a 9 s batch for 1.1 M rows): when
+    # one task takes every row, or resident tasks each a share (they route rows anyway)
+    layer_files: dict[int, list[str]] = {}
     for n in nodes:
-        frames = []
+        frames, files = [], []
         if n.id in runtime.arranged:
-            frames.append(("old", runtime.arrangement(n).whole(ictx)))
+            a = runtime.arrangement(n)
+            files, old = a.for_tasks(ictx) if tasks or not plan.by else ([], a.whole(ictx))
+            frames.append(("old", old if old is not None or not files else
+                           spark.createDataFrame([], from_arrow_schema(update_schema(schemas[n.id], ictx.d)))))
         if n.op == "enter":
             frames.append(("new", entered.get(n.id)))
         for kind, df in frames:
@@ -192,6 +200,8 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
             in_schemas[tag] = update_schema(schemas[n.id], ictx.d)
             cols = plan.placed[n.id]
             (bparts if cols is None and not tasks else parts)[tag] = (df.select(*in_schemas[tag].names), cols)
+            if kind == "old" and files:
+                layer_files[tag] = files
     if not parts:  # nothing dealt by P: no variable state and nothing entering it
         return {l: None for l, _ in body.leaves}
 
@@ -253,15 +263,16 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
             if ex is None and row_limit is not None and n > row_limit:  # refused before any round
                 acc.add((0, 0, TOO_BIG, n, None, None))
                 return
-        if ex is not None and row_limit is not None:  # together: every task refuses, or none
-            total = sum(ex.agree(n))
-            if total > row_limit * tasks:
+        share = slice(None) if ex is None else slice(ex.me, None, tasks)  # resident tasks: a share each
+        stored = {tag: [layer_table(f, in_schemas[tag]) for f in files[share]] for tag, files in layer_files.items()}
+        n += sum(t.num_rows for ts in stored.values() for t in ts)
+        if row_limit is not None:  # resident tasks together: every task refuses, or none
+            total = n if ex is None else sum(ex.agree(n))
+            if total > row_limit * max(1, tasks):
                 acc.add((0, 0, TOO_BIG, total, None, None))
                 return
-        if not held and ex is None:
-            return
         table = (pa.Table.from_batches(held) if held else in_wide.empty_table()).cast(in_wide)
-        if table.num_rows == 0 and ex is None:
+        if n == 0 and ex is None:
             return
         small = None
         if bc is not None:
@@ -269,7 +280,7 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
         new, old = {}, {}
         for (kind, nid), tag in tags.items():
             src = table if tag in in_wide_tags else small
-            t = unpack_table(src, tag, in_schemas[tag])
+            t = pa.concat_tables([unpack_table(src, tag, in_schemas[tag])] + stored.get(tag, []))
             (new if kind == "new" else old)[nid] = t
         got = fixed_point(body, new, old, floor, row_budget, None if ex is None else Router(ex, keys))
         bad = got.refused or (None, None)
