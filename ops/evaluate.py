@@ -142,6 +142,9 @@ class Runtime:
         # beyond (one-dimensional outer times; None: keep exact times): a partition-local
         # loop returns its processed updates advanced to it (ops/loop_local.py)
         self.record_floor: int | None = None
+        # a folder every executor sees, for a resident loop's exchange on a cluster (None:
+        # the store is not in a filesystem folder; local mode uses the machine's temporary folder)
+        self.exchange_root: str | None = None
 
     def loop_plan(self, loop_node: Node):
         """How ``loop_node`` runs (ops/loop_plan.py), planned once per run."""

@@ -12,14 +12,16 @@ For a loop that ``ops/loop_plan.py`` finds partitionable by columns ``P``, a bat
    checkpoint; a tiny second job reads the rounds and checks convergence.
 
 A loop that no columns deal (``P`` empty) is *resident*: its rows are dealt round-robin
-to N tasks that run together (a barrier stage, N the session's task slots), each task owns
+to N tasks that run together (a barrier stage, N the session's task slots: on a cluster
+the cores of its executors, ``ops.session.slots``), each task owns
 the rows of every arrangement whose read key hashes to it, and the tasks exchange each
 round's changes through files (``ops/loop_exchange.py``): the state stays in the tasks
 across rounds, a round costs milliseconds beyond its work, and no round is a Spark job.
 ``DDCLI_LOOP_PATH=resident`` runs every loop the plan allows that way (partitionable ones
-too: a test setting). With one slot, on a cluster (not tried yet: see :func:`resident`) or
-with a body whose arrangements are read by two different keys, the loop runs in one task
-instead. Either way its rows are at most :data:`ONE_TASK_ROWS` a task;
+too: a test setting). With one slot, on a cluster whose store is not in a folder every
+executor sees (the exchange's folder is under the store there), with Spark's dynamic
+allocation, or with a body whose arrangements are read by two different keys, the loop
+runs in one task instead. Either way its rows are at most :data:`ONE_TASK_ROWS` a task;
 the tasks refuse more (before running a round) and the loop then runs round by round, for
 this batch and the rest of the run. A task that fails fails them all, and so does a stage
 Spark retries (the exchange's files cannot be trusted then): the batch then runs round by
@@ -165,7 +167,7 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
         return None
     started = time.monotonic()
     nodes = scope_nodes(p, scope)
-    res = resident(plan, body, spark)
+    res = resident(plan, body, spark, runtime.exchange_root)
     tasks = res.tasks if isinstance(res, Resident) else 0
     limited = loop_path() == "auto"  # ``local`` and ``resident`` (tests) take the rows whatever their number
     if not plan.by and limited:
@@ -358,24 +360,32 @@ class Resident:
     root: str
 
 
-def resident(plan: LoopPlan, body: Body, spark) -> Resident | str:
-    """How the loop runs resident, or why it does not (empty: it is partition-local)."""
-    from ops.session import cores, is_local
+def resident(plan: LoopPlan, body: Body, spark, shared_root: str | None = None) -> Resident | str:
+    """How the loop runs resident, or why it does not (empty: it is partition-local).
+    ``shared_root``: a folder every executor sees (the store's), for the exchange on a
+    cluster; local mode uses the machine's temporary folder."""
+    from ops.session import is_local, slots
 
     if plan.by and loop_path() != "resident":
         return ""
-    tasks = cores(spark)
+    # the tasks that can run at once now: a barrier stage of more partitions than that never
+    # starts (Spark retries its slot check, then fails the job); on a cluster not
+    # ``cores()``, which is the session's spark.default.parallelism (4), not its executors'
+    tasks = slots(spark)
+    if tasks < 1:
+        return "the session knows of no task slot (no executor registered)"
     if tasks < 2 and loop_path() != "resident":
         return "the session has one task slot"
     keys = read_keys(body)
     if isinstance(keys, str):
         return keys
-    if not is_local(spark.sparkContext.master):
-        # measured on the test cluster (two workers of one core): Spark found too few slots
-        # for the barrier stage, retried its check for 10 minutes, and the batch went round
-        # by round; until that is understood, a cluster runs such a loop in one task
-        return "on a cluster, tasks that run together are not used yet"
-    return Resident(tasks, keys, tempfile.gettempdir())
+    if is_local(spark.sparkContext.master):
+        return Resident(tasks, keys, tempfile.gettempdir())
+    if spark.conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+        return "Spark's dynamic allocation is on (tasks that run together need fixed executors)"
+    if shared_root is None:
+        return "its tasks would need a shared folder to exchange rows, and the store is not in one"
+    return Resident(tasks, keys, shared_root)
 
 
 def _resident_job(packed, tasks: int, task, out_wide: pa.Schema, folder: str):

@@ -45,6 +45,7 @@ from ops.reduce_shared import shared_token, write_shared
 from ops.writer import write_layer, write_sealed_and_pending
 from ops.writer_group import LayerWrite, write_layers
 from storage import faults
+from storage.blob_local import LocalBlobs
 from storage.lattice import Frontier, time_columns
 from storage.layer import Layer
 from storage.log import Conflict
@@ -259,6 +260,8 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
         return Arrangement(files, update_schema(schemas[node.id], node_dim(d, node)), st.rows() if st else 0)
 
     runtime = Runtime(p, stored, progress=progress, loop_stats=loop_stats, schemas=schemas)
+    if isinstance(store.blobs, LocalBlobs):  # on a cluster the store's folder is one every executor sees
+        runtime.exchange_root = store.blobs.join(store.path, "exchange")
     ctx = EvalContext(spark, d, delta_rows=delta_rows)
     sources = {}
     for n, v in views.items():

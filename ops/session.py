@@ -141,6 +141,11 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         # nested in another) and costs planning time on long plans; ddcli needs none of it
         .config("spark.sql.constraintPropagation.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        # a barrier stage (a resident loop, ops/loop_local.py) is sized by the slots when it
+        # is planned; should executors go in between, Spark retries its slot check, by
+        # default 40 times 15 s: fail after a minute instead (the loop then goes round by round)
+        .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "5s")
+        .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "12")
     )
     try:
         _session = _quietly(builder.getOrCreate, os.path.join(scratch, "jvm.log"))
@@ -318,7 +323,9 @@ def _quietly(start, log_path: str):
 
 
 def cores(spark) -> int:
-    """Task slots of the session: N for ``local[N]``, the CPUs for ``local[*]``."""
+    """Task slots of the session for sizing partitions: N for ``local[N]``, the CPUs for
+    ``local[*]``; on a cluster ``spark.default.parallelism``, which this session sets to 4
+    whatever the executors hold (tasks that must run together use :func:`slots`)."""
     import re
     m = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", spark.sparkContext.master)
     if m is None:  # a cluster
@@ -327,6 +334,19 @@ def cores(spark) -> int:
     if slots is None:
         return 1
     return (os.cpu_count() or 2) if slots == "*" else int(slots)
+
+
+def slots(spark) -> int:
+    """Tasks the session can run at once now: :func:`cores` in local mode; on a cluster, the
+    cores of the executors registered now over ``spark.task.cpus``, the figure Spark checks
+    a barrier stage's partitions against (``sc.maxNumConcurrentTasks``; 0 if unknown)."""
+    if is_local(spark.sparkContext.master):
+        return cores(spark)
+    try:
+        jsc = spark.sparkContext._jsc.sc()
+        return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+    except Exception:  # noqa: BLE001 - a Spark without the method: no tasks that run together
+        return 0
 
 
 SINGLE_PARTITION_ROWS = 100_000

@@ -23,8 +23,8 @@ from tests.operations_helpers import PIPELINES, REPO, run_ddcli
 from tests.spark_cluster import Cluster, executor_python
 
 SAMPLE = os.path.join(REPO, "sample_data")
-# cc: a loop no columns deal, in one task on a cluster (ops/loop_local.py: resident tasks
-# are local mode only for now)
+# cc: a loop no columns deal, resident on the cluster: in one task per executor core (two),
+# exchanging rows through a folder under the store (ops/loop_local.py)
 PIPES = [os.path.join(PIPELINES, f"{p}.py") for p in ("wordcount", "length_count", "reach", "asof", "cc")]
 OUTPUTS = ["counts", "length_counts", "reach", "bills", "labels"]
 
@@ -127,10 +127,20 @@ def test_the_sample_pipelines_on_a_standalone_cluster_equal_local_mode(spark, cl
         extra = {} if epoch == 0 else {"DDCLI_SPARK_DRIVER_HOST": cluster.host_addr,
                                        "DDCLI_SPARK_BIND_ADDRESS": cluster.host_addr}
         t0 = time.monotonic()
-        res = run_ddcli(["run", *PIPES], remote, env=_cluster_env(cluster, python, **extra), timeout=900)
+        res = run_ddcli(["run", *PIPES], remote, env=_cluster_env(cluster, python, DDCLI_PROGRESS="1", **extra),
+                        timeout=900)
         assert res.returncode == 0, f"exit {res.returncode}\n{res.stdout}\n{res.stderr}"
         assert res.stdout.count("pipeline '") == 5, res.stdout
-        print(f"epoch {epoch}: five pipelines on the cluster in {time.monotonic() - t0:.0f} s:", res.stdout.strip())
+        # cc ran resident in the executors' two slots (a barrier stage of as many tasks as
+        # the cluster runs at once), not in one task nor round by round
+        # (tests/test_loop_partition_local.py checks the same step in local mode)
+        lines = res.stderr.splitlines()
+        assert any("resident in 2 tasks that exchange" in line for line in lines), res.stderr
+        assert any("rounds inside 2 resident tasks" in line for line in lines), res.stderr
+        assert "round by round" not in res.stderr and "in one task" not in res.stderr, res.stderr
+        assert not os.listdir(os.path.join(remote, "exchange")), "the exchange's folders are removed"
+        print(f"epoch {epoch}: five pipelines on the cluster in {time.monotonic() - t0:.0f} s:", res.stdout.strip(),
+              *[line for line in lines if "resident" in line], sep="\n")
         assert _traces(remote) == _traces(local)
 
     # the outputs hold something worth comparing
