@@ -6,17 +6,19 @@ For a loop that ``ops/loop_plan.py`` finds partitionable by columns ``P``, a bat
    are collected once, refused above :data:`BROADCAST_ROWS` (the loop then runs round
    by round), and shipped to every task as Arrow IPC bytes in a Spark broadcast;
 2. the old state of every arrangement in the loop and the batch's updates entering it,
-   packed into one frame (``ops/loop_pack.py``), are dealt to tasks by ``P``;
+   packed into one frame (``ops/loop_pack.py``), are dealt to tasks by ``P``; when a
+   single task, or resident tasks (below), take the state, they read its stored layer
+   files themselves with pyarrow, and only this run's updates go through Spark;
 3. each task runs the rounds to the fixed point (``ops/loop_task.py``) and returns the
    leaves' changes and the arrangements' processed updates, materialised by one local
    checkpoint; a tiny second job reads the rounds and checks convergence.
 
 A loop that no columns deal (``P`` empty) is *resident*: its rows are dealt round-robin
 to N tasks that run together (a barrier stage, N the session's task slots: on a cluster
-the cores of its executors, ``ops.session.slots``), each task owns
-the rows of every arrangement whose read key hashes to it, and the tasks exchange each
-round's changes through files (``ops/loop_exchange.py``): the state stays in the tasks
-across rounds, a round costs milliseconds beyond its work, and no round is a Spark job.
+the cores of its executors, ``ops.session.slots``), each task owns the rows of every
+arrangement whose read key hashes to it, and the tasks exchange each round's changes
+through files (``ops/loop_exchange.py``): the state stays in the tasks across rounds, a
+round costs milliseconds beyond its work, and no round is a Spark job.
 ``DDCLI_LOOP_PATH=resident`` runs every loop the plan allows that way (partitionable ones
 too: a test setting). With one slot, on a cluster whose store is not in a folder every
 executor sees (the exchange's folder is under the store there), with Spark's dynamic
@@ -25,12 +27,11 @@ runs in one task instead. Either way its rows are at most :data:`ONE_TASK_ROWS` 
 the tasks refuse more (before running a round) and the loop then runs round by round, for
 this batch and the rest of the run. A task that fails fails them all, and so does a stage
 Spark retries (the exchange's files cannot be trusted then): the batch then runs round by
-round. Every task
-also stops once the rows it holds after a round (state, processed updates, pending
-feedback, outputs) are more than :func:`task_rows` (a hot partition value, or a fixed
-point that grows), and the loop then runs round by round too, whose reduce tasks hold
-their rows under their own budget (``ops/held_rows.py``): a task's memory is bounded
-whatever the skew.
+round. Every task also stops once the rows it holds after a round (state, processed
+updates, pending feedback, outputs) are more than :func:`task_rows` (a hot partition
+value, or a fixed point that grows), and the loop then runs round by round too, whose
+reduce tasks hold their rows under their own budget (``ops/held_rows.py``): a task's
+memory is bounded whatever the skew.
 
 The processed updates are recorded in the runtime's arrangements exactly as the rounds
 of ``ops/iterate.py`` record theirs, so the state written, later batches and later runs
