@@ -282,7 +282,7 @@ class _Round:
                     # a long history of few touched keys: its rows of earlier iterations
                     # merge or cancel (cc's reduces of a run over 3 M stored rows read 2-4x
                     # fewer rows); with a short one the sort costs more than it saves
-                    # (reach at 10^5 updates a run: 10% slower consolidating always)
+                    # (reach at 10^5 updates a run: about 9% slower consolidating always)
                     old = consolidate(old)
                 parts.append(old.append_column("_new", pa.array(np.zeros(old.num_rows, bool))))
         table = pa.concat_tables(parts) if len(parts) > 1 else new
