@@ -361,6 +361,21 @@ class Resident:
     root: str
 
 
+#: the most tasks a resident loop runs in: every exchange costs each task a file per other
+#: task, so on a big cluster more tasks make a round of a few rows dearer, not cheaper
+LOOP_TASKS = 16
+
+
+def resident_task_cap() -> int:
+    """``DDCLI_LOOP_TASKS`` (a positive integer), else :data:`LOOP_TASKS`."""
+    raw = os.environ.get("DDCLI_LOOP_TASKS", "").strip()
+    if not raw:
+        return LOOP_TASKS
+    if not raw.isdigit() or int(raw) < 1:
+        raise PipelineError(f"DDCLI_LOOP_TASKS must be a positive integer, not {raw!r}")
+    return int(raw)
+
+
 def resident(plan: LoopPlan, body: Body, spark, shared_root: str | None = None) -> Resident | str:
     """How the loop runs resident, or why it does not (empty: it is partition-local).
     ``shared_root``: a folder every executor sees (the store's), for the exchange on a
@@ -375,8 +390,10 @@ def resident(plan: LoopPlan, body: Body, spark, shared_root: str | None = None) 
     tasks = slots(spark)
     if tasks < 1:
         return "the session knows of no task slot (no executor registered)"
-    if tasks < 2 and loop_path() != "resident":
-        return "the session has one task slot"
+    cap = resident_task_cap()
+    if min(tasks, cap) < 2 and loop_path() != "resident":
+        return "the session has one task slot" if tasks < 2 else f"DDCLI_LOOP_TASKS={cap}"
+    tasks = min(tasks, cap)
     keys = read_keys(body)
     if isinstance(keys, str):
         return keys
@@ -397,6 +414,8 @@ def _resident_job(packed, tasks: int, task, out_wide: pa.Schema, folder: str):
 
     from ops.session import check_interrupt
 
+    root = os.path.dirname(folder)
+    made_root = not os.path.isdir(root)  # the store's exchange folder: removed again after the job
     os.makedirs(folder, exist_ok=True)
     try:
         # a shuffle after the barrier stage: without it, every later job reading the output
@@ -411,6 +430,11 @@ def _resident_job(packed, tasks: int, task, out_wide: pa.Schema, folder: str):
         return f"its tasks failed together ({(ours or lines or [type(e).__name__])[0][:300]})"
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+        if made_root:
+            try:
+                os.rmdir(root)
+            except OSError:  # not empty: a folder another run made there since
+                pass
 
 
 def report(runtime, plan: LoopPlan, why: str, broadcast_rows: int = 0, res: Resident | str = "") -> None:
@@ -435,7 +459,7 @@ def report(runtime, plan: LoopPlan, why: str, broadcast_rows: int = 0, res: Resi
         elif not plan.by:
             line = (f"loop {plan.loop}: in one task, every row of it together (no columns deal it: {plan.unpartitioned}; "
                     f"not resident: {res})")
-            runtime.loop_paths[plan.loop]["why"] = plan.unpartitioned
+            runtime.loop_paths[plan.loop].update(why=plan.unpartitioned, not_resident=res)
     if runtime.progress is not None:
         runtime.progress.steps.append({"step": "loop_path", "loop": plan.loop, **runtime.loop_paths[plan.loop]})
         runtime.progress(line)

@@ -138,7 +138,7 @@ def test_the_sample_pipelines_on_a_standalone_cluster_equal_local_mode(spark, cl
         assert any("resident in 2 tasks that exchange" in line for line in lines), res.stderr
         assert any("rounds inside 2 resident tasks" in line for line in lines), res.stderr
         assert "round by round" not in res.stderr and "in one task" not in res.stderr, res.stderr
-        assert not os.listdir(os.path.join(remote, "exchange")), "the exchange's folders are removed"
+        assert not os.path.exists(os.path.join(remote, "exchange")), "the exchange's folders are removed"
         print(f"epoch {epoch}: five pipelines on the cluster in {time.monotonic() - t0:.0f} s:", res.stdout.strip(),
               *[line for line in lines if "resident" in line], sep="\n")
         assert _traces(remote) == _traces(local)

@@ -53,6 +53,20 @@ def test_reach_and_bfs_run_partition_local_by_root_and_cc_resident(spark, tmp_pa
     bench.check(graphs_ref, {out: GRAPH_COLUMNS[out]})
 
 
+def test_cc_runs_in_one_task_when_resident_loops_may_use_one_and_a_bad_cap_is_one_line(
+        spark, tmp_path, monkeypatch):
+    from ops.pipeline import PipelineError
+
+    monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
+    monkeypatch.setenv("DDCLI_LOOP_TASKS", "1")
+    bench, [step] = one_run(tmp_path, "cc", 3, nodes=12, edges=20, step=4)
+    assert step["path"] == "local" and step["not_resident"] == "DDCLI_LOOP_TASKS=1", step
+    bench.check(graphs_ref, {"labels": GRAPH_COLUMNS["labels"]})
+    monkeypatch.setenv("DDCLI_LOOP_TASKS", "0")
+    with pytest.raises(PipelineError, match="DDCLI_LOOP_TASKS must be a positive integer, not '0'"):
+        one_run(tmp_path / "bad", "cc", 3, nodes=12, edges=20, step=4)
+
+
 def test_cc_runs_round_by_round_when_its_rows_are_too_many_for_its_tasks(spark, tmp_path, monkeypatch):
     import ops.loop_local
 
