@@ -135,7 +135,7 @@ def plot_loop_paths(res: dict, path: str) -> None:
     runs = list(res["runs"]) + [dict(r, path="Pathway") for r in res.get("pathway_runs", [])]
     runs.sort(key=lambda r: r["sample"] != "reach")
     labels = [f"{r['sample']}\n{r['path']}" for r in runs]
-    colors = [{"local": "C0", "round": "C1"}.get(r["path"], "C2") for r in runs]
+    colors = [{"local": "C0", "round": "C1", "resident": "C3"}.get(r["path"], "C2") for r in runs]  # C2: a peer
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
     ax1.bar(labels, [r["updates_per_second"] for r in runs], color=colors)
     ax1.set_ylabel("updates / s")
