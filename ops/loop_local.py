@@ -189,18 +189,19 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
     layer_files: dict[int, list[str]] = {}
     for n in nodes:
         frames, files = [], []
+        schema = update_schema(schemas[n.id], ictx.d)
         if n.id in runtime.arranged:
             a = runtime.arrangement(n)
             files, old = a.for_tasks(ictx) if tasks or not plan.by else ([], a.whole(ictx))
             frames.append(("old", old if old is not None or not files else
-                           spark.createDataFrame([], from_arrow_schema(update_schema(schemas[n.id], ictx.d)))))
+                           spark.createDataFrame([], from_arrow_schema(schema))))
         if n.op == "enter":
             frames.append(("new", entered.get(n.id)))
         for kind, df in frames:
             if df is None:
                 continue
             tag = tags[(kind, n.id)] = len(tags) + 1
-            in_schemas[tag] = update_schema(schemas[n.id], ictx.d)
+            in_schemas[tag] = schema
             cols = plan.placed[n.id]
             (bparts if cols is None and not tasks else parts)[tag] = (df.select(*in_schemas[tag].names), cols)
             if kind == "old" and files:
