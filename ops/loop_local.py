@@ -362,8 +362,9 @@ class Resident:
     root: str
 
 
-#: the most tasks a resident loop runs in: every exchange costs each task a file per other
-#: task, so on a big cluster more tasks make a round of a few rows dearer, not cheaper
+#: the most tasks a resident loop runs in: at every exchange each task waits for and reads a
+#: note of every other task (and writes up to a file of rows to each), so on a big cluster
+#: more tasks make a round of a few rows dearer (not measured beyond 2 tasks)
 LOOP_TASKS = 16
 
 
