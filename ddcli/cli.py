@@ -72,17 +72,17 @@ EXIT_CODES_HELP = (
 # (module, class) of the exceptions that are user errors (exit 2) and conflicts (exit 3).
 # Named, not imported: an exception of a module can only be raised once the module is
 # loaded, so handling an error never imports anything (and never pyspark).
-USER_ERRORS = [("ddcli.render", "RenderError"), ("storage.state.trace", "StoreError"),
-               ("storage.files.read", "UpdateFileError"), ("storage.lattice", "TimeSyntaxError"),
-               ("ops.dataflow.builder", "PipelineError"), ("ops.spark.session", "SparkSetupError"),
-               ("storage.blobs.base", "StoreUnreachable"),
+USER_ERRORS = [("ddcli.render", "RenderError"), ("storage.errors", "StoreError"),
+               ("storage.errors", "UpdateFileError"), ("storage.errors", "TimeSyntaxError"),
+               ("ops.errors", "PipelineError"), ("ops.errors", "SparkSetupError"),
+               ("storage.errors", "StoreUnreachable"),
                # a pipeline's own expression failing on the data (1/0 under ANSI SQL, a cast
                # of 'abc' to a number, a bad date): the user's to fix, not a bug of ddcli
                ("pyspark.errors.exceptions.captured", "ArithmeticException"),
                ("pyspark.errors.exceptions.captured", "NumberFormatException"),
                ("pyspark.errors.exceptions.captured", "DateTimeException")]
-CONFLICT_ERRORS = [("storage.log.commit", "Conflict")]
-CORRUPTION_ERRORS = [("storage.integrity", "CorruptionError")]
+CONFLICT_ERRORS = [("storage.errors", "Conflict")]
+CORRUPTION_ERRORS = [("storage.errors", "CorruptionError")]
 
 
 def _loaded(names: list[tuple[str, str]]) -> tuple[type, ...]:
@@ -326,9 +326,9 @@ def bench_storage(
 
 
 # the commands, in the order `ddcli --help` lists them
-from ddcli.commands import store as store_commands  # noqa: E402,F401  (registers ingest, advance, compact)
-from ddcli.commands import read as read_commands  # noqa: E402,F401  (registers query, history, sql, status)
 from ddcli.commands import lifecycle  # noqa: E402,F401  (registers pipelines and drop)
+from ddcli.commands import read as read_commands  # noqa: E402,F401  (registers query, history, sql, status)
+from ddcli.commands import store as store_commands  # noqa: E402,F401  (registers ingest, advance, compact)
 
 
 def main() -> None:

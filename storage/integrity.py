@@ -27,12 +27,9 @@ import hashlib
 import io
 import struct
 
+from storage.errors import CorruptionError
+
 _CHUNK = 1 << 22
-
-
-class CorruptionError(Exception):
-    """The store is damaged: a layer file is missing or differs from what the log says,
-    or the newest metadata version is unreadable. One line; run ``ddcli check``."""
 
 
 def _blobs(path: str):

@@ -22,18 +22,13 @@ import pyarrow as pa
 
 from storage import faults, integrity
 from storage.blobs.base import open_store
+from storage.errors import Conflict, CorruptionError, DiffOverflow, LayerVanished, StoreError
 from storage.lattice import Frontier, beyond_mask, format_frontier, time_columns
 from storage.layer import Layer, consolidate, empty_updates, read_layer_files, write_layer_file
-from storage.files.limits import DiffOverflow
-from storage.log.commit import Conflict, Log
-from storage.state.trace import Hold, StoreError, Trace
+from storage.log.commit import Log
+from storage.state.trace import Hold, Trace
 
 DEFAULT_GRACE_SECONDS = 3600.0
-
-
-class LayerVanished(Conflict):
-    """A layer file a reader's version named was collected after a newer version replaced
-    it: nothing is wrong, read again from the newest version."""
 
 
 @dataclass
@@ -120,7 +115,7 @@ class Store:
                 p = self.blobs.join(tdir, f.name)
                 try:
                     readable = integrity.check_read(trace.name, p, f)
-                except integrity.CorruptionError:
+                except CorruptionError:
                     if not self.blobs.exists(p) and not self._names_file(trace.name, f.name):
                         raise LayerVanished(f"layer file {p} of trace {trace.name!r} was removed by a "
                                             f"compaction while it was being read; retry") from None
@@ -371,8 +366,8 @@ class Store:
             self.merge_layers(name)
         except Conflict:
             pass
-        except integrity.CorruptionError as e:
-            raise integrity.CorruptionError(f"the write was committed, but merging afterwards found damage: {e}") from None
+        except CorruptionError as e:
+            raise CorruptionError(f"the write was committed, but merging afterwards found damage: {e}") from None
         except Exception as e:  # noqa: BLE001 - the committed write stands whatever merging does
             self.warn(f"trace {name!r}: merging layers after the commit failed "
                                  f"({type(e).__name__}: {e}); the updates are committed, "

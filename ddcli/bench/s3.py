@@ -30,12 +30,13 @@ def store_locations(s3: bool, work: str) -> Iterator[Callable[[str], str]]:
     try:
         from moto.server import ThreadedMotoServer
     except ImportError:
-        from storage.state.trace import StoreError
+        from storage.errors import StoreError
         raise StoreError("--s3 needs the moto[server] package (pip install 'moto[server]')") from None
+    import logging
+
     import boto3
 
     from storage.blobs import base as blob
-    import logging
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

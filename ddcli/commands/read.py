@@ -10,8 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from ddcli import render
-from ddcli.cli import (DEFAULT_STORE, EXIT_CODES_HELP, FormatOpt, JsonOpt, OutputOpt, StoreOpt, WhereOpt,
-                       _store, app)
+from ddcli.cli import DEFAULT_STORE, EXIT_CODES_HELP, FormatOpt, JsonOpt, OutputOpt, StoreOpt, WhereOpt, _store, app
 
 # ---------------------------------------------------------------- reading
 
@@ -49,8 +48,8 @@ def query(
     from storage.sql.query import default_time
     st = _store(store)
     if as_of is not None:
+        from storage.errors import StoreError
         from storage.state.complete import incomplete
-        from storage.state.trace import StoreError
         tr = st.trace(trace)
         why = incomplete(tr, parse_time(as_of, tr.d))
         if why and strict:

@@ -19,12 +19,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ops.errors import PipelineError
 from ops.reduce import kernel as rk
 from storage.state.trace import NAME_RE
-
-
-class PipelineError(Exception):
-    """A mistake in a pipeline: one clear line, raised before Spark does any work."""
 
 
 @dataclass(eq=False)

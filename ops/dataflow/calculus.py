@@ -72,12 +72,13 @@ from typing import TYPE_CHECKING
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from ops.dataflow.builder import Node
+from ops.errors import PipelineError
 from ops.operators.context import AT, EvalContext
-from ops.dataflow.builder import Node, PipelineError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ops.run.evaluate import Runtime
     from ops.dataflow.builder import Collection
+    from ops.run.evaluate import Runtime
 
 ORDINARY, MOMENTS = "ordinary", "moments"
 

@@ -16,8 +16,9 @@ import re
 
 import pyarrow as pa
 
+from ops.dataflow.builder import Node, Pipeline
+from ops.errors import PipelineError
 from ops.reduce import kernel as rk
-from ops.dataflow.builder import Node, Pipeline, PipelineError
 
 Columns = dict  # column name -> pa.DataType, or None when only the name is known
 

@@ -50,14 +50,15 @@ import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from ops.operators.context import EvalContext
+from ops.dataflow.builder import Node, Pipeline
+from ops.errors import PipelineError
 from ops.io.read import layer_table
-from ops.loops.exchange import Exchange, ExchangeAborted, Router, read_keys
 from ops.io.wide_frame import pack_frames, pack_tables, unpack_frame, unpack_table, wide_schema
+from ops.loops.exchange import Exchange, ExchangeAborted, Router, read_keys
 from ops.loops.plan import LoopPlan, loop_path, portable_sql
-from ops.loops.task import Body, TaskNode, fixed_point, update_schema
-from ops.dataflow.builder import Node, Pipeline, PipelineError
 from ops.loops.priority import check_iteration, node_priority
+from ops.loops.task import Body, TaskNode, fixed_point, update_schema
+from ops.operators.context import EvalContext
 
 BROADCAST_ROWS = 500_000  # rows (old + new) up to which an entered collection is broadcast
 #: Rows (state + new) up to which a loop without partition columns runs in one task. Above

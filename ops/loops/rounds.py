@@ -38,10 +38,11 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from ops.dataflow.builder import Node, Pipeline
+from ops.errors import PipelineError
+from ops.loops.priority import check_iteration, delay_at, enter_at_frame, node_priority
 from ops.operators import linear
 from ops.operators.context import EvalContext
-from ops.dataflow.builder import Node, Pipeline, PipelineError
-from ops.loops.priority import check_iteration, delay_at, enter_at_frame, node_priority
 from storage.lattice import time_columns
 
 

@@ -48,10 +48,11 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from ops.dataflow.builder import Node
 from ops.dataflow.calculus import refuse_from_scratch
+from ops.errors import PipelineError
 from ops.operators.context import EvalContext
 from ops.operators.linear import union_all
-from ops.dataflow.builder import Node, PipelineError
 
 PENDING_TIME = "_asof_time"
 

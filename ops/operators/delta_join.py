@@ -50,9 +50,10 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from ops.dataflow.builder import Node
+from ops.errors import PipelineError
 from ops.operators.context import AT, EvalContext
 from ops.operators.linear import union_all
-from ops.dataflow.builder import Node, PipelineError
 
 RESOLVED = "_resolved"  # node.args key: [(variables, {variable: column})] once known
 

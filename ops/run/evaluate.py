@@ -19,17 +19,17 @@ import numpy as np
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame
 
+from ops.dataflow.builder import Node, Pipeline, Scope
+from ops.dataflow.calculus import CALCULUS_OPS, evaluate_calculus  # issue 5
+from ops.errors import PipelineError
 from ops.operators import join as join_ops
 from ops.operators import linear
-from ops.reduce import kernel as rk
 from ops.operators.arrangement import Arrangement, LiveArrangement
 from ops.operators.context import RESERVED, EvalContext
-from ops.dataflow.builder import Node, Pipeline, PipelineError, Scope
-from ops.run.progress import RunProgress
-from ops.reduce.operator import SPLIT_ROWS, reduce_changes, two_stage
+from ops.reduce import kernel as rk
 from ops.reduce.budget import task_rows
-from ops.dataflow.calculus import CALCULUS_OPS, evaluate_calculus  # issue 5
-
+from ops.reduce.operator import SPLIT_ROWS, reduce_changes, two_stage
+from ops.run.progress import RunProgress
 
 STATEFUL = {"join", "semijoin", "reduce", "distinct", "threshold",
             "as_of_join", "delta_join"}  # issue 5: calculus operators whose inputs are arranged

@@ -33,24 +33,25 @@ from typing import Callable
 
 import pyarrow as pa
 
-from ops.operators.arrangement import Arrangement
-from ops.operators.context import EvalContext
-from ops.run.evaluate import Runtime, evaluate, node_key
-from ops.io.read import read_layers
-from ops.operators.linear import union_coalesced
+from ops.dataflow.builder import Node, Pipeline
 from ops.dataflow.load import load_pipeline
-from ops.dataflow.builder import Node, Pipeline, PipelineError
-from ops.run.progress import RunProgress, cone_of, updates
-from ops.reduce.shared_shuffle import shared_token, write_shared
+from ops.errors import PipelineError
+from ops.io.read import read_layers
 from ops.io.write import write_layer, write_sealed_and_pending
 from ops.io.write_many import LayerWrite, write_layers
+from ops.operators.arrangement import Arrangement
+from ops.operators.context import EvalContext
+from ops.operators.linear import union_coalesced
+from ops.reduce.shared_shuffle import shared_token, write_shared
+from ops.run.evaluate import Runtime, evaluate, node_key
+from ops.run.progress import RunProgress, cone_of, updates
 from storage import faults
 from storage.blobs.local import LocalBlobs
+from storage.errors import Conflict
 from storage.lattice import Frontier, time_columns
 from storage.layer import Layer
-from storage.log.commit import Conflict
-from storage.store import State, Store
 from storage.state.trace import Trace, check_new_name
+from storage.store import State, Store
 
 
 @dataclass

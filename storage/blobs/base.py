@@ -24,17 +24,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 
-
-class StoreUnreachable(Exception):
-    """The store's location cannot be used: a missing bucket, credentials refused, an
-    endpoint that does not answer. A user error (exit 2): one line; nothing was changed."""
-
-
-class Ambiguous(Exception):
-    """A write whose outcome is unknown (a timeout after the request was sent): the
-    caller reads the object back to find out, it never guesses."""
-
-
 @dataclass(frozen=True)
 class Stat:
     size: int

@@ -37,7 +37,8 @@ import tempfile
 import threading
 
 from storage import faults
-from storage.blobs.base import Ambiguous, Blobs, Stat, StoreUnreachable
+from storage.blobs.base import Blobs, Stat
+from storage.errors import Ambiguous, StoreUnreachable
 from storage.integrity import bytes_checksums
 
 _NOT_FOUND = {"NoSuchKey", "404", "NotFound"}

@@ -38,12 +38,11 @@ import threading
 
 import pyarrow as pa
 
-from storage.lattice import (Frontier, Time, format_frontier, format_time, join, leq_sql,
-                             parse_time, time_columns)
+from storage.errors import Conflict, LayerVanished, StoreError
+from storage.lattice import Frontier, Time, format_frontier, format_time, join, leq_sql, parse_time, time_columns
 from storage.sql import sandbox as sql_guard
-from storage.log.commit import Conflict
-from storage.store import LayerVanished, Store
-from storage.state.trace import StoreError, Trace
+from storage.state.trace import Trace
+from storage.store import Store
 
 _ATTEMPTS = 3  # reads retried when compaction collected the files they were reading
 

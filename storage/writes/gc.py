@@ -8,7 +8,8 @@ checkpoint they are built on) for as long (storage/log/commit.py, ``Log.prune``)
 
 from __future__ import annotations
 
-from storage import clock, integrity
+from storage import clock
+from storage.errors import CorruptionError
 from storage.store import State
 
 
@@ -26,7 +27,7 @@ def collect_garbage(store, grace_seconds: float) -> int:
     cutoff = clock.now() - grace_seconds
     store.state()
     if store.log.damaged:  # the damaged version may name files no intact one does: keep them
-        raise integrity.CorruptionError(f"no garbage collected: {store.log.damage_note()}")
+        raise CorruptionError(f"no garbage collected: {store.log.damage_note()}")
     referenced: set[str] = set()
     live_traces = set()
     states = [store.state()] + [State.from_json(s.get("version", 0), s) for s in store.log.recent_states(cutoff)]

@@ -11,15 +11,13 @@ import numpy as np
 import pyarrow as pa
 
 from storage import faults
-from storage.state import ingested
+from storage.errors import Conflict, DiffOverflow, StoreError
 from storage.lattice import Frontier, beyond_mask, format_frontier, format_time
 from storage.layer import updates_table
-from storage.files.limits import DiffOverflow
-from storage.log.commit import Conflict
+from storage.state import ingested
 from storage.state.seal import check_open
-from storage.store import (IngestResult, State, _apply_seal, _check_new_layers, _seal_point,
-                           _written_layers)
-from storage.state.trace import StoreError, Trace, check_name, check_new_name
+from storage.state.trace import Trace, check_name, check_new_name
+from storage.store import IngestResult, State, _apply_seal, _check_new_layers, _seal_point, _written_layers
 
 
 def ingest(store, name: str, paths: list[str], *, key: list[str] | None = None,

@@ -25,7 +25,7 @@ import time
 
 from storage import clock
 from storage.blobs.base import for_path
-from storage.log.commit import Conflict
+from storage.errors import Conflict
 
 DEFAULT_TTL = 60.0
 

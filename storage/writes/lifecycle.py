@@ -9,9 +9,9 @@ the files it stops referencing are garbage for ``ddcli compact``.
 
 from __future__ import annotations
 
+from storage.errors import StoreError
 from storage.lattice import Frontier, format_frontier
 from storage.store import State, Store
-from storage.state.trace import StoreError
 
 
 def _record(state: State, store: Store, name: str) -> dict:

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.store import Store
-from storage.state.trace import StoreError, Trace
+from storage.errors import StoreError
 from storage.sql.query import quote
+from storage.state.trace import Trace
+from storage.store import Store
 
 _NOT_DATA = re.compile(r"(time|time_\d+|diff)\Z")
 

@@ -23,10 +23,11 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from storage.errors import StoreError
 from storage.lattice import time_columns
-from storage.store import Store
-from storage.state.trace import StoreError, Trace
 from storage.sql.query import quote
+from storage.state.trace import Trace
+from storage.store import Store
 
 _TIME = re.compile(r"time(_\d+)?\Z")
 

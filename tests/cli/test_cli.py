@@ -22,7 +22,6 @@ import pytest
 from typer.testing import CliRunner
 
 from ddcli.cli import app
-
 from tests.helpers import REPO
 
 SAMPLE = Path(REPO) / "sample_data"
@@ -377,8 +376,8 @@ def test_bad_input_corpus_through_the_cli(store_dir, name):
 
 
 def test_conflict_is_exit_3_and_internal_error_exit_1(words, monkeypatch):
+    from storage.errors import Conflict
     from storage.sql import query as Q
-    from storage.log.commit import Conflict
     from storage.store import Store
 
     def conflict(*a, **k):

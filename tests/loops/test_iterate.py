@@ -23,14 +23,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ops.dataflow.builder import PipelineError
+from ops.errors import PipelineError
 from ops.run.run import run_pipeline
 from ops.verify.verify import verify_pipeline
 from storage.lattice import Frontier, time_columns
 from storage.store import Store
+from tests.helpers import REPO
 from tests.helpers import reference as R
 
-from tests.helpers import REPO
 SAMPLES = os.path.join(REPO, "sample_data", "pipelines")
 
 EDGES = pa.schema([("src", pa.int64()), ("dst", pa.int64())])

@@ -17,9 +17,7 @@ from collections import Counter
 import pytest
 
 from ops.run.run import run_pipeline
-from tests.loops.test_iterate import (EDGES, GRAPH_COLUMNS, ROOTS, Bench, graphs_ref, samples_source,
-                                sliding_window_runs)
-
+from tests.loops.test_iterate import EDGES, GRAPH_COLUMNS, ROOTS, Bench, graphs_ref, samples_source, sliding_window_runs
 
 OUTPUT = {"reach": "reach", "bfs": "distances", "cc": "labels"}
 
@@ -55,7 +53,7 @@ def test_reach_and_bfs_run_partition_local_by_root_and_cc_resident(spark, tmp_pa
 
 def test_cc_runs_in_one_task_when_resident_loops_may_use_one_and_a_bad_cap_is_one_line(
         spark, tmp_path, monkeypatch):
-    from ops.dataflow.builder import PipelineError
+    from ops.errors import PipelineError
 
     monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
     monkeypatch.setenv("DDCLI_LOOP_TASKS", "1")

@@ -23,7 +23,7 @@ from collections import deque
 import pyarrow as pa
 import pytest
 
-from ops.dataflow.builder import PipelineError
+from ops.errors import PipelineError
 from ops.run.run import run_pipeline
 from tests.loops.test_iterate import SAMPLES, Bench, labels_ref, root_updates
 

@@ -14,11 +14,11 @@ import os
 import pytest
 
 import ddcli.commands.run  # noqa: F401  (registers run and verify)
-from ops.dataflow.builder import Pipeline, PipelineError
+from ops.dataflow.builder import Pipeline
+from ops.errors import PipelineError
 from ops.verify.verify import verify_pipeline
 from storage.store import Store
 from tests.helpers.cli import cli, ok, write
-
 
 WORDS = [("a", 1, 1), ("bb", 1, 1), ("a", 2, 1), ("ccc", 4, 1), ("bb", 6, -1), ("dd", 9, 1), ("a", 9, 1)]
 

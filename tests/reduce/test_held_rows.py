@@ -19,9 +19,10 @@ import pyarrow as pa
 import pytest
 
 import ops.reduce.budget as rl
+from ops.errors import KeyTooLarge
 from ops.reduce.held_rows import HeldRows
+from ops.reduce.kernel import reduce_delta
 from ops.reduce.operator import output_arrow_schema
-from ops.reduce.kernel import KeyTooLarge, reduce_delta
 from tests.reduce.test_reduce_hot_keys import _consolidated, hot_rows
 from tests.reduce.test_reduce_kernel import KEYS, KTYPES, REDUCERS, VALUES, VTYPES, check_accumulation, make_table
 
@@ -189,6 +190,7 @@ def test_a_key_without_value_columns_over_the_budget_is_reduced_in_slices_of_tim
     as one row per (key, other coordinates, new or old), so no slice holds much more than
     the budget. Checked at every point of the times' grid."""
     import itertools
+
     from ops.dataflow.reducers import Count, Distinct
     from storage.lattice import time_columns
     reducer = Count() if name == "count" else Distinct()

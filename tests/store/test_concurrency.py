@@ -16,11 +16,11 @@ import time
 import pytest
 
 from storage import faults
+from storage.errors import Conflict
 from storage.lattice import Frontier
-from storage.log.commit import Conflict, Log
+from storage.log.commit import Log
 from storage.store import Store
-from tests.helpers.store_refs import (check_equivalence, check_layers, files_on_disk, py, run_writer,
-                             write_updates)
+from tests.helpers.store_refs import check_equivalence, check_layers, files_on_disk, py, run_writer, write_updates
 
 OLD = [((k, "a"), (0,), 1) for k in range(6)]
 

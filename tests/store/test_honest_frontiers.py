@@ -21,11 +21,11 @@ from collections import Counter
 import pytest
 
 from storage import faults
+from storage.errors import Conflict, StoreError
 from storage.log import commit as log_module
-from storage.log.commit import Conflict, Log
+from storage.log.commit import Log
 from storage.sql.query import as_of
 from storage.store import Store
-from storage.state.trace import StoreError
 from tests.helpers.operations import PIPELINES
 
 WORDCOUNT = os.path.join(PIPELINES, "wordcount.py")

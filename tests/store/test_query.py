@@ -16,11 +16,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from storage.sql import query as Q
+from storage.errors import StoreError
 from storage.lattice import Frontier, advance, leq, time_columns
+from storage.sql import query as Q
+from storage.state.trace import Trace
 from storage.store import Store
-from storage.state.trace import StoreError, Trace
-
 
 # ---------------------------------------------------------------- references and builders
 
@@ -172,7 +172,7 @@ def test_d2_default_uses_every_update_including_pending(tmp_path):
 
 
 def test_time_syntax_and_dimension_errors(tmp_path):
-    from storage.lattice import TimeSyntaxError
+    from storage.errors import TimeSyntaxError
     store = Store(str(tmp_path / "store"))
     store.ingest("w", [write(tmp_path / "w.parquet", [(("a", 0), (0,), 1)], 1)])
     with pytest.raises(TimeSyntaxError):
@@ -303,7 +303,7 @@ def test_a_read_whose_files_were_collected_reads_the_newest_version_again(tmp_pa
     """Readers take no locks: when compaction commits and collects the layer files a reader
     was given, the read starts over from the newest version (and gives up with a Conflict,
     safe to retry, if that keeps happening)."""
-    from storage.log.commit import Conflict
+    from storage.errors import Conflict
     store = Store(str(tmp_path / "store"))
     store.ingest("w", [write(tmp_path / "a.parquet", [(("a", 0), (0,), 1)], 1)])
     stale = store.trace("w")
