@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from storage.blobs.base import for_path, read_schema, read_table
+from storage.blobs.resolve import for_path, read_schema, read_table
 from storage.errors import CorruptionError
 from storage.files.limits import check_diff_sums
 from storage.lattice import Frontier, advance_columns, time_columns

@@ -21,7 +21,7 @@ from typing import Callable, Iterable
 import pyarrow as pa
 
 from storage import faults, integrity
-from storage.blobs.base import open_store
+from storage.blobs.resolve import open_store
 from storage.errors import Conflict, CorruptionError, DiffOverflow, LayerVanished, StoreError
 from storage.lattice import Frontier, beyond_mask, format_frontier, time_columns
 from storage.layer import Layer, consolidate, empty_updates, read_layer_files, write_layer_file

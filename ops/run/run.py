@@ -168,7 +168,7 @@ def time_batches(store: Store, views: dict[str, InputView], d: int,
     in each (read with DuckDB). One batch, unbounded, when that is all it takes."""
     import numpy as np
 
-    from storage.blobs.base import duckdb_connect
+    from storage.blobs.resolve import duckdb_connect
 
     col = time_columns(d)[0]
     firsts: dict[str, np.ndarray] = {}

@@ -38,8 +38,8 @@ import threading
 
 from storage import faults
 from storage.blobs.base import Blobs, Stat
+from storage.blobs.checksums import bytes_checksums
 from storage.errors import Ambiguous, StoreUnreachable
-from storage.integrity import bytes_checksums
 
 _NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
 _TAKEN = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}

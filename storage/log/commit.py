@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from storage import clock, faults
-from storage.blobs.base import for_path
+from storage.blobs.resolve import for_path
 from storage.errors import Ambiguous, Conflict, CorruptionError
 from storage.log import delta as log_delta
 

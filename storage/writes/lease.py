@@ -24,7 +24,7 @@ import threading
 import time
 
 from storage import clock
-from storage.blobs.base import for_path
+from storage.blobs.resolve import for_path
 from storage.errors import Conflict
 
 DEFAULT_TTL = 60.0

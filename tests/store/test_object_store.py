@@ -196,9 +196,9 @@ def test_a_run_lease_on_the_object_store_is_taken_once(s3_env):
 
 def _fresh_process():
     """What a new ddcli process would find: no client, no local copies of layers."""
-    from storage.blobs import base as blob
     from storage.blobs import s3 as blob_s3
-    blob._cache.clear()
+    from storage.blobs.resolve import forget_clients
+    forget_clients()
     for path in list(blob_s3._copies.files()):
         blob_s3.S3Blobs.forget_copy(None, path)
 
