@@ -100,7 +100,8 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
     import pyarrow.parquet as pq
 
     from storage.layer import ROW_GROUP_ROWS, consolidate
-    from storage.sql.query import as_of, quote
+    from storage.sql.duck import quote
+    from storage.sql.query import as_of
     from storage.store import Store
 
     say = log or (lambda msg: None)

@@ -46,7 +46,7 @@ from ops.reduce.held_rows import TABLE, HeldRows
 from ops.reduce.old_updates import OldLookup
 from ops.reduce.summary import accumulate_old_rows, old_summary
 from storage.lattice import time_columns
-from storage.sql.query import quote
+from storage.sql.duck import quote
 
 #: Rows a reduce task brings into Arrow at once (``DDCLI_REDUCE_TASK_ROWS``): old updates
 #: looked up, or its input held: about the sweeps' measured ~0.3 GB for a key of 10^6

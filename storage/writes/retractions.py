@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage.errors import StoreError
-from storage.sql.query import quote
+from storage.sql.duck import quote
 from storage.state.trace import Trace
 from storage.store import Store
 
@@ -45,7 +45,7 @@ def negative_rows(store: Store, existing: Trace | None, updates: pa.Table, data_
     updates and ``updates``, is negative."""
     if not updates.num_rows or not pc.any(pc.less(updates.column("diff"), 0)).as_py():
         return Negative()
-    from storage.sql.query import connect
+    from storage.sql.duck import connect
     cols = ", ".join(quote(c) for c in data_columns)
     paths = store.read_paths(existing, local=True) if existing is not None else []
     old = ""

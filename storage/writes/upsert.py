@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from storage.errors import StoreError
 from storage.lattice import time_columns
-from storage.sql.query import quote
+from storage.sql.duck import quote
 from storage.state.trace import Trace
 from storage.store import Store
 
@@ -106,7 +106,7 @@ def upsert_step(store: Store, key: list[str], *, delete: bool, stats: UpsertStat
     option = "--delete" if delete else "--upsert"
 
     def prepare(existing: Trace | None, updates: pa.Table) -> pa.Table:
-        from storage.sql.query import connect
+        from storage.sql.duck import connect
         if existing is None and delete:
             raise StoreError(f"{option}: the trace does not exist yet; there is nothing to delete")
         d = existing.d if existing is not None else sum(1 for c in updates.column_names if _TIME.match(c))

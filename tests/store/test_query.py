@@ -261,9 +261,9 @@ def test_internal_traces_are_views_only_under_their_quoted_name(tmp_path):
     assert Q.sql(store, 'SELECT count(*) AS c FROM "wc.count"').to_pylist() == [{"c": 0}]
     with pytest.raises(StoreError):
         Q.sql(store, "SELECT * FROM wc.count")
-    traces, _ = Q.status(store)
+    traces = Q.status(store)
     assert traces.column("trace").to_pylist() == ["w"]
-    traces, _ = Q.status(store, internal=True)
+    traces = Q.status(store, internal=True)
     assert traces.column("trace").to_pylist() == ["w", "wc.count"]
 
 
@@ -285,13 +285,12 @@ def test_sql_on_an_empty_store(tmp_path):
 
 def test_status_describes_every_trace(tmp_path):
     store = _words_store(tmp_path)
-    traces, pipelines = Q.status(store)
+    traces = Q.status(store)
     row = traces.to_pylist()[0]
     assert row["trace"] == "w" and row["key"] == "word" and row["d"] == 1
     assert row["columns"] == "word:string, n:int64"
     assert row["since"] == "0" and row["upper"] == "3" and row["rows"] == 4 and row["layers"] == 1
     assert row["bytes"] > 0
-    assert pipelines.num_rows == 0
     with pytest.raises(StoreError, match="unknown trace"):
         Q.status(store, "nope")
 
