@@ -72,6 +72,12 @@ def _check_sha(trace: str, path: str, lf, sha: str) -> None:
 _verified: dict[str, tuple] = {}  # path -> (inode, size, mtime, ctime) whose hash matched
 
 
+def forget_verified() -> None:
+    """Forget which files this process has checked: the next read hashes them again, as a
+    new process would."""
+    _verified.clear()
+
+
 def check_read(trace: str, path: str, lf) -> str:
     """What every read checks: :func:`check_cheap`, then the whole-file SHA-256; both
     skipped when this process already verified this very file (same identity and change

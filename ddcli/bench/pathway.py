@@ -26,7 +26,6 @@ import time as _time
 
 import pyarrow as pa
 
-
 #: the data columns of each replayed query's output, as ddcli's output trace names them
 DATA = {"reach": ["root", "node"], "bfs": ["root", "node", "dist"], "cc": ["node", "label"]}
 

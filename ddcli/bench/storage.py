@@ -21,30 +21,20 @@ The benchmark of issue 2, with every size a parameter (a test runs it tiny):
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import platform
 import shutil
 import statistics
-import sys
 import tempfile
 import time as _time
 from typing import Callable
 
+from ddcli.bench.common import dir_bytes, require_matplotlib
 from ddcli.bench.s3 import requests_per_commit, store_locations
 
 BIG_TIMES = 100       # distinct times of the big ingest
 PART_ROWS = 1_000_000  # rows per generated Parquet file of the big ingest
 TRACE = "bench"
-
-
-def console_log() -> Callable[[str], None] | None:
-    """Phase messages on stderr, only when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        return None
-    from rich.console import Console
-    con = Console(stderr=True)
-    return lambda msg: con.log(msg)
 
 
 def _gen(rng, n: int, keys: int, t0: int, t1: int):
@@ -73,20 +63,9 @@ def _timed(fn, repeat: int, first: list | None = None) -> tuple[float, object]:
 def _forget_checked_layers(store, trace) -> None:
     """Forget that this process checked (and, on an object store, fetched) the layers."""
     from storage import integrity
-    integrity._verified.clear()
+    integrity.forget_verified()
     for p in store.layer_paths(trace):
         store.blobs.forget_copy(p)
-
-
-def _dir_bytes(path: str) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.path.getsize(os.path.join(root, f))
-            except OSError:
-                pass
-    return total
 
 
 def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ingests: int = 1000,
@@ -221,7 +200,7 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
             "layers": {"after_small_ingests": layers, "after_each_ingest": layer_counts,
                        "log2_ingests": float(np.log2(max(small_ingests + 1, 2)))},
             "store": {"location": store.path, "where": store.blobs.where(), "commits": commits},
-            "bytes": {"trace_layers": tr.bytes(), "store_dir": _dir_bytes(store_dir) if os.path.isdir(store_dir) else None,
+            "bytes": {"trace_layers": tr.bytes(), "store_dir": dir_bytes(store_dir) if os.path.isdir(store_dir) else None,
                       "consolidated": cons_bytes,
                       "ratio": tr.bytes() / cons_bytes if cons_bytes else None},
             "rows": {"trace": tr.rows(), "consolidated": cons_rows},
@@ -243,16 +222,6 @@ def _percentiles(xs: list[float]) -> dict:
     import numpy as np
     a = np.asarray(xs)
     return {f"p{q}": float(np.percentile(a, q)) for q in (50, 90, 99)} | {"max": float(a.max())}
-
-
-def require_matplotlib():
-    """matplotlib, or a user error saying how to install it (checked before any work)."""
-    try:
-        import matplotlib
-    except ImportError:
-        from ddcli.render import RenderError
-        raise RenderError("--plot needs matplotlib: pip install 'ddcli[bench]'") from None
-    return matplotlib
 
 
 def write_plot(result: dict, path: str) -> None:
@@ -292,12 +261,6 @@ def write_plot(result: dict, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def write_json(result: dict, path: str) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(result, fh, indent=2)
-        fh.write("\n")
 
 
 def _fmt_s(s) -> str:

@@ -10,7 +10,8 @@ from typing import Annotated, Optional
 import typer
 
 from ddcli import render
-from ddcli.cli import DEFAULT_STORE, EXIT_CODES_HELP, FormatOpt, JsonOpt, OutputOpt, StoreOpt, WhereOpt, _store, app
+from ddcli.app import EXIT_CODES_HELP, app
+from ddcli.options import DEFAULT_STORE, FormatOpt, JsonOpt, OutputOpt, StoreOpt, WhereOpt, store_at
 
 # ---------------------------------------------------------------- reading
 
@@ -46,7 +47,7 @@ def query(
     from storage.lattice import format_time, parse_time
     from storage.sql.query import as_of as as_of_
     from storage.sql.query import default_time
-    st = _store(store)
+    st = store_at(store)
     if as_of is not None:
         from storage.errors import StoreError
         from storage.state.complete import incomplete
@@ -84,7 +85,7 @@ def history(
     """
     out = render.choose_format(fmt, json_, output)
     from storage.sql.query import history as history_
-    tbl = history_(_store(store), trace, where)
+    tbl = history_(store_at(store), trace, where)
     render.table(tbl, out, output, title=f"{trace} history")
 
 
@@ -110,7 +111,7 @@ def sql(
     """
     out = render.choose_format(fmt, json_, output)
     from storage.sql.query import sql as sql_
-    tbl = sql_(_store(store), query_text)
+    tbl = sql_(store_at(store), query_text)
     render.table(tbl, out, output)
 
 
@@ -150,7 +151,7 @@ def status(
     from ddcli.status_rows import pipelines_table, short_columns
     from storage.sql.query import status as status_
     from storage.state.lag import lag_table
-    st = _store(store)
+    st = store_at(store)
     state = st.state()
     traces = status_(st, trace, internal=all_)
     pipes = pipelines_table(state.pipelines if trace is None else {})

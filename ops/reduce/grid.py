@@ -22,17 +22,8 @@ from types import SimpleNamespace
 import numpy as np
 import pyarrow as pa
 
-from ops.columnar import (
-    COUNT,
-    GROUP,
-    exclusive_cumsum,
-    group_sum,
-    lex_order,
-    new_flags,
-    np_int,
-    row_ids,
-    seg_cumsum_any_,
-)
+from ops.columnar import (COUNT, GROUP, exclusive_cumsum, group_sum, lex_order, new_flags, np_int, row_ids,
+                          seg_cumsum_any_)
 from ops.errors import KeyTooLarge
 from storage.lattice import time_columns
 

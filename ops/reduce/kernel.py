@@ -31,18 +31,8 @@ import numpy as np
 import pyarrow as pa
 
 from ops.columnar import COUNT, GROUP, empty_table, group_sum, lex_order, new_flags, np_int, row_ids
-from ops.dataflow.reducers import (  # noqa: F401 - the reducers are part of this module's interface
-    Count,
-    CountDistinct,
-    Distinct,
-    Max,
-    Min,
-    PerKey,
-    Reducer,
-    Sum,
-    Threshold,
-    TopK,
-)
+from ops.dataflow.reducers import (Count,  # noqa: F401 - the reducers are part of this module's interface
+                                   CountDistinct, Distinct, Max, Min, PerKey, Reducer, Sum, Threshold, TopK)
 from ops.errors import KeyTooLarge
 from ops.reduce import builtin_grid as lattice
 from ops.reduce import slabs as rf

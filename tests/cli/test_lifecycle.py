@@ -11,10 +11,8 @@ from collections import Counter
 
 import pytest
 
-import ddcli.commands.run  # noqa: F401  (registers run and verify)
 from storage.store import Store
 from tests.helpers.cli import cli, jsonl, ok, write
-
 
 WORDCOUNT = """
 def pipeline(p):

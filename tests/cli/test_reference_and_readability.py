@@ -14,10 +14,8 @@ from collections import defaultdict
 
 import pytest
 
-import ddcli.commands.run  # noqa: F401  (registers run)
 from ddcli.cli import app
 from tests.helpers.cli import cli, jsonl, ok, runner
-
 
 # what a pipeline author looks up, and an argument each entry must show
 EXPECTED = {

@@ -9,11 +9,9 @@ oracle does not.
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-import ddcli.commands.run  # noqa: F401  (registers run and verify)
 from ops.dataflow.builder import Pipeline
 from ops.errors import PipelineError
 from ops.verify.verify import verify_pipeline

@@ -20,16 +20,8 @@ from ops.errors import KeyTooLarge
 from ops.reduce.kernel import Count, Min, PerKey, Sum, TopK, reduce_delta
 from tests.helpers import reference as R
 from tests.helpers.pipeline_bench import Bench
-from tests.reduce.test_reduce_kernel import (
-    KEYS,
-    KTYPES,
-    REDUCERS,
-    VALUES,
-    VTYPES,
-    check_accumulation,
-    check_shape,
-    make_table,
-)
+from tests.reduce.test_reduce_kernel import (KEYS, KTYPES, REDUCERS, VALUES, VTYPES, check_accumulation, check_shape,
+                                             make_table)
 
 
 def hot_rows(rng: random.Random, d: int, n: int, tmax: int, keys: int = 2, rows_per_key: int = 40):
@@ -299,17 +291,8 @@ def test_two_stages_over_shares_of_value_rows_equal_the_reference(d, name):
     alone, then the shares' results of whole keys, against the plain reference at every
     time; for d = 2 the abelian shares give synthetic rows, summed as Spark sums them."""
     from ops.reduce.builtin_grid import WEIGHT
-    from ops.reduce.kernel import (
-        ABELIAN,
-        CHANNEL,
-        SALT,
-        abelian_from_partials,
-        abelian_from_synthetic,
-        abelian_partials,
-        abelian_synthetic,
-        order_traces,
-        splits,
-    )
+    from ops.reduce.kernel import (ABELIAN, CHANNEL, SALT, abelian_from_partials, abelian_from_synthetic,
+                                   abelian_partials, abelian_synthetic, order_traces, splits)
     from storage.lattice import time_columns
     make, plain = REDUCERS[name]
     rng = random.Random(f"split-{name}-{d}")

@@ -20,13 +20,12 @@ from collections import defaultdict, deque
 
 import pytest
 
-import ddcli.commands.run  # noqa: F401  (registers run and verify)
 from ddcli.cli import app
 from storage import faults
 from storage.store import Store
-from tests.helpers.operations import (PIPELINES, REPO, WordStream, ddcli_env, ddcli_process, fold,
-                                      trace_at, wordcount_reference)
 from tests.helpers.cli import cli, jsonl, ok, runner
+from tests.helpers.operations import (PIPELINES, REPO, WordStream, ddcli_env, ddcli_process, fold, trace_at,
+                                      wordcount_reference)
 
 WORDCOUNT = os.path.join(PIPELINES, "wordcount.py")
 SAMPLE = os.path.join(REPO, "sample_data")
@@ -317,7 +316,7 @@ def test_status_reports_the_lag_of_every_pipeline_input(wc, tmp_path):
 
 
 def test_exit_codes_are_documented_in_help_and_match_the_code():
-    from ddcli import cli as C
+    from ddcli import app as C
     assert (C.EXIT_OK, C.EXIT_INTERNAL, C.EXIT_USER, C.EXIT_CONFLICT, C.EXIT_NOOP) == (0, 1, 2, 3, 4)
     text = " ".join(ok(runner.invoke(app, ["--help"])).stdout.split())
     for phrase in ["0 success", "1 internal error", "2 user error", "3 conflict", "safe to retry", "4 nothing to do"]:

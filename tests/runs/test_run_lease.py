@@ -18,7 +18,6 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-import ddcli.commands.run  # noqa: F401  (registers run)
 from ddcli.cli import app
 from tests.helpers import REPO as ROOT
 

@@ -7,9 +7,7 @@ one record per pipeline with its duration and rows.
 
 from __future__ import annotations
 
-import ddcli.commands.run  # noqa: F401  (registers run)
 from tests.helpers.cli import cli, jsonl, ok
-
 
 COUNT = """
 def pipeline(p):

@@ -17,24 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage.errors import TimeSyntaxError
-from storage.lattice import (
-    INT64_MAX,
-    INT64_MIN,
-    Frontier,
-    advance,
-    advance_columns,
-    beyond_mask,
-    beyond_sql,
-    format_frontier,
-    format_time,
-    join,
-    leq,
-    leq_sql,
-    meet,
-    parse_frontier,
-    parse_time,
-    time_columns,
-)
+from storage.lattice import (INT64_MAX, INT64_MIN, Frontier, advance, advance_columns, beyond_mask, beyond_sql,
+                             format_frontier, format_time, join, leq, leq_sql, meet, parse_frontier, parse_time,
+                             time_columns)
 
 # ------------------------------------------------------------------ strategies
 

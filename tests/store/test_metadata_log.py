@@ -20,14 +20,8 @@ from storage.log import commit as log_module
 from storage.log.commit import CHECKPOINT_EVERY, HINT_NAME, Log
 from storage.state import ingested as ingested_mod
 from storage.store import Store
-from tests.helpers.store_refs import (
-    check_equivalence,
-    files_on_disk,
-    moment_between,
-    referenced_files,
-    set_store_clock,
-    write_updates,
-)
+from tests.helpers.store_refs import (check_equivalence, files_on_disk, moment_between, referenced_files,
+                                      set_store_clock, write_updates)
 
 
 def age(path, seconds):

@@ -7,9 +7,7 @@ that do hold a pipeline back and by how much.
 
 from __future__ import annotations
 
-import ddcli.commands.run  # noqa: F401  (registers run)
 from tests.helpers.cli import cli, jsonl, ok, write
-
 
 JOIN = """
 def pipeline(p):

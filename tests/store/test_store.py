@@ -21,19 +21,8 @@ from storage.errors import StoreError
 from storage.lattice import Frontier, format_frontier, join, parse_frontier
 from storage.log.commit import CHECKPOINT_EVERY
 from storage.store import Store, plan_merges
-from tests.helpers.store_refs import (
-    Updates,
-    box,
-    check_equivalence,
-    check_layers,
-    collection_at,
-    files_on_disk,
-    fold,
-    moment_between,
-    referenced_files,
-    set_store_clock,
-    write_updates,
-)
+from tests.helpers.store_refs import (Updates, box, check_equivalence, check_layers, collection_at, files_on_disk, fold,
+                                      moment_between, referenced_files, set_store_clock, write_updates)
 
 KEYS = [0, 1, 2, 3]
 VALUES = ["a", "b"]
