@@ -50,7 +50,8 @@ import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from ops.dataflow.builder import Node, Pipeline
+from ops.dataflow.builder import Pipeline
+from ops.dataflow.graph import Node, reduce_spec, scope_nodes
 from ops.errors import PipelineError
 from ops.io.read import layer_table
 from ops.io.wide_frame import pack_frames, pack_tables, unpack_frame, unpack_table, wide_schema
@@ -99,7 +100,6 @@ class TaskStats(AccumulatorParam):
 def build_body(p: Pipeline, loop_node: Node, plan: LoopPlan, schemas: dict, arranged: dict, d: int) -> Body | str:
     """The body as the tasks run it, or a reason it cannot run there (an expression that
     DuckDB would not evaluate exactly as Spark does)."""
-    from ops.run.evaluate import reduce_spec, scope_nodes
 
     scope = loop_node.args["scope"]
     nodes = []
@@ -156,7 +156,6 @@ def _duck_type(sql: str, schema: pa.Schema) -> pa.DataType | None:
 def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalContext, entered: dict, runtime) -> dict | None:
     """The leaves' frames of one batch of ``loop_node``, computed partition-locally; None
     when the loop must run round by round after all (the reason is reported)."""
-    from ops.run.evaluate import scope_nodes
     from ops.spark.session import partitions
 
     scope = loop_node.args["scope"]

@@ -27,7 +27,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from ops.dataflow.builder import Node
+from ops.dataflow.graph import Node
 from ops.errors import PipelineError
 from ops.operators.linear import expr
 

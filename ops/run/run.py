@@ -33,7 +33,8 @@ from typing import Callable
 
 import pyarrow as pa
 
-from ops.dataflow.builder import Node, Pipeline
+from ops.dataflow.builder import Pipeline
+from ops.dataflow.graph import Node, node_key
 from ops.dataflow.load import load_pipeline
 from ops.errors import PipelineError
 from ops.io.read import read_layers
@@ -43,7 +44,7 @@ from ops.operators.arrangement import Arrangement
 from ops.operators.context import EvalContext
 from ops.operators.linear import union_coalesced
 from ops.reduce.shared_shuffle import shared_token, write_shared
-from ops.run.evaluate import Runtime, evaluate, node_key
+from ops.run.evaluate import Runtime, evaluate
 from ops.run.progress import RunProgress, cone_of, updates
 from storage import faults
 from storage.blobs.local import LocalBlobs

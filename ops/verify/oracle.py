@@ -31,7 +31,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from ops.dataflow.builder import Node, Pipeline
+from ops.dataflow.builder import Pipeline
+from ops.dataflow.graph import Node
 from ops.errors import PipelineError
 
 AT = "_at"  # which checked time a row belongs to

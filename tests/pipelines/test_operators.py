@@ -521,7 +521,7 @@ def test_a_pipeline_error_is_the_only_thing_printed(tmp_path):
     bench.ingest("xs", XS, [((1, "p", 2), (0,), 1)])
     path = bench.pipeline("bad_expr", 'def pipeline(p):\n    p.output("o", p.input("xs").select(z="nope + 1"))\n')
     script = textwrap.dedent(f"""
-        from ops.dataflow.builder import PipelineError
+        from ops.errors import PipelineError
         from ops.run.run import run_pipeline
         from storage.store import Store
         try:
