@@ -37,6 +37,7 @@ class Blobs:
 
     root: str                    # the store's location, normalised
     spark_reads_files = True     # Spark can read its Parquet paths itself (no object-store jars)
+    is_folder = False            # a filesystem folder (local or shared): tasks can exchange files in it
     counts_requests = False      # object stores count the requests they send (for the bench)
     requests = 0
 

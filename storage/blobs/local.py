@@ -18,6 +18,7 @@ from storage.blobs.checksums import handle_checksums
 
 class LocalBlobs(Blobs):
     spark_reads_files = True
+    is_folder = True
 
     def __init__(self):
         self.root = ""

@@ -1,6 +1,6 @@
 """Garbage collection and log retention: remove what no reader can still need.
 
-Split from storage/store.py. A reader that took a version less than ``grace_seconds``
+A reader that took a version less than ``grace_seconds``
 ago still finds every layer file it names: files stay while any version that was the
 newest within the grace period names them, and the log keeps those versions (and the
 checkpoint they are built on) for as long (storage/log/commit.py, ``Log.prune``).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from storage import clock
 from storage.errors import CorruptionError
-from storage.store import State
+from storage.state.transitions import State
 
 
 def collect_garbage(store, grace_seconds: float) -> int:

@@ -20,7 +20,6 @@ import pyarrow.compute as pc
 from storage.errors import StoreError
 from storage.sql.duck import quote
 from storage.state.trace import Trace
-from storage.store import Store
 
 _NOT_DATA = re.compile(r"(time|time_\d+|diff)\Z")
 
@@ -40,7 +39,7 @@ class Negative:
                 f"first: {shown} (count {self.first_count})")
 
 
-def negative_rows(store: Store, existing: Trace | None, updates: pa.Table, data_columns: list[str]) -> Negative:
+def negative_rows(store, existing: Trace | None, updates: pa.Table, data_columns: list[str]) -> Negative:
     """The rows of ``updates`` with a negative diff whose total count, over the trace's
     updates and ``updates``, is negative."""
     if not updates.num_rows or not pc.any(pc.less(updates.column("diff"), 0)).as_py():
@@ -71,7 +70,7 @@ def negative_rows(store: Store, existing: Trace | None, updates: pa.Table, data_
     return Negative(found.num_rows, first, count)
 
 
-def checker(store: Store, *, strict: bool, found: list[Negative]):
+def checker(store, *, strict: bool, found: list[Negative]):
     """A ``prepare`` step for :meth:`Store.ingest`: finds negative rows; with ``strict``
     refuses the ingest (nothing written), otherwise appends what it found to ``found``."""
     def check(existing: Trace | None, updates: pa.Table) -> pa.Table:
