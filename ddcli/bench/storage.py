@@ -76,11 +76,7 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
     import duckdb
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from storage.layer import ROW_GROUP_ROWS, consolidate
-    from storage.sql.duck import quote
-    from storage.sql.query import as_of
     from storage.store import Store
 
     say = log or (lambda msg: None)
@@ -95,91 +91,15 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
         if os.path.exists(store_dir):
             shutil.rmtree(store_dir)
         os.makedirs(gen_dir, exist_ok=True)
-
-        # ---- generate
         say(f"generating {updates:,} + {small_ingests:,} x {small_size:,} updates in {gen_dir}")
-        big_paths = []
-        left, part = updates, 0
-        while left > 0:
-            n = min(left, PART_ROWS)
-            p = os.path.join(gen_dir, f"big_{part:04d}.parquet")
-            pq.write_table(_gen(rng, n, keys, 0, BIG_TIMES), p)
-            big_paths.append(p)
-            left -= n
-            part += 1
-        small_paths = []
-        for i in range(small_ingests):
-            p = os.path.join(gen_dir, f"small_{i:05d}.parquet")
-            pq.write_table(_gen(rng, small_size, keys, BIG_TIMES + i, BIG_TIMES + i + 1), p)
-            small_paths.append(p)
-
+        big_paths, small_paths = _generate(rng, gen_dir, updates, keys, small_ingests, small_size)
         store = Store(store_dir)
-
-        # ---- phase 1: one big ingest
-        say(f"ingesting {updates:,} updates from {len(big_paths)} Parquet file(s)")
-        t0 = _time.perf_counter()
-        store.ingest(TRACE, big_paths, key=["key"])
-        big_s = _time.perf_counter() - t0
-        layers_after_big = len(store.trace(TRACE).layers)
-        commits = {"versions_few": store.state().version, "requests_few": requests_per_commit(store)}
-
-        # ---- phase 2: many small ingests
-        say(f"{small_ingests:,} ingests of {small_size:,} updates")
-        latencies, layer_counts = [], []
-        for p in small_paths:
-            t0 = _time.perf_counter()
-            store.ingest(TRACE, [p])
-            latencies.append(_time.perf_counter() - t0)
-            t = store.trace(TRACE)  # outside the timed part
-            layer_counts.append(len(t.layers) + len(t.pending))
-        small_s = sum(latencies)
-        commits.update(versions_many=store.state().version, requests_many=requests_per_commit(store))
+        ingests = _ingests(store, big_paths, small_paths, updates, small_size, say)
+        commits = ingests.pop("commits")
         tr = store.trace(TRACE)
-        layers = len(tr.layers) + len(tr.pending)
-
-        # ---- sizes: the store against one consolidated Parquet file
         say("writing one consolidated Parquet file of the same updates")
-        cons_path = os.path.join(root, "consolidated.parquet")
-        everything = store.read_updates(tr)
-        cons = consolidate(everything, tr.data_columns, tr.key, tr.d)
-        pq.write_table(cons, cons_path, row_group_size=ROW_GROUP_ROWS, compression="zstd")
-        cons_bytes = os.path.getsize(cons_path)
-        cons_rows = cons.num_rows
-        del everything, cons
-
-        # ---- queries: storage.sql.query.as_of against DuckDB over the consolidated file
-        upper = tr.upper.elements[0][0]
-        t_mid = BIG_TIMES // 2 - 1 if updates else upper // 2
-        t_latest = upper - 1
-        probe_key = int(keys // 2)
-        cols = ", ".join(quote(c) for c in tr.data_columns)
-        con = duckdb.connect()
-        src = "read_parquet('" + cons_path.replace("'", "''") + "')"
-
-        def direct(cond: str):
-            q = (f"SELECT {cols}, CAST(SUM(diff) AS BIGINT) AS count FROM {src} WHERE {cond} "
-                 f"GROUP BY {cols} HAVING SUM(diff) <> 0 ORDER BY {cols}")
-            return lambda: con.sql(q).to_arrow_table()
-
-        cases = {
-            "mid": (t_mid, None, f"time <= {t_mid}"),
-            "latest": (t_latest, None, f"time <= {t_latest}"),
-            "point": (t_latest, f"key = {probe_key}", f"time <= {t_latest} AND key = {probe_key}"),
-        }
-        queries = {}
-        for name, (t, where, cond) in cases.items():
-            say(f"query --as-of {t}" + (f" --where '{where}'" if where else "") + f" ({repeat} runs each)")
-            cold: list[float] = []
-            _forget_checked_layers(store, tr)  # the first run reads as a new process would
-            ours_s, ours = _timed(lambda: as_of(store, TRACE, t, where), repeat, cold)
-            base_s, base = _timed(direct(cond), repeat)
-            same = ours.num_rows == base.num_rows and \
-                ours.column("count").to_pylist() == base.column("count").to_pylist()
-            queries[name] = {"as_of": t, "where": where, "rows": ours.num_rows, "store_s": ours_s,
-                             "first_s": cold[0],
-                             "duckdb_consolidated_s": base_s, "ratio": ours_s / base_s if base_s else None,
-                             "same_answer": bool(same)}
-        total_small = small_ingests * small_size
+        cons_path, cons_bytes, cons_rows = _consolidated_file(store, tr, root)
+        queries = _queries(store, tr, cons_path, updates, keys, repeat, say)
         metadata = None
         if meta_ingests:
             from ddcli.bench.metadata import bench_metadata
@@ -189,16 +109,7 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
             "params": {"updates": updates, "keys": keys, "small_ingests": small_ingests,
                        "small_size": small_size, "repeat": repeat, "big_times": BIG_TIMES,
                        "big_files": len(big_paths), "seed": seed},
-            "big_ingest": {"updates": updates, "seconds": big_s,
-                           "updates_per_s": updates / big_s if big_s else None,
-                           "layers": layers_after_big},
-            "small_ingests": {"ingests": small_ingests, "updates": total_small, "seconds": small_s,
-                              "updates_per_s": total_small / small_s if small_s else None,
-                              "ingests_per_s": small_ingests / small_s if small_s else None,
-                              "latency_s": _percentiles(latencies),
-                              "latencies_s": latencies},
-            "layers": {"after_small_ingests": layers, "after_each_ingest": layer_counts,
-                       "log2_ingests": float(np.log2(max(small_ingests + 1, 2)))},
+            **ingests,
             "store": {"location": store.path, "where": store.blobs.where(), "commits": commits},
             "bytes": {"trace_layers": tr.bytes(), "store_dir": dir_bytes(store_dir) if os.path.isdir(store_dir) else None,
                       "consolidated": cons_bytes,
@@ -214,6 +125,115 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
         stack.close()
         if own:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _generate(rng, gen_dir: str, updates: int, keys: int, small_ingests: int, small_size: int) -> tuple[list, list]:
+    """The Parquet files of the big ingest (``PART_ROWS`` rows each) and of the small ones."""
+    import pyarrow.parquet as pq
+    big_paths = []
+    left, part = updates, 0
+    while left > 0:
+        n = min(left, PART_ROWS)
+        p = os.path.join(gen_dir, f"big_{part:04d}.parquet")
+        pq.write_table(_gen(rng, n, keys, 0, BIG_TIMES), p)
+        big_paths.append(p)
+        left -= n
+        part += 1
+    small_paths = []
+    for i in range(small_ingests):
+        p = os.path.join(gen_dir, f"small_{i:05d}.parquet")
+        pq.write_table(_gen(rng, small_size, keys, BIG_TIMES + i, BIG_TIMES + i + 1), p)
+        small_paths.append(p)
+    return big_paths, small_paths
+
+
+def _ingests(store, big_paths: list[str], small_paths: list[str], updates: int, small_size: int, say) -> dict:
+    """Phase 1, one big ingest; phase 2, many small ones: their figures."""
+    import numpy as np
+    say(f"ingesting {updates:,} updates from {len(big_paths)} Parquet file(s)")
+    t0 = _time.perf_counter()
+    store.ingest(TRACE, big_paths, key=["key"])
+    big_s = _time.perf_counter() - t0
+    layers_after_big = len(store.trace(TRACE).layers)
+    commits = {"versions_few": store.state().version, "requests_few": requests_per_commit(store)}
+    small_ingests = len(small_paths)
+    say(f"{small_ingests:,} ingests of {small_size:,} updates")
+    latencies, layer_counts = [], []
+    for p in small_paths:
+        t0 = _time.perf_counter()
+        store.ingest(TRACE, [p])
+        latencies.append(_time.perf_counter() - t0)
+        t = store.trace(TRACE)  # outside the timed part
+        layer_counts.append(len(t.layers) + len(t.pending))
+    small_s = sum(latencies)
+    commits.update(versions_many=store.state().version, requests_many=requests_per_commit(store))
+    tr = store.trace(TRACE)
+    total_small = small_ingests * small_size
+    return {
+        "big_ingest": {"updates": updates, "seconds": big_s, "updates_per_s": updates / big_s if big_s else None,
+                       "layers": layers_after_big},
+        "small_ingests": {"ingests": small_ingests, "updates": total_small, "seconds": small_s,
+                          "updates_per_s": total_small / small_s if small_s else None,
+                          "ingests_per_s": small_ingests / small_s if small_s else None,
+                          "latency_s": _percentiles(latencies),
+                          "latencies_s": latencies},
+        "layers": {"after_small_ingests": len(tr.layers) + len(tr.pending), "after_each_ingest": layer_counts,
+                   "log2_ingests": float(np.log2(max(small_ingests + 1, 2)))},
+        "commits": commits,
+    }
+
+
+def _consolidated_file(store, tr, root: str) -> tuple[str, int, int]:
+    """The trace's updates in one fully consolidated Parquet file written like a layer:
+    its path, bytes and rows."""
+    import pyarrow.parquet as pq
+
+    from storage.layer import ROW_GROUP_ROWS, consolidate
+    cons_path = os.path.join(root, "consolidated.parquet")
+    cons = consolidate(store.read_updates(tr), tr.data_columns, tr.key, tr.d)
+    pq.write_table(cons, cons_path, row_group_size=ROW_GROUP_ROWS, compression="zstd")
+    return cons_path, os.path.getsize(cons_path), cons.num_rows
+
+
+def _queries(store, tr, cons_path: str, updates: int, keys: int, repeat: int, say) -> dict:
+    """``as_of`` at the median time, at the latest time and for one key, against DuckDB
+    over the consolidated file."""
+    import duckdb
+
+    from storage.sql.duck import quote
+    from storage.sql.query import as_of
+    upper = tr.upper.elements[0][0]
+    t_mid = BIG_TIMES // 2 - 1 if updates else upper // 2
+    t_latest = upper - 1
+    probe_key = int(keys // 2)
+    cols = ", ".join(quote(c) for c in tr.data_columns)
+    con = duckdb.connect()
+    src = "read_parquet('" + cons_path.replace("'", "''") + "')"
+
+    def direct(cond: str):
+        q = (f"SELECT {cols}, CAST(SUM(diff) AS BIGINT) AS count FROM {src} WHERE {cond} "
+             f"GROUP BY {cols} HAVING SUM(diff) <> 0 ORDER BY {cols}")
+        return lambda: con.sql(q).to_arrow_table()
+
+    cases = {
+        "mid": (t_mid, None, f"time <= {t_mid}"),
+        "latest": (t_latest, None, f"time <= {t_latest}"),
+        "point": (t_latest, f"key = {probe_key}", f"time <= {t_latest} AND key = {probe_key}"),
+    }
+    queries = {}
+    for name, (t, where, cond) in cases.items():
+        say(f"query --as-of {t}" + (f" --where '{where}'" if where else "") + f" ({repeat} runs each)")
+        cold: list[float] = []
+        _forget_checked_layers(store, tr)  # the first run reads as a new process would
+        ours_s, ours = _timed(lambda: as_of(store, TRACE, t, where), repeat, cold)
+        base_s, base = _timed(direct(cond), repeat)
+        same = ours.num_rows == base.num_rows and \
+            ours.column("count").to_pylist() == base.column("count").to_pylist()
+        queries[name] = {"as_of": t, "where": where, "rows": ours.num_rows, "store_s": ours_s,
+                         "first_s": cold[0],
+                         "duckdb_consolidated_s": base_s, "ratio": ours_s / base_s if base_s else None,
+                         "same_answer": bool(same)}
+    return queries
 
 
 def _percentiles(xs: list[float]) -> dict:
