@@ -1,4 +1,4 @@
-"""``ddcli bench reach --loop-paths``: the two ways a loop runs, side by side (issue 14).
+"""``ddcli bench reach --loop-paths``: the two ways a loop runs, side by side.
 
 For reach (pairs), bfs and cc (over the same edges) on the roadmap's sliding window (``roots`` roots, ``nodes``
 nodes, ``edges`` edges; each update removes the oldest edge or adds a new one, at its own

@@ -1,4 +1,4 @@
-"""The reach, bfs and cc streams replayed by Pathway (``ddcli bench reach --loop-paths``, issue 14).
+"""The reach, bfs and cc streams replayed by Pathway (``ddcli bench reach --loop-paths``).
 
 The same sliding-window stream as ``ddcli/bench/loops.py`` (the initial edges at time 0,
 then every update at its own time), fed to Pathway as one static stream and computed by

@@ -1,4 +1,4 @@
-"""Prioritized fixed points (issue 17): the same loops with and without priority.
+"""Prioritized fixed points: the same loops with and without priority.
 
 Connected components (``cc_prioritized.py`` against its plain version) and weighted
 shortest paths (``sssp.py`` against its plain version) over one random graph of ``nodes``

@@ -149,7 +149,7 @@ def sustained_points(total: int, first: int = 1000) -> list[int]:
 def bench_reach_sustained(*, nodes: int = 1000, edges: int = 2000, roots: int = 10, run: int = 1000,
                           total: int = 1_000_000, repeat: int = 3, filler: int = 100_000, sample: str = "reach",
                           workdir: str | None = None, log=None, progress=None) -> dict:
-    """Sustained latency on one store (issue 14): the seconds of a run of ``run`` updates
+    """Sustained latency on one store: the seconds of a run of ``run`` updates
     after 10^3, 10^4, ... ``total`` updates, the bulk fed in runs of at most ``filler``
     updates with the window's since advanced and the store compacted after every run, as a
     cron job would; ``latest_over_first`` is the fastest run at the last point over the

@@ -1,6 +1,6 @@
 """``ddcli bench storage``: ingest, merge and query figures of the trace store.
 
-The benchmark of issue 2, with every size a parameter (a test runs it tiny):
+The benchmark, with every size a parameter (a test runs it tiny):
 
 1. generate Parquet update files in a work directory: ``updates`` updates over ``keys``
    keys (columns ``key``, ``val``, ``time``, ``diff``; d = 1, times 0..99, diffs +1 and

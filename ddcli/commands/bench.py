@@ -161,7 +161,7 @@ def bench_reach(
     Example:
 
         ddcli bench reach --nodes 200 --edges 400 --batch 1000 --points 1000,10000 --throughput 1000 --plot reach.png
-        ddcli bench reach --loop-paths --batch 10000 --out docs/bench/reach_loop_paths.json
+        ddcli bench reach --loop-paths --batch 10000 --out docs/bench/loops_local_pathway_10000.json
         ddcli bench reach --sustained --sustained-total 100000 --out sustained.json --plot sustained.png
     """
     out = render.choose_format(fmt, json_, output)

@@ -17,7 +17,7 @@ when nothing is pending: a fixed point. Collections entered at a priority (``ent
 ``iterate(priority=…)``, see ``ops/loops/priority.py``) are pools of pending updates too, so rounds
 go from one iteration holding pending updates to the next, skipping empty ones.
 
-Two paths (issue 14): a loop whose body only combines rows that agree on some columns
+Two paths: a loop whose body only combines rows that agree on some columns
 (reachability and hop counts by ``root``, with the edges broadcast) runs each batch's
 whole fixed point inside Spark tasks, one job for every round (``ops/loops/plan.py`` decides,
 ``ops/loops/local.py`` and ``ops/loops/task.py`` run it); every other loop runs round by

@@ -1,4 +1,4 @@
-"""The grid kernel: ``f`` evaluated on each key's grid of times (DESIGN.md §4's note).
+"""The grid kernel: ``f`` evaluated on each key's grid of times (docs/architecture.md: reduce).
 
 For a key, the accumulated input only changes on the key's *grid* (the product of the
 distinct values each time coordinate takes among the key's updates), so ``F(g) = f(input

@@ -1,4 +1,4 @@
-"""One quiet Spark session per command, tuned for small machines (see shared/SPARK_NOTES.md).
+"""One quiet Spark session per command, tuned for small machines (docs/architecture.md says what Spark costs).
 
 Local mode by default (an embedded engine: nothing to start); ``--master`` or
 ``DDCLI_SPARK_MASTER`` points at a cluster, with the store on a shared filesystem.

@@ -1,4 +1,4 @@
-"""A pipeline's life in a store (issue 16): listing, dropping, rebuilding an edited
+"""A pipeline's life in a store: listing, dropping, rebuilding an edited
 pipeline, and chains of pipelines (one reading another's output).
 
 References are plain Python folds of the update rows; they import nothing of ddcli.

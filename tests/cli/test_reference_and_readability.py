@@ -1,4 +1,4 @@
-"""Reference and readability (issue 18, item 9): ``ddcli help operators`` generated from
+"""Reference and readability: ``ddcli help operators`` generated from
 the docstrings, ``avg``/``mean``, and a status without raw JSON or one line per column.
 
 The avg reference is a plain fold of the input file: per key, the mean of the values

@@ -1,4 +1,4 @@
-"""``iterate`` (issue 4): fixed points on Spark against plain graph algorithms in Python.
+"""``iterate``: fixed points on Spark against plain graph algorithms in Python.
 
 Every test ingests update streams it generates itself, runs a pipeline over them in several
 runs (many distinct times per run, ``advance --since`` and ``compact`` on the inputs between
@@ -67,7 +67,7 @@ REACH = open(os.path.join(SAMPLES, "reach.py")).read()
 
 
 def pytest_generate_tests(metafunc):
-    """Every test here on the three ways a loop runs (issue 14, ``ops/loops/plan.py``): round
+    """Every test here on the three ways a loop runs (``ops/loops/plan.py``): round
     by round on the driver; inside tasks wherever the plan allows it (``local``:
     partition-local where columns deal the loop, resident otherwise); and resident for
     every such loop (``resident``: N tasks exchanging rows by key each round). A test whose

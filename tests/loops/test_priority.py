@@ -1,4 +1,4 @@
-"""Prioritized fixed points (issue 17): ``enter_at`` and ``iterate(priority=…)``.
+"""Prioritized fixed points: ``enter_at`` and ``iterate(priority=…)``.
 
 The two samples that ship — ``cc_prioritized.py`` (labels enter by their bit length) and
 ``sssp.py`` (shortest paths prioritized by distance) — run on random sliding windows of a

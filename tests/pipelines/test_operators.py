@@ -1,6 +1,6 @@
 """Every pipeline operator on Spark against the plain-Python reference (tests/helpers/reference.py).
 
-The backbone of DESIGN.md §5: random update streams (insertions, retractions of rows that
+The backbone of the correctness checks (docs/architecture.md): random update streams (insertions, retractions of rows that
 were and were not inserted, exact repeats, many distinct times per run; d = 1, and d = 2 for
 the operators whose output times depend on the input times), split into several runs with
 ``advance --since`` on the inputs and ``compact`` between them. After every run
@@ -295,7 +295,7 @@ def test_one_run_of_all_updates_equals_the_same_updates_over_many_runs(spark, tm
     many.check(path_many, batching_ref, outputs)
 
 
-# ------------------------------------------------------------------ DESIGN.md §4 seed example
+# ------------------------------------------------------------------ the reduce seed example of docs/architecture.md
 
 SEED_UPDATES = [  # (s,), time, diff
     (("a",), (0, 0), 1), (("b",), (0, 0), 3), (("cc",), (0, 0), 2),

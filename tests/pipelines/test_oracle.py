@@ -1,4 +1,4 @@
-"""``verify`` is an independent oracle (issue 16): it shares no operator code with ``run``,
+"""``verify`` is an independent oracle: it shares no operator code with ``run``,
 checks every time the outputs can tell apart, and says how many it checked.
 
 A bug planted in the engine's operator code (here: ``negate`` that forgets to negate)

@@ -1,6 +1,6 @@
 """reduce on the tables people count: few keys, many distinct rows each, many times.
 
-Issue 13. The kernel is checked against the plain reference (the defining property at
+The kernel is checked against the plain reference (the defining property at
 every time of a box, as tests/reduce/test_reduce_kernel.py does) on hot keys, for d = 1 (the
 sweeps) and d = 2; under a memory budget far below what a dense (value rows x times)
 array of the key would need; and through pipelines over several runs with compaction.

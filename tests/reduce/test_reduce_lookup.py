@@ -1,8 +1,8 @@
 """A small run's reduce task looks up its keys' stored old updates under a budget.
 
-Issue 13: a run below the split of big runs that changes a hot key whose history retracts
-used to read all of the key's old updates into its task. Over ``budget`` old updates the
-task now reduces its keys' rows in shares one after another (``ops/reduce/budget.py``).
+A run below the split of big runs that changes a hot key whose history retracts must not
+read all of the key's old updates into its task: over ``budget`` old updates the task
+reduces its keys' rows in shares one after another (``ops/reduce/budget.py``).
 Checked without Spark against the plain reference at every time, d = 1 and d = 2, with a
 budget far below the keys' history, and that no share brings more than about the budget
 into Arrow; through a pipeline over runs with compaction in tests/reduce/test_reduce_hot_keys.py.

@@ -1,4 +1,4 @@
-"""The same pipelines on a Spark standalone cluster as on a laptop (issue 15, the cluster half).
+"""The same pipelines on a Spark standalone cluster as on a laptop.
 
 A master and two workers run as separate JVMs (pyspark's ``bin/spark-class``), the
 workers in a network namespace of their own where the machine allows it

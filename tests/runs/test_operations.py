@@ -1,4 +1,4 @@
-"""Operating ddcli from schedulers (issue 6): concurrency, exit codes, --json, lag, the
+"""Operating ddcli from schedulers: concurrency, exit codes, --json, lag, the
 Airflow DAG, help texts and benchmark plots.
 
 Concurrency cases are forced, not hoped for: a hook in place of ``storage.faults.point``
@@ -81,7 +81,7 @@ def assert_sound(store: Store, stream: WordStream, pipeline: str = WORDCOUNT) ->
     frontier = store.state().pipelines["wordcount"]["frontier"][0][0]
     counts = store.trace("counts")
     for t in range(frontier):
-        if counts.since.beyond((t,)):  # an output's since follows its input's on a first run (issue 16)
+        if counts.since.beyond((t,)):  # an output's since follows its input's on a first run
             assert trace_at(store, "counts", (t,)) == wordcount_reference(stream.updates, (t,)), f"counts at {t}"
     v = verify_pipeline(store, pipeline)
     assert v.ok, v.differences[0].describe()

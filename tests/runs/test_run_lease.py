@@ -1,4 +1,4 @@
-"""A run lease (issue 18, item 7): a second run of a pipeline exits 3 at its start.
+"""A run lease: a second run of a pipeline exits 3 at its start.
 
 The lease is held by a real other process; ``ddcli run`` of the same pipeline must exit 3
 with one line before it starts Spark and leave the store as it was. A killed holder frees

@@ -1,4 +1,4 @@
-"""Frontiers that never over-promise (issue 16).
+"""Frontiers that never over-promise.
 
 * An output's ``since`` is at least its inputs' ``since``: a pipeline whose first run sees
   an input already compacted (or compacted while the run works, before its hold exists)

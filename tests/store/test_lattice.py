@@ -46,7 +46,7 @@ def beyond_ref(ts, t) -> bool:
     return any(all(a <= b for a, b in zip(f, t)) for f in ts)
 
 
-# ------------------------------------------------------------------ the worked example of DESIGN.md §1
+# ------------------------------------------------------------------ the worked example of docs/architecture.md
 
 EXAMPLE_TIMES = [(0, 0), (0, 1), (1, 0), (1, 1)]
 

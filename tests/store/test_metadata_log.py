@@ -1,4 +1,4 @@
-"""Metadata that stays small (issue 16): delta versions, checkpoints, retention, the
+"""Metadata that stays small: delta versions, checkpoints, retention, the
 bounded ingested-file record, and stores written before any of them.
 
 Costs are counted (files opened, bytes read and written, folder entries listed), not

@@ -1,4 +1,4 @@
-"""Dimension tables: ``ddcli advance TRACE --seal`` seals every time (issue 18, item 1).
+"""Dimension tables: ``ddcli advance TRACE --seal`` seals every time.
 
 A sealed trace's upper is the empty frontier: it never holds a pipeline back, a later
 ingest into it is one clear error that changes nothing, and ``status`` names the inputs
