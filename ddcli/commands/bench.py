@@ -110,7 +110,7 @@ def bench_incremental(
     _check_bench_outputs(out_json, plot)
     from ddcli.bench import incremental
     res = incremental.bench_incremental(updates=updates, keys=keys, new_updates=new_updates, scale=scale,
-                               repeat=repeat, workdir=workdir, log=console_log(), s3=s3)
+                                        repeat=repeat, workdir=workdir, log=console_log(), s3=s3)
     if out_json:
         write_json(res, out_json)
     if plot:
@@ -181,9 +181,9 @@ def bench_reach(
 
     save = _latency_saver(out_json, plot)
     res = reach.bench_reach(nodes=nodes, edges=edges, roots=roots, batch=batch,
-                         points=[int(x) for x in points.split(",")], repeat=repeat, filler=filler,
-                         throughput_batches=[int(x) for x in throughput.split(",")], workdir=workdir,
-                         log=console_log(), progress=save)
+                            points=[int(x) for x in points.split(",")], repeat=repeat, filler=filler,
+                            throughput_batches=[int(x) for x in throughput.split(",")], workdir=workdir,
+                            log=console_log(), progress=save)
     save(res)
     lines = [f"after {p['processed']:,} updates: a run of {batch:,} took {min(p['run_seconds']):.2f}-"
              f"{max(p['run_seconds']):.2f} s, store {p['store_bytes'] / 1e6:.1f} MB" for p in res["latency"]]
@@ -213,7 +213,7 @@ def _bench_sustained(nodes, edges, roots, run, total, repeat, filler, workdir, o
 
     save = _latency_saver(out_json, plot)
     res = reach.bench_reach_sustained(nodes=nodes, edges=edges, roots=roots, run=run, total=total, repeat=repeat,
-                                   filler=filler, workdir=workdir, log=console_log(), progress=save)
+                                      filler=filler, workdir=workdir, log=console_log(), progress=save)
     save(res)
     lines = [f"after {p['processed']:,} updates: a run of {run:,} took {min(p['run_seconds']):.2f}-"
              f"{max(p['run_seconds']):.2f} s (load {min(p['load_average']):.1f}-{max(p['load_average']):.1f}); "
@@ -286,8 +286,8 @@ def bench_reduce(
     _check_bench_outputs(out_json, plot)
     from ddcli.bench import reduce
     res = reduce.bench_reduce(updates=updates, hot_keys=hot_keys, uniform_keys=uniform_keys, times=times,
-                          new_updates=new_updates, repeat=repeat, one_key=one_key, one_key_times=one_key_times,
-                          workdir=workdir, log=console_log())
+                              new_updates=new_updates, repeat=repeat, one_key=one_key, one_key_times=one_key_times,
+                              workdir=workdir, log=console_log())
     if out_json:
         write_json(res, out_json)
     if plot:

@@ -18,6 +18,7 @@ import sys
 from collections import Counter
 
 from tests.helpers import REPO
+
 PIPELINES = os.path.join(REPO, "sample_data", "pipelines")
 
 

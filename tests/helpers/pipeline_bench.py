@@ -19,9 +19,8 @@ from ops.run.run import run_pipeline
 from ops.verify.verify import verify_pipeline
 from storage.lattice import time_columns
 from storage.store import Store
-from tests.helpers import reference as R
-
 from tests.helpers import REPO
+from tests.helpers import reference as R
 
 # Data columns of the inputs (Arrow types matter: a join needs equal key types).
 XS = pa.schema([("k", pa.int64()), ("v", pa.string()), ("w", pa.int64())])

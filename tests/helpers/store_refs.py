@@ -21,7 +21,6 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from storage.lattice import Frontier, advance, leq, time_columns
-
 from tests.helpers import REPO
 
 # An update in the tests: ((k, v), time tuple, diff); data columns are k (int64) and v (string).

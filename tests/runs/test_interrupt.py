@@ -19,7 +19,6 @@ import time
 import pytest
 
 from storage.store import Store
-
 from tests.helpers import REPO as ROOT
 
 SLOW = """

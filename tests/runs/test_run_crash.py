@@ -18,9 +18,9 @@ import sys
 import pytest
 
 from storage.store import Store
+from tests.helpers import REPO as ROOT
 from tests.helpers.cli import cli
 
-from tests.helpers import REPO as ROOT
 PIPELINE = os.path.join(ROOT, "sample_data", "pipelines", "join_example.py")
 DATA = os.path.join(ROOT, "sample_data")
 

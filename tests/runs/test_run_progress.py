@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 from tests.helpers import REPO as ROOT
+
 S = os.path.join(ROOT, "sample_data")
 JOBS_BEFORE = {"join_example": 4, "reach": 14}
 SECONDS = r"\d+\.\d\d s"
