@@ -7,74 +7,22 @@ byte-identical (every file under it hashed before and after).
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
 from ddcli.cli import app
 from tests.helpers import REPO
+from tests.helpers.cli import (SAMPLE, WORD_UPDATES, WORDS, ddcli, fold, jsonl, ok, one_line_error, parse_csv,
+                               read_csv_updates, runner)
 
-SAMPLE = Path(REPO) / "sample_data"
 BAD = Path(REPO) / "tests" / "data" / "bad_inputs"
-
-runner = CliRunner()
-
-
-def ddcli(store: str, *args: str, env: dict | None = None):
-    """Run one command in-process; the store is given with --store."""
-    return runner.invoke(app, list(args) + ["--store", store] if args and args[0] != "bench" else list(args),
-                         env=env)
-
-
-def ok(result):
-    assert result.exit_code == 0, f"exit {result.exit_code}: {result.stderr or ''}{result.stdout}"
-    return result
-
-
-def one_line_error(result, code: int = 2) -> str:
-    assert result.exit_code == code, f"exit {result.exit_code}, stdout {result.stdout!r}, stderr {result.stderr!r}"
-    err = result.stderr
-    assert err.startswith("error: ") and err.endswith("\n") and err.count("\n") == 1, repr(err)
-    assert "Traceback" not in err
-    return err
-
-
-def parse_csv(text: str) -> list[dict]:
-    return list(csv.DictReader(io.StringIO(text)))
-
-
-def parse_jsonl(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def fold(updates, t) -> dict:
-    acc: Counter = Counter()
-    for data, s, diff in updates:
-        if all(a <= b for a, b in zip(s, t)):
-            acc[data] += diff
-    return {k: v for k, v in acc.items() if v}
-
-
-def read_csv_updates(path: Path, d: int) -> list:
-    rows = parse_csv(path.read_text())
-    tcols = ["time"] if d == 1 else [f"time_{i}" for i in range(d)]
-    data_cols = [c for c in rows[0] if c not in tcols and c != "diff"]
-    return [(tuple(r[c] for c in data_cols), tuple(int(r[c]) for c in tcols), int(r.get("diff", 1)))
-            for r in rows]
-
-
-WORDS = [SAMPLE / "words_1.csv", SAMPLE / "words_2.csv"]
-WORD_UPDATES = read_csv_updates(WORDS[0], 1) + read_csv_updates(WORDS[1], 1)
 
 
 @pytest.fixture
@@ -92,7 +40,7 @@ def test_ingest_csv_then_query_every_time_in_csv_and_jsonl(words):
         want = {w[0]: c for w, c in fold(WORD_UPDATES, (t,)).items()}
         got = parse_csv(ok(ddcli(words, "query", "words", "--as-of", str(t), "--format", "csv")).stdout)
         assert {r["word"]: int(r["count"]) for r in got} == want
-        got = parse_jsonl(ok(ddcli(words, "query", "words", "--as-of", str(t), "--json")).stdout)
+        got = jsonl(ok(ddcli(words, "query", "words", "--as-of", str(t), "--json")).stdout)
         assert {r["word"]: r["count"] for r in got} == want
     # the default is the latest complete time, upper - 1 = 5
     got = parse_csv(ok(ddcli(words, "query", "words", "-f", "csv")).stdout)
@@ -114,11 +62,11 @@ def test_ingest_jsonl_and_parquet(store_dir, tmp_path, ext):
     else:
         pq.write_table(pa.Table.from_pylist([{**r, "diff": r.get("diff", 1)} for r in rows]), path)
     res = ok(ddcli(store_dir, "ingest", "clicks", str(path), "--key", "user", "--json"))
-    rec = parse_jsonl(res.stdout)[0]
+    rec = jsonl(res.stdout)[0]
     assert rec["created"] and rec["updates"] == 3 and rec["upper"] == "3" and not rec["noop"]
-    got = parse_jsonl(ok(ddcli(store_dir, "query", "clicks", "--as-of", "1", "--json")).stdout)
+    got = jsonl(ok(ddcli(store_dir, "query", "clicks", "--as-of", "1", "--json")).stdout)
     assert got == [{"user": "u1", "clicks": 3, "count": 1}, {"user": "u2", "clicks": 1, "count": 1}]
-    got = parse_jsonl(ok(ddcli(store_dir, "query", "clicks", "--json")).stdout)
+    got = jsonl(ok(ddcli(store_dir, "query", "clicks", "--json")).stdout)
     assert got == [{"user": "u2", "clicks": 1, "count": 1}]
 
 
@@ -126,19 +74,19 @@ def test_ingest_with_time_option_and_file_format(store_dir, tmp_path):
     path = tmp_path / "events.txt"
     path.write_text("word\nx\ny\n")
     ok(ddcli(store_dir, "ingest", "ev", str(path), "--time", "4", "--file-format", "csv"))
-    got = parse_jsonl(ok(ddcli(store_dir, "history", "ev", "--json")).stdout)
+    got = jsonl(ok(ddcli(store_dir, "history", "ev", "--json")).stdout)
     assert got == [{"word": "x", "time": 4, "diff": 1}, {"word": "y", "time": 4, "diff": 1}]
     path2 = tmp_path / "more.txt"
     path2.write_text('{"word": "z"}\n')
     ok(ddcli(store_dir, "ingest", "ev", str(path2), "--time", "5", "--input-format", "jsonl"))
-    assert len(parse_jsonl(ok(ddcli(store_dir, "query", "ev", "--json")).stdout)) == 3
+    assert len(jsonl(ok(ddcli(store_dir, "query", "ev", "--json")).stdout)) == 3
 
 
 def test_d2_with_upper_matches_the_design_example(store_dir):
     """The strings of the reduce example (docs/architecture.md): ingest two epochs with --upper, query at every time."""
     s1, s2 = SAMPLE / "strings_1.csv", SAMPLE / "strings_2.csv"
     ups = read_csv_updates(s1, 2) + read_csv_updates(s2, 2)
-    rec = parse_jsonl(ok(ddcli(store_dir, "ingest", "strings", str(s1), "--upper", "(1,0)", "--json")).stdout)[0]
+    rec = jsonl(ok(ddcli(store_dir, "ingest", "strings", str(s1), "--upper", "(1,0)", "--json")).stdout)[0]
     assert rec["upper"] == "(1,0)" and rec["pending"] == 0
     ok(ddcli(store_dir, "ingest", "strings", str(s2), "--upper", "(2,0)"))
     for t in [(0, 0), (0, 1), (1, 0), (1, 1), (1, 5)]:
@@ -147,7 +95,7 @@ def test_d2_with_upper_matches_the_design_example(store_dir):
     # at (1,1): a: 1-1-1+1 = 0, b: 3-3-1+2 = 1, cc: 2
     got = parse_csv(ok(ddcli(store_dir, "query", "strings", "--as-of", "(1,1)", "-f", "csv")).stdout)
     assert [(r["s"], r["count"]) for r in got] == [("b", "1"), ("cc", "2")]
-    hist = parse_jsonl(ok(ddcli(store_dir, "history", "strings", "--json")).stdout)
+    hist = jsonl(ok(ddcli(store_dir, "history", "strings", "--json")).stdout)
     assert hist[0] == {"s": "a", "time_0": 0, "time_1": 0, "diff": 1}
     assert len(hist) == len(ups)
 
@@ -156,9 +104,9 @@ def test_d2_without_upper_leaves_updates_pending(store_dir):
     res = ok(ddcli(store_dir, "ingest", "strings", str(SAMPLE / "strings_1.csv")))
     assert "wait to be sealed" in res.stdout
     res = ok(ddcli(store_dir, "advance", "strings", "--upper", "(1,0)", "--json"))
-    rec = parse_jsonl(res.stdout)[0]
+    rec = jsonl(res.stdout)[0]
     assert rec["upper"] == "(1,0)" and rec["upper_before"] == "(0,0)"
-    st = parse_jsonl(ok(ddcli(store_dir, "status", "strings", "--json")).stdout)[0]
+    st = jsonl(ok(ddcli(store_dir, "status", "strings", "--json")).stdout)[0]
     assert st["pending"] == 0 and st["rows"] == 5
 
 
@@ -166,7 +114,7 @@ def test_history_and_sql_outputs(words):
     hist = parse_csv(ok(ddcli(words, "history", "words", "-f", "csv")).stdout)
     got = [((r["word"],), (int(r["time"]),), int(r["diff"])) for r in hist]
     assert got == sorted(WORD_UPDATES)
-    hist = parse_jsonl(ok(ddcli(words, "history", "words", "--where", "word = 'apple'", "--json")).stdout)
+    hist = jsonl(ok(ddcli(words, "history", "words", "--where", "word = 'apple'", "--json")).stdout)
     assert [h["time"] for h in hist] == [0, 1, 3]
     q = "SELECT word, SUM(diff) AS count FROM words WHERE time <= 4 GROUP BY ALL HAVING SUM(diff) <> 0 ORDER BY word"
     got = parse_csv(ok(ddcli(words, "sql", q, "-f", "csv")).stdout)
@@ -186,7 +134,7 @@ def test_query_before_since_is_refused_naming_the_earliest_time(words, digest):
 
 def test_status_outputs(words):
     ok(ddcli(words, "ingest", "strings", str(SAMPLE / "strings_1.csv"), "--upper", "(1,0)"))
-    recs = parse_jsonl(ok(ddcli(words, "status", "--json")).stdout)
+    recs = jsonl(ok(ddcli(words, "status", "--json")).stdout)
     by = {r["trace"]: r for r in recs}
     assert set(by) == {"words", "strings"} and all(r["kind"] == "trace" for r in recs)
     w = by["words"]
@@ -209,7 +157,7 @@ def test_status_lists_pipelines(words):
                                     "outputs": ["counts"], "state": []}
         return s
     Store(words).commit(change)
-    recs = parse_jsonl(ok(ddcli(words, "status", "--json")).stdout)
+    recs = jsonl(ok(ddcli(words, "status", "--json")).stdout)
     pipes = [r for r in recs if r["kind"] == "pipeline"]
     assert [(p["pipeline"], p["runs"]) for p in pipes] == [("wordcount", 2)]
     rows = parse_csv(ok(ddcli(words, "status", "--pipelines", "-f", "csv")).stdout)
@@ -229,7 +177,7 @@ def test_outputs_to_a_file(words, tmp_path):
 
 def test_sql_sums_come_back_as_integers(words):
     q = "SELECT word, SUM(diff) AS count FROM words GROUP BY ALL HAVING SUM(diff) <> 0 ORDER BY word"
-    got = parse_jsonl(ok(ddcli(words, "sql", q, "--json")).stdout)
+    got = jsonl(ok(ddcli(words, "sql", q, "--json")).stdout)
     assert got[0] == {"word": "apple", "count": 1}
 
 
@@ -240,9 +188,9 @@ def test_an_unwritable_output_is_refused_before_any_work(store_dir, tmp_path):
 
 
 def test_compact_and_advance_report(words):
-    rec = parse_jsonl(ok(ddcli(words, "advance", "words", "--since", "2", "--json")).stdout)[0]
+    rec = jsonl(ok(ddcli(words, "advance", "words", "--since", "2", "--json")).stdout)[0]
     assert rec["since"] == "2" and rec["since_before"] == "0" and not rec["noop"]
-    rec = parse_jsonl(ok(ddcli(words, "compact", "--full", "--grace", "0", "--json")).stdout)[0]
+    rec = jsonl(ok(ddcli(words, "compact", "--full", "--grace", "0", "--json")).stdout)[0]
     assert rec["command"] == "compact" and rec["traces"] == 1
     # compaction changed nothing a reader can see beyond since
     for t in range(2, 6):
@@ -259,7 +207,7 @@ def test_reingest_is_a_noop_that_says_so(words, digest):
     res = ok(ddcli(words, "ingest", "words", str(WORDS[0])))
     assert res.stdout.startswith("nothing to do:") and "words_1.csv" in res.stdout and "no-op" in res.stdout
     assert res.stderr == ""
-    rec = parse_jsonl(ok(ddcli(words, "ingest", "words", str(WORDS[0]), "--json")).stdout)[0]
+    rec = jsonl(ok(ddcli(words, "ingest", "words", str(WORDS[0]), "--json")).stdout)[0]
     assert rec["noop"] and rec["updates"] == 0 and rec["skipped"] == [str(WORDS[0])]
     res = ddcli(words, "ingest", "words", str(WORDS[0]), "--strict-noop")
     assert res.exit_code == 4
@@ -431,7 +379,7 @@ def test_real_process_exit_codes_and_quiet_stderr(store_dir):
     assert res.returncode == 4 and res.stderr == ""
     res = _run(["query", "words", "-f", "jsonl"], store_dir)
     assert res.returncode == 0 and res.stderr == ""
-    assert len(parse_jsonl(res.stdout)) == 3
+    assert len(jsonl(res.stdout)) == 3
 
 
 def test_importing_the_cli_and_running_a_store_command_never_imports_pyspark(words):
@@ -469,7 +417,7 @@ def test_bench_storage_smoke(tmp_path):
         assert q["same_answer"] and q["store_s"] > 0 and q["duckdb_consolidated_s"] > 0
     meta = fig["metadata"]
     assert meta["ingests"] == 25 and meta["late"]["log_bytes"] > 0 and meta["latency_ratio"] > 0
-    rec = parse_jsonl(ok(runner.invoke(app, ["bench", "storage", "--updates", "500", "--keys", "50",
+    rec = jsonl(ok(runner.invoke(app, ["bench", "storage", "--updates", "500", "--keys", "50",
                                              "--small-ingests", "2", "--small-size", "10", "--repeat", "1",
                                              "--meta-ingests", "0", "--json"])).stdout)[0]
     assert rec["benchmark"] == "storage"

@@ -12,9 +12,7 @@ import io
 import json
 from collections import Counter
 
-
 from tests.helpers.cli import cli, ok
-
 
 WORDS_1 = "word,time,diff\napple,1,1\ncherry,1,1\nbanana,2,1\napple,3,-1\n"
 WORDS_2 = "word,time,diff\ncherry,4,1\ndate,4,1\nbanana,5,-1\n"

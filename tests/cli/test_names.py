@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cli.test_cli import WORDS, ddcli, ok, one_line_error, parse_csv
 from tests.conftest import tree_digest
+from tests.helpers.cli import WORDS, ddcli, ok, one_line_error, parse_csv
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from tests.conftest import tree_digest
-from tests.cli.test_cli import WORDS, ddcli, ok, one_line_error, parse_csv
+from tests.helpers.cli import WORDS, ddcli, ok, one_line_error, parse_csv
 
 
 @pytest.fixture

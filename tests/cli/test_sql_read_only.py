@@ -11,7 +11,7 @@ import os
 import pytest
 
 from tests.conftest import tree_digest
-from tests.cli.test_cli import WORD_UPDATES, WORDS, ddcli, ok, one_line_error, parse_csv
+from tests.helpers.cli import WORD_UPDATES, WORDS, ddcli, ok, one_line_error, parse_csv
 
 
 @pytest.fixture

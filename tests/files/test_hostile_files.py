@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import tree_digest
+from tests.helpers.cli import WORDS, ddcli, ok, one_line_error, parse_csv
 from tests.helpers.operations import run_ddcli
-from tests.cli.test_cli import WORDS, ddcli, ok, one_line_error, parse_csv
 
 INT64_MAX = 2**63 - 1
 

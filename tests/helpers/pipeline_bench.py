@@ -1,9 +1,10 @@
 """The harness of the pipeline tests: random update streams, their schedule of runs, and
-a :class:`Bench` — a store plus the raw updates a test ingested into it — with the check of
-correctness (docs/architecture.md): every output at every time equals the plain reference; ``verify`` agrees.
+a :class:`Bench` (a store plus the raw updates a test ingested into it) with the checks of
+correctness (docs/architecture.md): every output at every time equals the plain
+reference; ``verify`` agrees; a mistake is one line before Spark does any work.
 
-Used by tests/pipelines/test_operators.py. The reference itself is tests/helpers/reference.py; nothing here
-computes an expected result from what the store holds.
+The reference itself is tests/helpers/reference.py; nothing here computes an expected
+result from what the store holds.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from collections import defaultdict
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
+from ops.errors import PipelineError
 from ops.run.run import run_pipeline
 from ops.verify.verify import verify_pipeline
 from storage.lattice import time_columns
 from storage.store import Store
-from tests.helpers import REPO
 from tests.helpers import reference as R
 
 # Data columns of the inputs (Arrow types matter: a join needs equal key types).
@@ -109,9 +111,10 @@ def run_since(d: int, r: int) -> str:
 
 
 class Bench:
-    """A store, the raw updates the test ingested into it, and the checks of §5."""
+    """A store, the raw updates the test ingested into it, pipeline files, and the checks of
+    correctness (docs/architecture.md)."""
 
-    def __init__(self, root, d: int):
+    def __init__(self, root, d: int = 1):
         self.root = str(root)
         os.makedirs(self.root, exist_ok=True)
         self.d = d
@@ -160,9 +163,30 @@ class Bench:
     def run(self, path: str, **kw):
         return run_pipeline(self.store, path, **kw)
 
-    def output_at(self, out: str, t) -> R.Coll:
+    def rows(self, out: str) -> list[dict]:
+        return self.store.read_updates(self.store.trace(out)).to_pylist()
+
+    def output_at(self, out: str, t, rows=None) -> R.Coll:
         tr = self.store.trace(out)
-        return R.fold_updates(self.store.read_updates(tr).to_pylist(), tr.data_columns, self.tcols, t)
+        return R.fold_updates(self.rows(out) if rows is None else rows, tr.data_columns, self.tcols, t)
+
+    def state(self, pipeline: str) -> dict[str, tuple[int, int]]:
+        """The pipeline's state traces: name -> (rows, bytes)."""
+        s = self.store.state()
+        return {n: (t.rows(), t.bytes()) for n, t in s.traces.items() if n.startswith(pipeline + ".")}
+
+    def check_at_every_time(self, outputs, expected_at, times=None):
+        """Every output, accumulated at every time of the box, equals ``expected_at(t)[out]``."""
+        times = times or R.box(self.times())
+        problems = []
+        for out in outputs:
+            rows = self.rows(out)
+            for t in times:
+                want, got = expected_at(t)[out], self.output_at(out, t, rows)
+                if want != got:
+                    problems.append(f"output {out!r} at time {t}: {R.describe_difference(want, got)}")
+                    break
+        assert not problems, "\n".join(problems)
 
     def check(self, path: str, ref, outputs, *, times=None, beyond=None, name=None, verify=True):
         """(a) every output at every time of the box equals the reference; (b) verify is ok."""
@@ -186,3 +210,17 @@ class Bench:
         v = verify_pipeline(self.store, path, name=name)
         assert v.times, "verify checked no time"
         assert v.ok, "\n".join(x.describe() for x in v.differences)
+
+
+def assert_refused(bench: Bench, path: str, spark_jobs, must_contain, run=None, jobs_ok: bool = False) -> str:
+    """A one-line PipelineError, nothing written, no Spark job started (unless ``jobs_ok``)."""
+    version, jobs = bench.store.state().version, spark_jobs()
+    with pytest.raises(PipelineError) as e:
+        (run or bench.run)(path)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.strip(), msg
+    for s in must_contain:
+        assert s in msg, (s, msg)
+    assert bench.store.state().version == version
+    assert jobs_ok or spark_jobs() == jobs
+    return msg

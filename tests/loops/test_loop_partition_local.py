@@ -17,7 +17,7 @@ from collections import Counter
 import pytest
 
 from ops.run.run import run_pipeline
-from tests.loops.test_iterate import EDGES, GRAPH_COLUMNS, ROOTS, Bench, graphs_ref, samples_source, sliding_window_runs
+from tests.helpers.graphs import EDGES, GRAPH_COLUMNS, ROOTS, Bench, graphs_ref, samples_source, sliding_window_runs
 
 OUTPUT = {"reach": "reach", "bfs": "distances", "cc": "labels"}
 

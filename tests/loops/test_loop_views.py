@@ -15,9 +15,9 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from ops.reduce import kernel as rk
 from ops.operators.arrangement import LiveArrangement
 from ops.operators.context import EvalContext
+from ops.reduce import kernel as rk
 from ops.reduce.operator import reduce_changes
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string()), ("time_0", pa.int64()), ("time_1", pa.int64()),

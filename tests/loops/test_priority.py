@@ -9,7 +9,7 @@ them: prioritization changes the order records arrive in a loop, never the fixed
 both write identical output traces. Then: retractions that lengthen shortest paths, rounds
 that skip empty iterations, and the errors a priority can cause.
 
-The references read only the updates the tests generated (``tests/loops/test_iterate.py``'s
+The references read only the updates the tests generated (``tests/helpers/graphs.py``'s
 harness); they never import the code they check.
 """
 
@@ -25,7 +25,7 @@ import pytest
 
 from ops.errors import PipelineError
 from ops.run.run import run_pipeline
-from tests.loops.test_iterate import SAMPLES, Bench, labels_ref, root_updates
+from tests.helpers.graphs import SAMPLES, Bench, labels_ref, root_updates
 
 WEIGHTED = pa.schema([("src", pa.int64()), ("dst", pa.int64()), ("weight", pa.int64())])
 ROOTS = pa.schema([("node", pa.int64())])
@@ -336,7 +336,7 @@ def test_nested_loops_with_enter_at_and_a_prioritized_inner_variable_equal_bfs_a
     """An inner prioritized loop inside an outer one, over random sliding windows in two runs
     with compaction between: both outputs equal breadth-first search at every time, and the
     prioritized and plain pipelines write identical traces."""
-    from tests.loops.test_iterate import EDGES, reach_ref, sliding_window_runs
+    from tests.helpers.graphs import EDGES, reach_ref, sliding_window_runs
 
     bench = Bench(tmp_path)
     path = bench.pipeline("nested_p", NESTED_PRIORITIES)

@@ -21,7 +21,7 @@ import pyarrow as pa
 from ops.verify.verify import verify_pipeline
 from tests.helpers import REPO
 from tests.helpers import reference as R
-from tests.pipelines.test_calculus import Bench, assert_refused, random_updates
+from tests.helpers.pipeline_bench import Bench, assert_refused, random_updates
 
 SAMPLE = os.path.join(REPO, "sample_data")
 ASOF = os.path.join(SAMPLE, "pipelines", "asof.py")

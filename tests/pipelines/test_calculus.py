@@ -11,138 +11,23 @@
 * Mistakes (an output in moment time, mixing moment and ordinary times, d = 2, a loop,
   verify) are one-line errors before Spark does any work.
 
-The small harness at the top is shared by tests/pipelines/test_asof.py and tests/pipelines/test_triangles.py.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import textwrap
 from collections import Counter, defaultdict
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ops.dataflow import calculus as C
-from ops.errors import PipelineError
-from ops.run.run import run_pipeline
 from ops.verify.verify import verify_pipeline
-from storage.lattice import time_columns
-from storage.store import Store
 from tests.helpers import reference as R
-
-# ------------------------------------------------------------------ harness (shared)
-
-
-class Bench:
-    """A store, the raw updates the test ingested into it, and pipeline files."""
-
-    def __init__(self, root, d: int = 1):
-        self.root = str(root)
-        os.makedirs(self.root, exist_ok=True)
-        self.d = d
-        self.tcols = time_columns(d)
-        self.store = Store(os.path.join(self.root, "store"))
-        self.schemas: dict[str, pa.Schema] = {}
-        self.updates: dict[str, list] = defaultdict(list)
-        self.files = 0
-
-    def ingest(self, name: str, schema: pa.Schema, updates, *, upper: str | None = None):
-        """``updates``: ``[(row tuple, time tuple, diff)]``."""
-        self.files += 1
-        cols = {f.name: pa.array([u[0][i] for u in updates], f.type) for i, f in enumerate(schema)}
-        for i, c in enumerate(self.tcols):
-            cols[c] = pa.array([u[1][i] for u in updates], pa.int64())
-        cols["diff"] = pa.array([u[2] for u in updates], pa.int64())
-        path = os.path.join(self.root, f"{name}_{self.files}.parquet")
-        pq.write_table(pa.table(cols), path)
-        self.store.ingest(name, [path], key=[schema.names[0]], upper=upper)
-        self.schemas[name] = schema
-        self.updates[name] += list(updates)
-
-    def pipeline(self, name: str, source: str) -> str:
-        path = os.path.join(self.root, f"{name}.py")
-        with open(path, "w") as fh:
-            fh.write(textwrap.dedent(source))
-        return path
-
-    def run(self, path: str, **kw):
-        return run_pipeline(self.store, path, **kw)
-
-    def rows(self, out: str) -> list[dict]:
-        return self.store.read_updates(self.store.trace(out)).to_pylist()
-
-    def output_at(self, out: str, t, rows=None) -> R.Coll:
-        tr = self.store.trace(out)
-        return R.fold_updates(self.rows(out) if rows is None else rows, tr.data_columns, self.tcols, t)
-
-    def inputs_at(self, t) -> dict[str, R.Coll]:
-        return {n: R.accumulate(self.updates[n], s.names, t) for n, s in self.schemas.items()}
-
-    def times(self) -> list[tuple]:
-        return [u[1] for ups in self.updates.values() for u in ups]
-
-    def advance_and_compact(self, since: str, *, full: bool):
-        for name in self.schemas:
-            self.store.advance(name, since=since)
-        self.store.compact(full=full, grace_seconds=0)
-
-    def state(self, pipeline: str) -> dict[str, tuple[int, int]]:
-        """The pipeline's state traces: name -> (rows, bytes)."""
-        s = self.store.state()
-        return {n: (t.rows(), t.bytes()) for n, t in s.traces.items() if n.startswith(pipeline + ".")}
-
-    def check_at_every_time(self, outputs: dict, expected_at, times=None):
-        """Every output, accumulated at every time of the box, equals ``expected_at(t)[out]``."""
-        times = times or R.box(self.times())
-        problems = []
-        for out in outputs:
-            rows = self.rows(out)
-            for t in times:
-                want, got = expected_at(t)[out], self.output_at(out, t, rows)
-                if want != got:
-                    problems.append(f"output {out!r} at time {t}: {R.describe_difference(want, got)}")
-                    break
-        assert not problems, "\n".join(problems)
-
-
-def random_updates(rng, make_row, times, n, pool):
-    """About ``n`` updates at ``times``: insertions (some twice as many), retractions of rows
-    inserted before (at any time), retractions of rows never inserted, exact repeats."""
-    out = []
-    while len(out) < n:
-        t = rng.choice(times)
-        x = rng.random()
-        if pool and x < 0.3:
-            row, diff = rng.choice(pool), -1
-        elif x < 0.36:
-            row, diff = make_row(rng), -1
-        else:
-            row, diff = make_row(rng), rng.choice((1, 1, 1, 2))
-            pool.append(row)
-        out.append((row, t, diff))
-        if rng.random() < 0.1:
-            out.append((row, t, diff))
-    return out
-
-
-def assert_refused(bench: Bench, path: str, spark_jobs, must_contain, run=None, jobs_ok: bool = False) -> str:
-    """A one-line PipelineError, nothing written, no Spark job started (unless ``jobs_ok``)."""
-    version, jobs = bench.store.state().version, spark_jobs()
-    with pytest.raises(PipelineError) as e:
-        (run or bench.run)(path)
-    msg = str(e.value)
-    assert "\n" not in msg and msg.strip(), msg
-    for s in must_contain:
-        assert s in msg, (s, msg)
-    assert bench.store.state().version == version
-    assert jobs_ok or spark_jobs() == jobs
-    return msg
-
+from tests.helpers.pipeline_bench import Bench, assert_refused, random_updates
 
 # ------------------------------------------------------------------ the encoding's laws
 

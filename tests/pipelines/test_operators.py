@@ -32,8 +32,9 @@ from ops.errors import PipelineError
 from ops.verify.verify import verify_pipeline
 from storage.errors import StoreError
 from storage.store import Store
+from tests.helpers import REPO
 from tests.helpers import reference as R
-from tests.helpers.pipeline_bench import (REPO, XS, YS, Bench, random_updates, run_since, schedule, xs_row, xs_row_null,
+from tests.helpers.pipeline_bench import (XS, YS, Bench, random_updates, run_since, schedule, xs_row, xs_row_null,
                                           ys_row, ys_row_null)
 
 # ------------------------------------------------------------------ random streams over several runs

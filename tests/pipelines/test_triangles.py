@@ -24,7 +24,7 @@ from ops.verify.verify import verify_pipeline
 from storage.lattice import parse_frontier
 from tests.helpers import REPO
 from tests.helpers import reference as R
-from tests.pipelines.test_calculus import Bench, assert_refused, random_updates
+from tests.helpers.pipeline_bench import Bench, assert_refused, random_updates
 
 TRIANGLES = os.path.join(REPO, "sample_data", "pipelines", "triangles.py")
 EDGES = pa.schema([("src", pa.int64()), ("dst", pa.int64())])

@@ -22,8 +22,8 @@ from ops.errors import KeyTooLarge
 from ops.reduce.held_rows import HeldRows
 from ops.reduce.kernel import reduce_delta
 from ops.reduce.operator import output_arrow_schema
-from tests.reduce.test_reduce_hot_keys import _consolidated, hot_rows
-from tests.reduce.test_reduce_kernel import KEYS, KTYPES, REDUCERS, VALUES, VTYPES, check_accumulation, make_table
+from tests.helpers.reduce_refs import (KEYS, KTYPES, REDUCERS, VALUES, VTYPES, check_accumulation, consolidated,
+                                       hot_rows, make_table)
 
 NAMES = ["count", "count_distinct", "sum_int", "sum_float", "min", "max_str", "topk", "distinct", "threshold"]
 CASES = [(d, n) for d in (1, 2) for n in NAMES]
@@ -49,7 +49,7 @@ def _case(rng: random.Random, d: int, name: str, shares_ok: bool, budget: int = 
         out = rl.reduce_held(held, KEYS, VALUES, d, reducer, out_arrow, budget=budget, shares_ok=shares_ok)
     finally:
         held.close()
-    assert _consolidated(out) == _consolidated(reduce_delta(table, KEYS, VALUES, d, reducer))
+    assert consolidated(out) == consolidated(reduce_delta(table, KEYS, VALUES, d, reducer))
     return rows, out
 
 
@@ -229,7 +229,7 @@ def test_a_key_without_value_columns_at_d2_over_the_grid_budget_is_one_clear_err
         out = rl.reduce_held(held, ["k"], [], 2, Count(), out_arrow, budget=50, shares_ok=False)
     finally:
         held.close()
-    assert out.num_rows and _consolidated(out) == _consolidated(reduce_delta(table, ["k"], [], 2, Count()))
+    assert out.num_rows and consolidated(out) == consolidated(reduce_delta(table, ["k"], [], 2, Count()))
     monkeypatch.setenv("DDCLI_REDUCE_MEMORY", str(10 * 120))  # 10 cells: the grid refuses the key
     held = _held(table, 50)
     try:
@@ -259,5 +259,5 @@ def test_spilled_rows_of_keys_without_new_updates_are_dropped_before_the_reduce(
         assert held.rows == touched and not shares  # whole: no shares needed
     finally:
         held.close()
-    assert out.num_rows and _consolidated(out) == _consolidated(reduce_delta(table, KEYS, VALUES, 1, reducer))
+    assert out.num_rows and consolidated(out) == consolidated(reduce_delta(table, KEYS, VALUES, 1, reducer))
     check_accumulation(rows, out, 1, plain)

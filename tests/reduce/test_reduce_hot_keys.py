@@ -20,32 +20,8 @@ from ops.errors import KeyTooLarge
 from ops.reduce.kernel import Count, Min, PerKey, Sum, TopK, reduce_delta
 from tests.helpers import reference as R
 from tests.helpers.pipeline_bench import Bench
-from tests.reduce.test_reduce_kernel import (KEYS, KTYPES, REDUCERS, VALUES, VTYPES, check_accumulation, check_shape,
-                                             make_table)
-
-
-def hot_rows(rng: random.Random, d: int, n: int, tmax: int, keys: int = 2, rows_per_key: int = 40):
-    """``n`` updates over ``keys`` keys with ``rows_per_key`` distinct value rows each, at
-    many distinct times: insertions, retractions of inserted rows (also before the
-    insertion), retractions of rows never inserted, old and new updates mixed."""
-    ks = [(i, "p" if i % 2 else "q") for i in range(keys)]
-    vals = [(rng.randrange(-20, 20), rng.choice(["a", "b", "c", None]), rng.choice([0.5, 1.25, -2.0, None]))
-            for _ in range(rows_per_key)]
-    pool, rows = [], []
-    while len(rows) < n:
-        t = tuple(rng.randint(0, tmax) for _ in range(d))
-        new = rng.random() < 0.5
-        x = rng.random()
-        if pool and x < 0.35:
-            k, v = rng.choice(pool)
-            rows.append((k, v, t, -1, new))
-        elif x < 0.4:
-            rows.append((rng.choice(ks), rng.choice(vals), t, -1, new))
-        else:
-            k, v = rng.choice(ks), rng.choice(vals)
-            pool.append((k, v))
-            rows.append((k, v, t, rng.choice([1, 1, 2]), new))
-    return rows
+from tests.helpers.reduce_refs import (KEYS, KTYPES, REDUCERS, VALUES, VTYPES, check_accumulation, check_shape,
+                                       consolidated, hot_rows, make_table)
 
 
 @pytest.mark.parametrize("d,n,tmax", [(1, 400, 60), (2, 160, 7)], ids=["d1", "d2"])
@@ -273,15 +249,6 @@ def _shares(table: pa.Table, values: list[str], n: int, seed: int) -> list[pa.Ta
     return [table.filter(pa.array(share == j)) for j in range(n)]
 
 
-def _consolidated(out: pa.Table) -> dict:
-    acc: dict = {}
-    for row in out.to_pylist():
-        diff = row.pop("diff")
-        k = tuple(sorted(row.items(), key=lambda kv: kv[0]))
-        acc[k] = acc.get(k, 0) + diff
-    return {k: v for k, v in acc.items() if v}
-
-
 TWO_STAGE = [(d, n) for d in (1, 2) for n in ["count", "count_distinct", "sum_int", "sum_float", "min", "max_str", "topk"]]
 
 
@@ -321,7 +288,7 @@ def test_two_stages_over_shares_of_value_rows_equal_the_reference(d, name):
                       for j, sh in enumerate(shares) if sh.num_rows]
             out = reduce_delta(pa.concat_tables(traces), KEYS, VALUES, d, reducer)
         check_accumulation(rows, out, d, plain)
-        assert _consolidated(out) == _consolidated(whole)
+        assert consolidated(out) == consolidated(whole)
 
 
 def test_every_built_in_reducer_of_several_value_rows_is_split():
@@ -347,4 +314,4 @@ def test_d2_keys_over_the_cell_budget_are_reduced_in_shares_exactly(name):
         out = reduce_delta(table, KEYS, VALUES, 2, reducer, limit_bytes=60 * 120, max_cells=60)
         check_shape(out, table, 2, reducer)
         check_accumulation(rows, out, 2, plain)
-        assert _consolidated(out) == _consolidated(reduce_delta(table, KEYS, VALUES, 2, reducer))
+        assert consolidated(out) == consolidated(reduce_delta(table, KEYS, VALUES, 2, reducer))

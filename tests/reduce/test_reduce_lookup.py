@@ -20,8 +20,8 @@ import ops.reduce.budget as rl
 from ops.reduce.kernel import reduce_delta
 from ops.reduce.old_updates import OldLookup
 from ops.reduce.operator import output_arrow_schema
-from tests.reduce.test_reduce_hot_keys import _consolidated, hot_rows
-from tests.reduce.test_reduce_kernel import KEYS, KTYPES, REDUCERS, VALUES, VTYPES, check_accumulation, make_table
+from tests.helpers.reduce_refs import (KEYS, KTYPES, REDUCERS, VALUES, VTYPES, check_accumulation, consolidated,
+                                       hot_rows, make_table)
 
 NAMES = ["count", "count_distinct", "sum_int", "sum_float", "min", "max_str", "topk", "distinct", "threshold"]
 CASES = [(d, n) for d in (1, 2) for n in NAMES]
@@ -68,7 +68,7 @@ def _lookup_case(folder, rng: random.Random, d: int, name: str, shares_ok: bool)
                                     budget=BUDGET, shares_ok=shares_ok)
     finally:
         OldLookup.release()
-    assert _consolidated(out) == _consolidated(reduce_delta(table, KEYS, VALUES, d, reducer))
+    assert consolidated(out) == consolidated(reduce_delta(table, KEYS, VALUES, d, reducer))
     return rows, table, out
 
 
@@ -142,7 +142,7 @@ def test_a_key_without_value_columns_looks_up_one_row_of_its_history(tmp_path, m
     finally:
         OldLookup.release()
     assert old.num_rows > 2 * 100 and returned == [1, 1], returned
-    assert _consolidated(out) == _consolidated(reduce_delta(table, ["k"], [], 1, Count()))
+    assert consolidated(out) == consolidated(reduce_delta(table, ["k"], [], 1, Count()))
 
 
 def test_a_key_that_cannot_be_split_and_holds_more_than_the_grid_budget_is_one_clear_error(tmp_path, monkeypatch):

@@ -133,8 +133,8 @@ def test_the_reduces_of_one_task_read_and_accumulate_the_old_rows_once(tmp_path,
     """The reduces sharing a shuffle (ops/reduce/shared_shuffle.py) look up the same keys in the same
     files: the first accumulates their old rows, the others reuse them, with the same
     output changes as a lookup of their own; other keys or files are read afresh."""
-    import ops.reduce.old_updates
     import ops.reduce.budget
+    import ops.reduce.old_updates
     calls = []
     real = ops.reduce.budget.accumulate_old_rows
     monkeypatch.setattr(ops.reduce.budget, "accumulate_old_rows", lambda *a: calls.append(a[2]) or real(*a))

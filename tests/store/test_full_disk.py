@@ -14,7 +14,7 @@ import pytest
 
 from storage import faults
 from tests.conftest import tree_digest
-from tests.cli.test_cli import WORD_UPDATES, WORDS, ddcli, ok, one_line_error, parse_csv
+from tests.helpers.cli import WORD_UPDATES, WORDS, ddcli, ok, one_line_error, parse_csv
 
 
 @pytest.fixture(autouse=True)

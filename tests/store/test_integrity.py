@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pytest
 
-from tests.cli.test_cli import WORDS, ddcli, ok, one_line_error, parse_csv
 from tests.conftest import tree_digest
+from tests.helpers.cli import WORDS, ddcli, ok, one_line_error, parse_csv
 
 N_ROWS = 20_000
 
@@ -170,7 +170,7 @@ def test_a_damaged_newest_log_version_falls_back_for_reads_and_stops_writes(tmp_
 
 
 def _all_words() -> dict:
-    from tests.cli.test_cli import WORD_UPDATES
+    from tests.helpers.cli import WORD_UPDATES
     acc = Counter()
     for (w,), _, d in WORD_UPDATES:
         acc[w] += d
