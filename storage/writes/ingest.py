@@ -14,7 +14,6 @@ import numpy as np
 import pyarrow as pa
 
 from storage.errors import DiffOverflow, StoreError
-from storage.files.read import read_update_file
 from storage.lattice import Frontier, beyond_mask, format_frontier, format_time, parse_frontier
 from storage.layer import updates_table
 from storage.state import ingested, transitions
@@ -101,6 +100,8 @@ def _read_files(name: str, existing: Trace | None, paths: list[str], *, fmt, tim
                 progress) -> tuple[list, pa.Schema, int]:
     """Every file read and validated against the trace's schema (the first file's, for a
     new trace): the batches, the schema and the time dimension."""
+    from storage.files.read import read_update_file  # here: every command loads the store, few read files
+
     batches = []
     schema = existing.schema if existing else None
     d = existing.d if existing else None
