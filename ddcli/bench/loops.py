@@ -104,7 +104,7 @@ def bench_loop_paths(*, samples=("reach", "bfs"), paths=("round", "local"), node
                                              work=d, ours=None, since=keep["since"], log=log)
             for path in paths:
                 data = bench_pathway.DATA[sample]
-                got = bench_pathway._changes(os.path.join(d, "pathway_all.csv"), data)
+                got = bench_pathway.read_changes(os.path.join(d, "pathway_all.csv"), data)
                 cmp = bench_pathway.compare(outputs[(sample, path)], got, data, keep["since"])
                 pr[f"same_as_{path}"] = cmp["same"]
                 pr["ddcli_changes"], pr["pathway_changes"] = cmp["ddcli_changes"], cmp["pathway_changes"]

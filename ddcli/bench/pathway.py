@@ -112,7 +112,9 @@ def _pathway_run(sample: str, edges: pa.Table, roots: int, out_csv: str) -> floa
     return seconds
 
 
-def _changes(csv: str, data: list[str]) -> pa.Table:
+def read_changes(csv: str, data: list[str]) -> pa.Table:
+    """The output changes Pathway wrote to ``csv`` as updates (``data`` columns, time, diff),
+    its times mapped back to the stream's."""
     import pyarrow.csv as pcsv
 
     if not os.path.exists(csv) or os.path.getsize(csv) == 0:
@@ -159,7 +161,7 @@ def bench_pathway(sample: str, initial: pa.Table, warm: pa.Table, batch: pa.Tabl
            "first_run_s": round(first, 3), "whole_stream_s": round(full, 3), "batch": batch.num_rows,
            "seconds": round(seconds, 3), "updates_per_second": round(batch.num_rows / seconds, 1)}
     if ours is not None:
-        theirs = _changes(full_csv, data)
+        theirs = read_changes(full_csv, data)
         out.update(compare(ours, theirs, data, since))
     if log:
         same = "" if ours is None else (", same output changes" if out["same"] else
