@@ -401,6 +401,15 @@ def test_importing_the_cli_and_running_a_store_command_never_imports_pyspark(wor
 # ---------------------------------------------------------------- bench
 
 
+def test_bench_priority_is_a_command_that_names_a_bad_variant_before_any_work(tmp_path):
+    out = tmp_path / "p.json"
+    err = one_line_error(runner.invoke(app, ["bench", "priority", "--variants", "cc_plain,nope", "--out", str(out)]))
+    assert "--variants" in err and "'nope'" in err and "cc_prioritized" in err
+    assert not out.exists()
+    help_ = ok(runner.invoke(app, ["bench", "--help"])).stdout
+    assert "priority" in help_
+
+
 def test_bench_storage_smoke(tmp_path):
     out = tmp_path / "bench.json"
     res = ok(runner.invoke(app, ["bench", "storage", "--updates", "3000", "--keys", "300", "--small-ingests", "20",
@@ -418,6 +427,6 @@ def test_bench_storage_smoke(tmp_path):
     meta = fig["metadata"]
     assert meta["ingests"] == 25 and meta["late"]["log_bytes"] > 0 and meta["latency_ratio"] > 0
     rec = jsonl(ok(runner.invoke(app, ["bench", "storage", "--updates", "500", "--keys", "50",
-                                             "--small-ingests", "2", "--small-size", "10", "--repeat", "1",
-                                             "--meta-ingests", "0", "--json"])).stdout)[0]
+                                       "--small-ingests", "2", "--small-size", "10", "--repeat", "1",
+                                       "--meta-ingests", "0", "--json"])).stdout)[0]
     assert rec["benchmark"] == "storage"
