@@ -73,7 +73,7 @@ EXIT_CODES_HELP = (
 # Named, not imported: an exception of a module can only be raised once the module is
 # loaded, so handling an error never imports anything (and never pyspark).
 USER_ERRORS = [("ddcli.render", "RenderError"), ("storage.trace", "StoreError"),
-               ("storage.files", "UpdateFileError"), ("storage.lattice", "TimeSyntaxError"),
+               ("storage.file_errors", "UpdateFileError"), ("storage.lattice", "TimeSyntaxError"),
                ("ops.pipeline", "PipelineError"), ("ops.session", "SparkSetupError"),
                ("storage.blob", "StoreUnreachable"),
                # a pipeline's own expression failing on the data (1/0 under ANSI SQL, a cast

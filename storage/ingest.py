@@ -1,6 +1,10 @@
 """Ingest: validate update files, write one layer, commit it (or change nothing).
 
-Split from storage/store.py, which keeps the state model, the commit path and compaction.
+The sources name local files, globs and S3 objects (storage/file_locations.py). The
+trace remembers what it took (storage/ingested.py): a local file by its content hash, an
+S3 object by its URL and version, so an object already taken is skipped without being
+read, and a glob run again reads only the objects it has not seen. Every file read in
+one ingest shares one memory budget (storage/limits.py, ``DDCLI_INGEST_MEMORY``).
 """
 
 from __future__ import annotations
@@ -21,20 +25,21 @@ from storage.store import (IngestResult, State, _apply_seal, _check_new_layers, 
 from storage.trace import StoreError, Trace, check_name, check_new_name
 
 
-def ingest(store, name: str, paths: list[str], *, key: list[str] | None = None,
+def ingest(store, name: str, paths: list, *, key: list[str] | None = None,
            time: tuple[int, ...] | None = None, upper: str | Frontier | None = None,
            fmt: str | None = None, progress: Callable[[str], None] | None = None,
            null: str | None = None, columns: list[str] | None = None,
            prepare: Callable[[Trace | None, pa.Table], pa.Table] | None = None) -> IngestResult:
     """Validate every file, then write one layer and commit it; or change nothing.
 
-    ``null`` is the CSV null marker (storage/nulls.py); ``columns`` the data columns the
-    files hold when not all of the trace's (a delete by key). ``prepare(existing, updates)``
+    ``paths`` are sources: local paths, globs, ``s3://`` URLs and globs, or
+    :class:`~storage.file_locations.UpdateObject` items. ``null`` is the CSV null marker
+    (storage/nulls.py); ``columns`` the data columns the files hold when not all of the
+    trace's (a delete by key). ``prepare(existing, updates)``
     sees the validated new updates before anything is written and returns the updates
     to write (an upsert adds its retractions, storage/upsert.py) or raises a user error.
     """
-    from storage.files import read_update_file
-    from storage.lattice import parse_frontier
+    from storage.file_locations import expand_sources
 
     check_name(name)
     state = store.state()
@@ -51,7 +56,6 @@ def ingest(store, name: str, paths: list[str], *, key: list[str] | None = None,
         time = tuple(int(c) for c in time) if isinstance(time, (tuple, list)) else (int(time),)
     tag = "" if time is None else "@" + format_time(time)
 
-    batches = []
     schema = existing.schema if existing else None
     d = existing.d if existing else None
     if columns is not None and existing is not None:
@@ -60,66 +64,15 @@ def ingest(store, name: str, paths: list[str], *, key: list[str] | None = None,
             raise StoreError(f"{missing[0]!r} is not a column of trace {name!r} "
                              f"(columns: {', '.join(existing.schema.names)})")
         schema = pa.schema([existing.schema.field(c) for c in columns])
-    for p in paths:
-        if progress:
-            progress(p)
-        b = read_update_file(p, fmt=fmt, schema=schema, d=d, time=time, null=null)
-        if schema is None:
-            schema, d = b.data.schema, b.d
-        elif b.data.schema != schema:
-            b.data = b.data.cast(schema)
-        batches.append(b)
+    taken = existing.ingested if existing else {}
+    fresh, sigs, skipped, schema, d = _read_new(expand_sources(paths), taken, tag, schema=schema, d=d,
+                                                fmt=fmt, time=time, null=null, progress=progress)
 
-    key = list(key) if key else None
-    if existing is None:
-        key = key or [schema.names[0]]
-        for k in key:
-            if k not in schema.names:
-                raise StoreError(f"key column {k!r} is not a column of {paths[0]} (columns: {', '.join(schema.names)})")
-    elif key and key != existing.key:
-        raise StoreError(f"trace {name!r} is keyed by {','.join(existing.key)}, not {','.join(key)}")
-    else:
-        key = existing.key
-
+    key = _key_of(name, key, existing, schema, fresh)
     cur_upper = existing.upper if existing else Frontier.minimum(d)
-    seen = set(existing.ingested) if existing else set()
-    record = existing.ingested if existing else {}
-    fresh, skipped = [], []
-    for b in batches:
-        sig = b.sha256 + tag
-        if sig in seen:
-            skipped.append(b.path)
-        else:
-            seen.add(sig)
-            fresh.append(b)
-
-    new_upper = cur_upper
-    if isinstance(upper, str):
-        upper = parse_frontier(upper, d)
-    if upper is not None:
-        if upper.d != d:
-            raise StoreError(f"--upper {format_frontier(upper)} has {upper.d} coordinate(s); the trace's times have {d}")
-        if not upper.dominates(cur_upper):
-            raise StoreError(f"--upper {format_frontier(upper)} is behind the trace's upper {format_frontier(cur_upper)}; frontiers only move forward")
-        new_upper = upper
-
-    for b in fresh:
-        mask = beyond_mask(b.times, cur_upper)
-        if not mask.all():
-            i = int(np.argmin(mask))
-            t = tuple(int(c[i]) for c in b.times)
-            raise StoreError(f"{b.path}: row {i + 1}: time {format_time(t)} is not beyond the upper "
-                             f"{format_frontier(cur_upper)} of trace {name!r} (those times are sealed); "
-                             f"to correct the past, ingest the correction at a time beyond the upper "
-                             f"(e.g. at time {format_frontier(cur_upper).split()[0]}), with --upsert KEYCOLS "
-                             f"to have the old rows retracted for you" + ingested.forgotten_note(record, b.path))
-        if upper is not None:
-            late = beyond_mask(b.times, new_upper)
-            if late.any():
-                i = int(np.argmax(late))
-                t = tuple(int(c[i]) for c in b.times)
-                raise StoreError(f"{b.path}: row {i + 1}: time {format_time(t)} is beyond the new upper "
-                                 f"{format_frontier(new_upper)}")
+    upper = _upper_option(upper, d, cur_upper)
+    new_upper = upper if upper is not None else cur_upper
+    _check_times(name, fresh, cur_upper, upper, taken)
     if upper is None and d == 1 and any(len(b.diff) for b in fresh):
         top = max(int(b.times[0].max()) for b in fresh if len(b.diff))
         if top >= 2**63 - 1:
@@ -145,7 +98,6 @@ def ingest(store, name: str, paths: list[str], *, key: list[str] | None = None,
     except BaseException:
         store.discard(name, _written_layers(written))
         raise
-    sigs = [b.sha256 + tag for b in fresh]
     new_layers = _written_layers(written) + pend
 
     def change(s: State) -> State:
@@ -179,3 +131,86 @@ def ingest(store, name: str, paths: list[str], *, key: list[str] | None = None,
     faults.point("ingest.after_commit")
     store._maintain_quietly(name)
     return IngestResult(name, table.num_rows, [b.path for b in fresh], skipped, seal_to, existing is None)
+
+
+def _read_new(objects: list, taken: dict, tag: str, *, schema, d, fmt, time, null, progress):
+    """``(batches, signatures, skipped, schema, d)``: the validated updates of the objects
+    the trace has not taken, each once. An S3 object taken before is known by its URL and
+    version and not read; a local file is known by its content, so it is read first."""
+    from storage.files import read_update_file
+    from storage.limits import ReadBudget
+    budget = ReadBudget()
+    seen = set(taken)
+    fresh, sigs, skipped = [], [], []
+    for o in objects:
+        known = o.signature()
+        if known is not None and known + tag in seen:
+            skipped.append(o.url)
+            continue
+        if progress:
+            progress(o.url)
+        b = read_update_file(o, fmt=fmt, schema=schema, d=d, time=time, null=null, budget=budget)
+        if schema is None:
+            schema, d = b.data.schema, b.d
+        elif b.data.schema != schema:
+            b.data = b.data.cast(schema)
+        sig = (known or b.sha256) + tag
+        if sig in seen:
+            skipped.append(b.path)
+            continue
+        seen.add(sig)
+        fresh.append(b)
+        sigs.append(sig)
+    return fresh, sigs, skipped, schema, d
+
+
+def _check_times(name: str, fresh: list, cur_upper: Frontier, upper: Frontier | None, taken: dict) -> None:
+    """Every new update is at a time beyond the trace's upper (and not beyond ``upper``,
+    the one given with --upper)."""
+    for b in fresh:
+        mask = beyond_mask(b.times, cur_upper)
+        if not mask.all():
+            i = int(np.argmin(mask))
+            t = tuple(int(c[i]) for c in b.times)
+            raise StoreError(f"{b.path}: row {i + 1}: time {format_time(t)} is not beyond the upper "
+                             f"{format_frontier(cur_upper)} of trace {name!r} (those times are sealed); "
+                             f"to correct the past, ingest the correction at a time beyond the upper "
+                             f"(e.g. at time {format_frontier(cur_upper).split()[0]}), with --upsert KEYCOLS "
+                             f"to have the old rows retracted for you" + ingested.forgotten_note(taken, b.path))
+        if upper is not None:
+            late = beyond_mask(b.times, upper)
+            if late.any():
+                i = int(np.argmax(late))
+                t = tuple(int(c[i]) for c in b.times)
+                raise StoreError(f"{b.path}: row {i + 1}: time {format_time(t)} is beyond the new upper "
+                                 f"{format_frontier(upper)}")
+
+
+def _key_of(name: str, key: list[str] | None, existing: Trace | None, schema: pa.Schema, fresh: list) -> list[str]:
+    """The trace's key: given (or the first column) for a new trace, checked for an old one."""
+    key = list(key) if key else None
+    if existing is None:
+        key = key or [schema.names[0]]
+        for k in key:
+            if k not in schema.names:
+                raise StoreError(f"key column {k!r} is not a column of {fresh[0].path} "
+                                 f"(columns: {', '.join(schema.names)})")
+        return key
+    if key and key != existing.key:
+        raise StoreError(f"trace {name!r} is keyed by {','.join(existing.key)}, not {','.join(key)}")
+    return existing.key
+
+
+def _upper_option(upper: str | Frontier | None, d: int, cur_upper: Frontier) -> Frontier | None:
+    """The frontier given with --upper, checked against the trace's upper (None if none)."""
+    from storage.lattice import parse_frontier
+    if isinstance(upper, str):
+        upper = parse_frontier(upper, d)
+    if upper is None:
+        return None
+    if upper.d != d:
+        raise StoreError(f"--upper {format_frontier(upper)} has {upper.d} coordinate(s); the trace's times have {d}")
+    if not upper.dominates(cur_upper):
+        raise StoreError(f"--upper {format_frontier(upper)} is behind the trace's upper "
+                         f"{format_frontier(cur_upper)}; frontiers only move forward")
+    return upper

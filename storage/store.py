@@ -178,9 +178,9 @@ class Store:
 
     # ------------------------------------------------------------ ingest
 
-    def ingest(self, name: str, paths: list[str], **options) -> IngestResult:
-        """Validate every file, then write one layer and commit it; or change nothing
-        (storage/ingest.py has the options)."""
+    def ingest(self, name: str, paths: list, **options) -> IngestResult:
+        """Validate every file (``paths``: local paths, globs, ``s3://`` objects and globs),
+        then write one layer and commit it; or change nothing (storage/ingest.py has the options)."""
         from storage.ingest import ingest
         return ingest(self, name, paths, **options)
 
