@@ -19,6 +19,7 @@ import os
 import re
 from typing import Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -39,6 +40,7 @@ _EXTENSIONS = {
     ".parquet": "parquet",
     ".pq": "parquet",
 }
+_MAX_OPENINGS = 1_000  # brackets a JSON line may hold before its nesting is checked
 _PANDAS_INDEX = re.compile(r"__index_level_\d+__\Z")
 _UTF8_PIECE = 1 << 20
 
@@ -254,7 +256,8 @@ class JsonSource(Source):
             if not head:
                 raise self.fail("empty file (0 bytes, no rows)")
             self._check_width(head)
-            for piece in self._pieces(stream):
+            for line, piece in self._pieces(stream):
+                self._check_nesting(piece, line)
                 table = self._parse(piece)
                 if table is not None:
                     self.budget.take(table.nbytes, self.path)
@@ -273,9 +276,10 @@ class JsonSource(Source):
         check_unique(self, table.column_names)
         return table
 
-    def _pieces(self, stream: ByteStream) -> Iterator[bytes]:
-        """The file as pieces of whole lines, each at most twice the line limit; a line
-        longer than the limit is refused as soon as it passes it."""
+    def _pieces(self, stream: ByteStream) -> Iterator[tuple[int, bytes]]:
+        """The file as pieces of whole lines, each at most twice the line limit, with the
+        number of its first line; a line longer than the limit is refused as soon as it
+        passes it."""
         limit, carry, lines = self.line_limit, b"", 0
         for data in stream.pieces(limit):
             first = data.find(b"\n")
@@ -286,10 +290,34 @@ class JsonSource(Source):
                 continue
             last = data.rfind(b"\n")
             piece, carry = carry + data[:last + 1], data[last + 1:]
+            yield lines + 1, piece
             lines += piece.count(b"\n")
-            yield piece
         if carry.strip():
-            yield carry
+            yield lines + 1, carry
+
+    def _check_nesting(self, piece: bytes, first_line: int) -> None:
+        """pyarrow's JSON parser recurses once per level of nesting and crashes the process
+        some thousands of levels deep: a line with many brackets is parsed by Python's
+        json first (which stops at its recursion limit, about 1,000 levels)."""
+        data = np.frombuffer(piece, dtype=np.uint8)
+        opening = np.flatnonzero((data == ord("[")) | (data == ord("{")))
+        if len(opening) <= _MAX_OPENINGS:
+            return
+        ends = np.flatnonzero(data == ord("\n"))
+        per_line = np.bincount(np.searchsorted(ends, opening))
+        for i in np.flatnonzero(per_line > _MAX_OPENINGS):
+            start = int(ends[i - 1]) + 1 if i else 0
+            end = int(ends[i]) if i < len(ends) else len(piece)
+            try:
+                json.loads(piece[start:end])
+            except RecursionError:
+                raise self._too_deep(first_line + int(i)) from None
+            except ValueError:
+                pass  # the parser names it
+
+    def _too_deep(self, lineno: int) -> UpdateFileError:
+        return self.fail(f"line {lineno}: values nested too deeply to read; data columns must be flat "
+                         f"(numbers, text, booleans, dates, times)")
 
     def _parse(self, piece: bytes) -> pa.Table | None:
         block = 1 << 22
@@ -311,7 +339,7 @@ class JsonSource(Source):
         """Count the keys of the first record before pyarrow parses them all."""
         try:
             first = json.loads(head.lstrip().split(b"\n", 1)[0])
-        except ValueError:
+        except (ValueError, RecursionError):
             return  # the parser names the bad line
         if isinstance(first, dict):
             problem = limits.too_many_columns(len(first))
@@ -322,7 +350,7 @@ class JsonSource(Source):
         """(line number, text) of each non-blank line, read again from the file."""
         with open_stream(self.obj) as stream:
             lineno = 0
-            for piece in self._pieces(stream):
+            for _, piece in self._pieces(stream):
                 parts = piece.split(b"\n")
                 if piece.endswith(b"\n"):
                     parts.pop()
@@ -352,6 +380,8 @@ class JsonSource(Source):
                 return self.fail(f"line {lineno}: key {e.args[0]!r} appears twice in one object")
             except ValueError as e:
                 return self.fail(f"line {lineno}: invalid JSON ({e.msg} at character {e.pos + 1}): {show(text.decode())}")
+            except RecursionError:
+                return self._too_deep(lineno)
             if not isinstance(obj, dict):
                 return self.fail(f"line {lineno}: expected one JSON object per line, got {show(text.decode())}")
             for k, v in obj.items():
@@ -379,7 +409,7 @@ class JsonSource(Source):
                 r = obj.get(name) if isinstance(obj, dict) else None
                 if isinstance(r, _RawNumber):
                     return r
-            except ValueError:
+            except (ValueError, RecursionError):
                 pass
         return v
 
