@@ -5,7 +5,8 @@ A source is a local path, a local glob (``'data/*.csv'``, ``**`` for any depth),
 ``s3://bucket/key`` or an S3 glob (``s3://lake/raw/day=*/*.csv.gz``, ``s3://b/**/*.parquet``).
 S3 sources use the settings of S3 stores (endpoint, region, credentials, timeouts:
 storage/blob_s3.py). A glob is matched in the shell's way: ``*`` and ``?`` stay within one
-path segment, ``**`` crosses segments, ``[abc]`` is a class; objects come in sorted order.
+path segment, ``**`` crosses segments, ``[abc]`` is a class, as Python's ``glob`` matches
+local files; objects come in sorted order.
 
 Each S3 object carries the version the listing saw (its ETag, read back with If-Match,
 storage/file_streams.py), and that URL and version are what the trace records as
@@ -39,9 +40,9 @@ class UpdateObject:
     def on_s3(self) -> bool:
         return self.url.startswith("s3://")
 
-    def signature(self) -> str | None:
-        """What the ingested-file record remembers of an S3 object: its URL and version
-        (a local file is remembered by its content hash, known only once it is read)."""
+    def version(self) -> str | None:
+        """An S3 object's URL and version, ``url#ETag:size``, as the ingested-file record
+        keeps it (storage/ingested.py); None for a local file, known by its content."""
         if not self.on_s3:
             return None
         return f"{self.url}#{(self.etag or '').strip(chr(34))}:{self.size}"
@@ -100,8 +101,9 @@ def _s3_objects(source: str) -> list[UpdateObject]:
 
 
 def glob_pattern(pattern: str) -> re.Pattern:
-    """A shell glob as a regular expression over '/'-separated keys: ``*`` and ``?`` within
-    a segment, ``**`` across segments (``a/**/b`` also matches ``a/b``), ``[...]`` a class."""
+    """A glob as a regular expression over '/'-separated keys, as Python's ``glob`` matches
+    files: ``*`` and ``?`` within a segment, ``**`` across segments (``a/**/b`` also
+    matches ``a/b``), ``[...]`` a class (``[!...]`` its complement)."""
     out, i, n = [], 0, len(pattern)
     while i < n:
         c = pattern[i]
@@ -119,10 +121,10 @@ def glob_pattern(pattern: str) -> re.Pattern:
             i += 1
         elif c == "[" and _class_end(pattern, i) > 0:
             j = _class_end(pattern, i)
-            body = pattern[i + 1:j]
-            if body[0] in "!^":
+            body = pattern[i + 1:j].replace("\\", "\\\\").replace("[", "\\[").replace("^", "\\^")
+            if body[0] == "!":
                 body = "^" + body[1:]
-            out.append("[" + body.replace("\\", "\\\\") + "]")
+            out.append("[" + body + "]")
             i = j + 1
         else:
             out.append(re.escape(c))
@@ -133,7 +135,7 @@ def glob_pattern(pattern: str) -> re.Pattern:
 def _class_end(pattern: str, i: int) -> int:
     """Where the class ``[...]`` opened at ``i`` closes (-1: the '[' is a plain character)."""
     j = i + 1
-    if pattern[j:j + 1] in ("!", "^"):
+    if pattern[j:j + 1] == "!":
         j += 1
     if pattern[j:j + 1] == "]":
         j += 1

@@ -129,7 +129,7 @@ class CsvSource(Source):
                 raise self.fail(problem)
             try:
                 reader = self._reader(stream, self._header(head), use_threads=True)
-                batches = self._batches(reader, stream)
+                batches = self._batches(reader)
             except pa.ArrowInvalid as e:
                 raise self._explain(str(e), stream) from None
             except UnicodeDecodeError:
@@ -142,10 +142,13 @@ class CsvSource(Source):
         return table
 
     def _header(self, head: bytes) -> list[str]:
-        end = head.rfind(b"\n") + 1
-        if not end and len(head) > self.line_limit:
+        first = head.find(b"\n") + 1
+        if not first and len(head) > self.line_limit:
             raise self.fail(limits.too_long("the header line", self.line_limit))
-        head = head[:end] or head  # whole lines only: a cut line would look like a short row
+        # whole lines only (a cut line would look like a short row); a quote in the first
+        # line may hide a newline, so then every whole line of the head
+        end = head.rfind(b"\n") + 1 if b'"' in head[:first] else first
+        head = head[:end] or head
         reader = pacsv.open_csv(pa.BufferReader(head), parse_options=self._PARSE,
                                 read_options=pacsv.ReadOptions(block_size=len(head) + 1, use_threads=False))
         names = list(reader.schema.names)
@@ -158,7 +161,7 @@ class CsvSource(Source):
         return pacsv.open_csv(pa.PythonFile(stream, mode="r"), parse_options=self._PARSE, convert_options=conv,
                               read_options=pacsv.ReadOptions(block_size=self.line_limit, use_threads=use_threads))
 
-    def _batches(self, reader, stream: ByteStream) -> list[pa.RecordBatch]:
+    def _batches(self, reader) -> list[pa.RecordBatch]:
         out = []
         for batch in reader:
             self._check_lines(batch, self.rows_read)

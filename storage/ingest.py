@@ -112,7 +112,8 @@ def ingest(store, name: str, paths: list, *, key: list[str] | None = None,
         elif _seal_point(t) != _seal_point(existing):
             raise Conflict(f"trace {name!r} changed while ingesting (another command wrote to it; "
                            f"its upper is now {format_frontier(t.upper)}); nothing was ingested, retry")
-        again = [p for p, sig in zip((b.path for b in fresh), sigs) if sig in t.ingested]
+        now = ingested.keys(t.ingested)
+        again = [b.path for b, sig in zip(fresh, sigs) if set(ingested.entry_keys(sig)) & now]
         if again:
             raise Conflict(f"{again[0]} was ingested into trace {name!r} by another command at the same time; "
                            f"nothing was ingested by this one")
@@ -135,16 +136,17 @@ def ingest(store, name: str, paths: list, *, key: list[str] | None = None,
 
 def _read_new(objects: list, taken: dict, tag: str, *, schema, d, fmt, time, null, progress):
     """``(batches, signatures, skipped, schema, d)``: the validated updates of the objects
-    the trace has not taken, each once. An S3 object taken before is known by its URL and
-    version and not read; a local file is known by its content, so it is read first."""
+    the trace has not taken, each once (storage/ingested.py). An S3 object taken before is
+    known by its URL and version and not read; a local file, or an S3 object at a version
+    not seen, is known by its content once read."""
     from storage.files import read_update_file
     from storage.limits import ReadBudget
     budget = ReadBudget()
-    seen = set(taken)
+    seen = ingested.keys(taken)
     fresh, sigs, skipped = [], [], []
     for o in objects:
-        known = o.signature()
-        if known is not None and known + tag in seen:
+        version = o.version()
+        if version is not None and ingested.version_key(version, tag) in seen:
             skipped.append(o.url)
             continue
         if progress:
@@ -154,11 +156,11 @@ def _read_new(objects: list, taken: dict, tag: str, *, schema, d, fmt, time, nul
             schema, d = b.data.schema, b.d
         elif b.data.schema != schema:
             b.data = b.data.cast(schema)
-        sig = (known or b.sha256) + tag
-        if sig in seen:
-            skipped.append(b.path)
+        sig = b.sha256 + tag if version is None else f"{b.sha256}{ingested.version_key(version, tag)}"
+        if ingested.entry_keys(sig)[0] in seen:
+            skipped.append(b.path)  # the same bytes were taken (under another name or version)
             continue
-        seen.add(sig)
+        seen.update(ingested.entry_keys(sig))
         fresh.append(b)
         sigs.append(sig)
     return fresh, sigs, skipped, schema, d

@@ -10,6 +10,7 @@ with the store unchanged.
 
 from __future__ import annotations
 
+import glob
 import gzip
 import io
 import json
@@ -144,7 +145,12 @@ def test_an_object_put_again_with_the_same_bytes_is_skipped_and_a_changed_one_re
     ingest(store_location, f"{lake.url}/day=*/*.csv.gz")
     before = tree_digest(store_location)
     lake.put("day=1/part.csv.gz", lake.rows["day=1/part.csv.gz"], lake.bodies["day=1/part.csv.gz"])
-    assert ingest(store_location, f"{lake.url}/day=*/*.csv.gz")["noop"]
+    assert ingest(store_location, f"{lake.url}/day=*/*.csv.gz")["noop"]  # the same ETag: not read
+    lake.client.copy_object(Bucket=BUCKET, Key=f"{lake.prefix}/day=9/copy.csv.gz",
+                            CopySource=f"{BUCKET}/{lake.prefix}/day=1/part.csv.gz")
+    again = ingest(store_location, f"{lake.url}/day=*/*.csv.gz")
+    assert again["noop"] and len(again["skipped"]) == 3  # the copy: read, and known by its content
+    assert tree_digest(store_location) == before
     lake.put("day=1/part.csv.gz", [("zzz", 1, 1)])
     err = one_line_error(ddcli(store_location, "ingest", "events", f"{lake.url}/day=*/*.csv.gz"))
     assert url in err and "time 1 is not beyond the upper" in err
@@ -223,3 +229,20 @@ def test_the_format_option_wins_over_the_inner_extension(tmp_path, store_dir):
     assert "cannot tell the format from the extension '.txt'" in err
     ok(ddcli(store_dir, "ingest", "events", str(path), "--input-format", "csv"))
     check_trace(store_dir, "events", [(("fig",), (1,), 1)], [1])
+
+
+KEYS = ["raw/day=1/a.csv.gz", "raw/day=1/b.parquet", "raw/day=2/a.csv.gz", "raw/day=12/a.csv.gz",
+        "raw/day=2/x/deep.csv.gz", "raw/top.csv.gz", "raw/a[1].csv", "other/day=1/a.csv.gz"]
+
+
+@pytest.mark.parametrize("pattern", ["raw/day=*/*.csv.gz", "raw/**/*.csv.gz", "raw/day=?/*", "raw/day=[12]/*",
+                                     "raw/day=[!1]/*", "raw/**", "*/day=1/*.csv.gz", "raw/a[[]1].csv",
+                                     "raw/**/deep.csv.gz", "**/a.csv.gz", "raw/a[^]1].csv", "raw/day=[^1]/*"])
+def test_s3_globs_match_the_keys_python_glob_matches_as_files(tmp_path, pattern):
+    from storage.file_locations import glob_pattern
+    for key in KEYS:
+        (tmp_path / key).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / key).write_text("")
+    found = glob.glob(str(tmp_path / pattern), recursive=True)
+    want = sorted(os.path.relpath(p, tmp_path) for p in found if os.path.isfile(p))
+    assert sorted(k for k in KEYS if glob_pattern(pattern).fullmatch(k)) == want
