@@ -19,6 +19,7 @@ Hostile or broken files must end in one line within seconds, never in a hang, an
 from __future__ import annotations
 
 import os
+import re
 import stat
 
 import pyarrow as pa
@@ -30,7 +31,7 @@ MAX_COLUMNS = 1_000
 DEFAULT_MAX_LINE_BYTES = 16 << 20
 DEFAULT_INGEST_MEMORY = 2 << 30
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-_SIZE_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 class DiffOverflow(StoreError):
@@ -56,10 +57,8 @@ def size_setting(name: str, default: int) -> int:
     raw = os.environ.get(name, "").strip().lower()
     if not raw:
         return default
-    try:
-        value = int(float(raw.rstrip("kmgtib") or "x") * _SIZE_UNITS.get(raw.rstrip("ib")[-1:], 1))
-    except ValueError:
-        value = 0
+    m = re.fullmatch(r"(\d+(?:\.\d*)?)\s*([kmgt]?)(?:i?b)?", raw)
+    value = int(float(m.group(1)) * _SIZE_UNITS.get(m.group(2), 1)) if m else 0
     if value < 1:
         raise StoreError(f"{name}={raw!r} is not a size such as 16m or 2g")
     return value
@@ -71,6 +70,7 @@ def max_line_bytes() -> int:
 
 
 def show_size(n: int) -> str:
+    """``n`` bytes for a message: 16 MiB, 2 GiB."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
             return f"{n / scale:.3g} {unit}"
