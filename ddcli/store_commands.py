@@ -87,7 +87,7 @@ def ingest(
     if by_key is not None:
         prepare = _then(by_key[0], prepare)
     from storage.file_locations import expand_sources
-    sources = expand_sources(files)
+    sources = expand_sources(files, st.path)
     with render.progress(len(sources), f"ingest {trace}") as step:
         res = st.ingest(trace, sources, key=keys, time=t, upper=upper,
                         fmt=file_format.value if file_format else None, progress=step, null=null,

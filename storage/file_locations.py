@@ -12,8 +12,9 @@ Each S3 object carries the version the listing saw (its ETag, read back with If-
 storage/file_streams.py), and that URL and version are what the trace records as
 ingested (storage/ingest.py), so a glob run again reads only objects it has not seen.
 A local file is recognised by its content instead (its hash). An object named by two
-sources (overlapping globs) is read once. A glob that matches nothing, a missing object
-or bucket, refused credentials: one line, and nothing is read.
+sources (overlapping globs) is read once, and a glob never matches the store's own files.
+A glob that matches nothing, a missing object or bucket, refused credentials: one line,
+and nothing is read.
 """
 
 from __future__ import annotations
@@ -48,15 +49,16 @@ class UpdateObject:
         return f"{self.url}#{(self.etag or '').strip(chr(34))}:{self.size}"
 
 
-def expand_sources(sources: list) -> list[UpdateObject]:
-    """Every object the sources name, in order, each once; ``UpdateObject`` items pass."""
+def expand_sources(sources: list, store: str | None = None) -> list[UpdateObject]:
+    """Every object the sources name, in order, each once; ``UpdateObject`` items pass.
+    A glob never matches the files of ``store`` (its layers are Parquet files too)."""
     out: dict[str, UpdateObject] = {}
     for source in sources:
         if isinstance(source, UpdateObject):
             found = [source]
         else:
             source = os.fspath(source)
-            found = _s3_objects(source) if source.startswith("s3://") else _local_objects(source)
+            found = _s3_objects(source, store) if source.startswith("s3://") else _local_objects(source, store)
         for obj in found:
             out.setdefault(obj.url, obj)
     return list(out.values())
@@ -66,16 +68,18 @@ def is_glob(source: str) -> bool:
     return bool(_GLOB_CHARS.search(source))
 
 
-def _local_objects(source: str) -> list[UpdateObject]:
+def _local_objects(source: str, store: str | None) -> list[UpdateObject]:
     if not is_glob(source) or os.path.lexists(source):
         return [UpdateObject(source)]  # the reader says if it is missing or not a file
-    paths = sorted(p for p in glob.glob(source, recursive=True) if os.path.isfile(p))
+    inside = None if store is None or store.startswith("s3://") else os.path.realpath(store) + os.sep
+    paths = sorted(p for p in glob.glob(source, recursive=True)
+                   if os.path.isfile(p) and not (inside and os.path.realpath(p).startswith(inside)))
     if not paths:
         raise UpdateFileError(source, "no file matches this glob")
     return [UpdateObject(p) for p in paths]
 
 
-def _s3_objects(source: str) -> list[UpdateObject]:
+def _s3_objects(source: str, store: str | None) -> list[UpdateObject]:
     from storage.blob import for_path
     bucket, _, key = source[len("s3://"):].partition("/")
     if not bucket:
@@ -93,8 +97,10 @@ def _s3_objects(source: str) -> list[UpdateObject]:
         return [UpdateObject(source, st.size, st.ident[0])]
     literal = _GLOB_CHARS.split(key, 1)[0]
     pattern = glob_pattern(key)
+    inside = store.rstrip("/") + "/" if store and store.startswith("s3://") else None
     found = [UpdateObject(url, size, etag) for url, size, etag in blobs.list_objects(f"s3://{bucket}/{literal}")
-             if not url.endswith("/") and pattern.fullmatch(url[len(f"s3://{bucket}/"):])]
+             if not url.endswith("/") and pattern.fullmatch(url[len(f"s3://{bucket}/"):])
+             and not (inside and url.startswith(inside))]
     if not found:
         raise UpdateFileError(source, f"no object matches this glob in bucket {bucket!r}")
     return sorted(found, key=lambda o: o.url)

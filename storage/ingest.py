@@ -65,8 +65,8 @@ def ingest(store, name: str, paths: list, *, key: list[str] | None = None,
                              f"(columns: {', '.join(existing.schema.names)})")
         schema = pa.schema([existing.schema.field(c) for c in columns])
     taken = existing.ingested if existing else {}
-    fresh, sigs, skipped, schema, d = _read_new(expand_sources(paths), taken, tag, schema=schema, d=d,
-                                                fmt=fmt, time=time, null=null, progress=progress)
+    fresh, sigs, skipped, schema, d = _read_new(expand_sources(paths, store.path), taken, tag, schema=schema,
+                                                d=d, fmt=fmt, time=time, null=null, progress=progress)
 
     key = _key_of(name, key, existing, schema, fresh)
     cur_upper = existing.upper if existing else Frontier.minimum(d)

@@ -246,3 +246,18 @@ def test_s3_globs_match_the_keys_python_glob_matches_as_files(tmp_path, pattern)
     found = glob.glob(str(tmp_path / pattern), recursive=True)
     want = sorted(os.path.relpath(p, tmp_path) for p in found if os.path.isfile(p))
     assert sorted(k for k in KEYS if glob_pattern(pattern).fullmatch(k)) == want
+
+
+def test_a_glob_never_matches_the_stores_own_layer_files(lake, tmp_path, monkeypatch):
+    """Layers are Parquet files with data columns, time and diff: a glob over a folder or a
+    bucket holding the store would otherwise ingest the store into itself."""
+    monkeypatch.chdir(tmp_path)
+    pq.write_table(pa.table({"word": ["a"], "time": [1]}), tmp_path / "updates.parquet")
+    ok(ddcli("ddstore", "ingest", "events", "updates.parquet"))
+    res = json.loads(ok(ddcli("ddstore", "ingest", "more", "**/*.parquet", "--json")).stdout)
+    assert res["files"] == ["updates.parquet"]
+    store = f"{lake.url}/store"
+    lake.put("day=1/part.parquet", [("b", 1, 1)])
+    ok(ddcli(store, "ingest", "events", f"{lake.url}/day=1/part.parquet"))
+    res = json.loads(ok(ddcli(store, "ingest", "more", f"{lake.url}/**/*.parquet", "--json")).stdout)
+    assert res["files"] == [f"{lake.url}/day=1/part.parquet"]
