@@ -472,6 +472,9 @@ class ParquetSource(Source):
         names = list(pf.schema_arrow.names)
         check_unique(self, names)
         keep = [n for n in names if not _PANDAS_INDEX.match(n)]
+        meta = pf.metadata
+        # a few compressed bytes may decode to gigabytes: refuse before decoding them
+        self.budget.check(sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)), self.path)
         batches, rows = [], 0
         try:
             for batch in pf.iter_batches(columns=keep, use_threads=True):

@@ -96,8 +96,12 @@ class ReadBudget:
         self.used = 0
 
     def take(self, nbytes: int, path: str) -> None:
+        self.check(nbytes, path)
         self.used += nbytes
-        if self.used > self.limit:
+
+    def check(self, nbytes: int, path: str) -> None:
+        """Refuse before reading ``nbytes`` more that would not fit."""
+        if self.used + nbytes > self.limit:
             raise UpdateFileError(path, f"the updates read so far take more than {show_size(self.limit)} "
                                         f"of memory (DDCLI_INGEST_MEMORY); ingest the files in smaller "
                                         f"parts, or raise DDCLI_INGEST_MEMORY")

@@ -140,6 +140,17 @@ def test_updates_beyond_the_memory_budget_are_refused_and_nothing_is_written(wor
     ok(ddcli(words, "ingest", "h", str(tmp_path / "rows.csv"), env={"DDCLI_INGEST_MEMORY": "64m"}))
 
 
+def test_a_parquet_file_that_decodes_to_more_than_the_budget_is_refused_before_decoding(words, tmp_path):
+    path = tmp_path / "dense.parquet"  # 200 MB of text in a few hundred KB
+    pq.write_table(pa.table({"word": ["w" * 1000] * 200_000, "time": [1] * 200_000}), path,
+                   compression="zstd", use_dictionary=False)
+    assert path.stat().st_size < 2 << 20
+    before = tree_digest(words)
+    err = one_line_error(ddcli(words, "ingest", "h", str(path), env={"DDCLI_INGEST_MEMORY": "64m"}))
+    assert f"{path}: the updates read so far take more than 64 MiB of memory (DDCLI_INGEST_MEMORY)" in err
+    assert tree_digest(words) == before
+
+
 def test_a_bad_row_in_a_late_block_writes_nothing(words, tmp_path):
     """Validation of every row before anything is written holds with streaming."""
     text = "word,time\n" + "".join(f"w{i},{i}\n" for i in range(200_000)) + "late,soon\n"
