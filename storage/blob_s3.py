@@ -332,6 +332,9 @@ class _Body:
         except (bx.ReadTimeoutError, bx.ConnectionClosedError, bx.ResponseStreamingError, HTTPError) as e:
             raise StoreUnreachable(f"the object store at {self._blobs.endpoint or 'AWS'} stopped answering "
                                    f"({type(e).__name__})") from None
+        except bx.FlexibleChecksumError:
+            raise StoreUnreachable(f"the bytes the object store at {self._blobs.endpoint or 'AWS'} sent do not "
+                                   f"match the checksum it sent with them; nothing was ingested, try again") from None
 
     def close(self) -> None:
         self._body.close()
