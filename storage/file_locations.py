@@ -94,7 +94,7 @@ def _s3_objects(source: str, store: str | None) -> list[UpdateObject]:
             st = blobs.stat(source)
         except FileNotFoundError:
             raise UpdateFileError(source, f"no such object in bucket {bucket!r}") from None
-        return [UpdateObject(source, st.size, st.ident[0])]
+        return [UpdateObject(source, st.size, st.ident[0])]  # an S3 object's ident is (ETag, mtime)
     literal = _GLOB_CHARS.split(key, 1)[0]
     pattern = glob_pattern(key)
     inside = store.rstrip("/") + "/" if store and store.startswith("s3://") else None
