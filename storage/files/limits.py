@@ -24,18 +24,13 @@ import stat
 
 import pyarrow as pa
 
-from storage.files.messages import UpdateFileError
-from storage.state.trace import StoreError
+from storage.errors import DiffOverflow, StoreError, UpdateFileError
 
 MAX_COLUMNS = 1_000
 DEFAULT_MAX_LINE_BYTES = 16 << 20
 DEFAULT_INGEST_MEMORY = 1 << 30  # an ingest peaks at about 7x what it read (typing, sorting, the layer)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-class DiffOverflow(StoreError):
-    """Diffs that would sum beyond int64."""
 
 
 def regular_file_problem(path: str) -> str | None:

@@ -24,7 +24,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from storage.files.messages import UpdateFileError
+from storage.errors import UpdateFileError
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
@@ -80,7 +80,7 @@ def _local_objects(source: str, store: str | None) -> list[UpdateObject]:
 
 
 def _s3_objects(source: str, store: str | None) -> list[UpdateObject]:
-    from storage.blobs.base import for_path
+    from storage.blobs.resolve import for_path
     bucket, _, key = source[len("s3://"):].partition("/")
     if not bucket:
         raise UpdateFileError(source, "no bucket named (write s3://bucket/key or s3://bucket/prefix/*.csv)")

@@ -24,8 +24,8 @@ import os
 
 import pyarrow as pa
 
+from storage.errors import UpdateFileError
 from storage.files import limits
-from storage.files.messages import UpdateFileError
 from storage.files.locations import UpdateObject
 from storage.files.sources import FORMATS, CsvSource, JsonSource, ParquetSource, Source, choose_format
 from storage.files.validate import UpdateBatch, validate

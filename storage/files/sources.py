@@ -26,9 +26,10 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from storage.errors import UpdateFileError, one_line
 from storage.files import limits
-from storage.files.messages import UpdateFileError, first_index, one_line, show
 from storage.files.locations import UpdateObject
+from storage.files.messages import first_index, show
 from storage.files.streams import ByteStream, local_parquet, open_stream, without_compression
 
 FORMATS = ("csv", "jsonl", "parquet")

@@ -21,7 +21,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from storage.files.messages import UpdateFileError, one_line
+from storage.errors import ObjectChanged, UpdateFileError, one_line
 from storage.files.locations import UpdateObject
 
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
@@ -143,8 +143,7 @@ def open_stream(obj: UpdateObject) -> Iterator[ByteStream]:
 
 def _open_raw(obj: UpdateObject):
     if obj.on_s3:
-        from storage.blobs.base import for_path
-        from storage.blobs.s3 import ObjectChanged
+        from storage.blobs.resolve import for_path
         try:
             return for_path(obj.url).open_object(obj.url, obj.etag)
         except FileNotFoundError:
