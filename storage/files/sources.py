@@ -158,9 +158,9 @@ class CsvSource(Source):
 
     def _reader(self, stream: ByteStream, names: list[str]):
         """pyarrow's streaming reader on this thread: no thread of its own calls back into
-        the Python stream (such a thread outliving an error aborted the process), rows are
-        numbered in its errors, and text columns cost nothing to convert (measured: as fast
-        as with threads)."""
+        the Python stream (one that outlives an error can abort the process at exit), rows
+        are numbered in its errors, and text columns cost nothing to convert (measured: as
+        fast as with threads)."""
         conv = pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, null_values=[],
                                     strings_can_be_null=False, quoted_strings_can_be_null=False)
         return pacsv.open_csv(pa.PythonFile(stream, mode="r"), parse_options=self._PARSE, convert_options=conv,
