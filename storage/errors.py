@@ -56,6 +56,10 @@ class CorruptionError(Exception):
     or the newest metadata version is unreadable. One line; run ``ddcli check``."""
 
 
+class ObjectChanged(Exception):
+    """An object was replaced between listing it and reading it (its ETag moved on)."""
+
+
 class StoreUnreachable(Exception):
     """The store's location cannot be used: a missing bucket, credentials refused, an
     endpoint that does not answer. A user error (exit 2): one line; nothing was changed."""

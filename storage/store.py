@@ -242,9 +242,10 @@ class Store:
 
     # ------------------------------------------------------------ the changes
 
-    def ingest(self, name: str, paths: list[str], **options) -> IngestResult:
-        """Validate every file, then write one layer and commit it; or change nothing
-        (storage/writes/ingest.py has the options)."""
+    def ingest(self, name: str, paths: list, **options) -> IngestResult:
+        """Validate every file (``paths``: local paths, globs, ``s3://`` objects and globs),
+        then write one layer and commit it; or change nothing (storage/writes/ingest.py has
+        the options)."""
         return ingest(self, name, paths, **options)
 
     def advance(self, name: str, *, upper: str | Frontier | None = None,

@@ -23,7 +23,8 @@ pytest_plugins = ["tests.helpers.spark_fixtures"]
 from tests.helpers.s3 import moto_endpoint, s3_env, store_location  # noqa: E402,F401 - fixtures
 
 # Variables that change what a command does; a test sets the ones it means to.
-_DDCLI_ENV = ("DDCLI_STORE", "DDCLI_STRICT_NOOP", "DDCLI_DEBUG", "DDCLI_FAULT", "DDCLI_NO_PROGRESS")
+_DDCLI_ENV = ("DDCLI_STORE", "DDCLI_STRICT_NOOP", "DDCLI_DEBUG", "DDCLI_FAULT", "DDCLI_NO_PROGRESS",
+              "DDCLI_MAX_LINE_BYTES", "DDCLI_INGEST_MEMORY")
 
 
 @pytest.fixture(autouse=True)

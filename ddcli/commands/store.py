@@ -21,7 +21,11 @@ from ddcli.options import (DEFAULT_STORE, FormatOpt, InputFormat, JsonOpt, Outpu
 @app.command(epilog=EXIT_CODES_HELP)
 def ingest(
     trace: Annotated[str, typer.Argument(metavar="TRACE", help="The trace to append to (created by its first ingest).")],
-    files: Annotated[list[str], typer.Argument(metavar="FILE...", help="Update files: CSV, JSON Lines or Parquet.")],
+    files: Annotated[list[str], typer.Argument(
+        metavar="SOURCE...",
+        help="Update files: CSV, JSON Lines or Parquet (CSV and JSON Lines may be .gz or .zst): "
+             "local paths, quoted globs ('data/*.csv'), s3://bucket/key or s3:// globs "
+             "('s3://lake/raw/day=*/*.csv.gz').")],
     key: Annotated[Optional[str], typer.Option(
         "--key", "-k", metavar="COLS",
         help="Key columns, comma-separated (first ingest only; default: the first data column).")] = None,
@@ -57,7 +61,8 @@ def ingest(
 
     Columns: the data columns, `time` (or `time_0`, `time_1`, ... for d >= 2) and an
     optional `diff` (default 1). Every row of every file is validated before anything is
-    written; a bad file changes nothing. Re-ingesting a file already ingested is a no-op.
+    written; a bad file changes nothing. Re-ingesting a file already ingested is a no-op:
+    a glob run again reads only the objects it has not seen.
 
     Examples:
 
@@ -68,6 +73,8 @@ def ingest(
         ddcli ingest clicks events.jsonl --time 42 --key user
 
         ddcli ingest airports airports_fix.csv --time 9 --upsert faa
+
+        ddcli ingest events 's3://lake/raw/day=*/*.csv.gz'
     """
     out = render.choose_format(fmt, json_, output)
     from storage.lattice import format_frontier, parse_time
@@ -80,8 +87,10 @@ def ingest(
     by_key = _by_key_step(st, upsert, delete)
     if by_key is not None:
         prepare = _then(by_key[0], prepare)
-    with render.progress(len(files), f"ingest {trace}") as step:
-        res = st.ingest(trace, list(files), key=keys, time=t, upper=upper,
+    from storage.files.locations import expand_sources
+    sources = expand_sources(files, st.path)
+    with render.progress(len(sources), f"ingest {trace}") as step:
+        res = st.ingest(trace, sources, key=keys, time=t, upper=upper,
                         fmt=file_format.value if file_format else None, progress=step, null=null,
                         columns=by_key[2] if by_key else None, prepare=prepare)
     tr = st.trace(trace)
@@ -101,7 +110,7 @@ def ingest(
     if noop:
         msg = (f"nothing to do: trace {trace!r} already holds "
                f"{'this file' if len(res.skipped) == 1 else 'these files'} "
-               f"({', '.join(res.skipped)}); re-ingesting a file is a no-op")
+               f"({_listed(res.skipped)}); re-ingesting a file is a no-op")
     else:
         msg = (f"{'created trace' if res.created else 'trace'} {trace!r}: ingested "
                f"{plural(res.rows, 'update')} from {plural(len(res.files), 'file')}; "
@@ -110,12 +119,19 @@ def ingest(
             msg += (f" ({plural(by_key[1].rows, 'row')} {'upserted' if upsert else 'deleted'} by key, "
                     f"{plural(by_key[1].retracted, 'live row')} retracted)")
         if res.skipped:
-            msg += f" (skipped, already ingested: {', '.join(res.skipped)})"
+            msg += f" (skipped, already ingested: {_listed(res.skipped)})"
         if pending:
             msg += (f"; {plural(pending, 'update')} beyond the upper wait to be sealed "
                     f"(ddcli advance {trace} --upper F)")
     render.report(record, msg, out, output)
     finish(noop, strict_noop)
+
+
+def _listed(paths: list[str], most: int = 5) -> str:
+    """Paths for a message: a glob may name thousands (``--json`` lists them all)."""
+    if len(paths) <= most:
+        return ", ".join(paths)
+    return ", ".join(paths[:most - 1]) + f" and {len(paths) - most + 1:,} more"
 
 
 def _by_key_step(st, upsert: str | None, delete: str | None):

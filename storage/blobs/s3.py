@@ -39,7 +39,7 @@ import threading
 from storage import faults
 from storage.blobs.base import Blobs, Stat
 from storage.blobs.checksums import bytes_checksums
-from storage.errors import Ambiguous, StoreUnreachable
+from storage.errors import Ambiguous, ObjectChanged, StoreUnreachable
 
 _NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
 _TAKEN = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
@@ -181,6 +181,32 @@ class S3Blobs(Blobs):
     def list_folders(self, folder: str) -> list[str]:
         return self._list(folder, "folders")
 
+    def list_objects(self, path: str) -> list[tuple[str, int, str]]:
+        """``(s3 URL, size, ETag)`` of every object whose key starts with ``path``'s key,
+        at any depth (update files found by a glob, storage/files/locations.py)."""
+        prefix = _split(path)[1]
+        out, token = [], None
+        while True:
+            kw = dict(Prefix=prefix, **({"ContinuationToken": token} if token else {}))
+            r = self._call("list_objects_v2", path, **kw)
+            out += [(f"s3://{self.bucket}/{o['Key']}", o["Size"], o["ETag"]) for o in r.get("Contents", [])]
+            if not r.get("IsTruncated"):
+                return out
+            token = r["NextContinuationToken"]
+
+    def open_object(self, path: str, etag: str | None = None):
+        """The object's bytes as a stream (``read(n)``); with ``etag``, of exactly that
+        version (:class:`ObjectChanged` if the object was replaced since it was listed)."""
+        import botocore.exceptions as bx
+        kw = {"IfMatch": etag} if etag else {}
+        try:
+            r = self._call("get_object", path, Key=_split(path)[1], **kw)
+        except bx.ClientError as e:
+            if str(e.response.get("Error", {}).get("Code", "")) in _TAKEN:
+                raise ObjectChanged(path) from None
+            raise
+        return _Body(r["Body"], self)
+
     def open_read(self, path: str):
         try:
             return self.arrow_fs().open_input_file(path[len("s3://"):])
@@ -285,6 +311,30 @@ class S3Blobs(Blobs):
 
     def remove_folder(self, folder: str, older_than: float | None = None) -> None:
         return None
+
+
+class _Body:
+    """A ``GetObject`` body read in pieces; a connection that drops or stalls mid-way is
+    one-line :class:`StoreUnreachable`, as for any other request."""
+
+    def __init__(self, body, blobs: S3Blobs):
+        self._body = body
+        self._blobs = blobs
+
+    def read(self, n: int = -1) -> bytes:
+        import botocore.exceptions as bx
+        from urllib3.exceptions import HTTPError
+        try:
+            return self._body.read(n if n is not None and n >= 0 else None)
+        except (bx.ReadTimeoutError, bx.ConnectionClosedError, bx.ResponseStreamingError, HTTPError) as e:
+            raise StoreUnreachable(f"the object store at {self._blobs.endpoint or 'AWS'} stopped answering "
+                                   f"({type(e).__name__})") from None
+        except bx.FlexibleChecksumError:
+            raise StoreUnreachable(f"the bytes the object store at {self._blobs.endpoint or 'AWS'} sent do not "
+                                   f"match the checksum it sent with them; nothing was ingested, try again") from None
+
+    def close(self) -> None:
+        self._body.close()
 
 
 def _remove_quietly(path: str) -> None:

@@ -5,6 +5,11 @@ Hostile or broken files must end in one line within seconds, never in a hang, an
 
 * only regular files are read (a FIFO would block ``ingest`` forever);
 * at most :data:`MAX_COLUMNS` columns (a 100,000-column CSV took minutes to parse);
+* files are read in blocks, never whole: a line (a CSV row, a JSON record) or a Parquet
+  text value longer than ``DDCLI_MAX_LINE_BYTES`` (default 16 MiB) is refused as soon as
+  it is met, and the updates one ingest holds in memory are capped by
+  ``DDCLI_INGEST_MEMORY`` (default 1 GiB, :class:`ReadBudget`), so a 20 GB sparse file or
+  a gzip bomb ends in one line within seconds rather than exhausting the machine;
 * data columns are flat: numbers, text, binary, booleans, dates, times (nested JSON,
   Parquet structs, lists and maps cannot be sorted, compared or summed as rows), and
   not ``float16`` (pyarrow cannot sort it);
@@ -14,15 +19,18 @@ Hostile or broken files must end in one line within seconds, never in a hang, an
 from __future__ import annotations
 
 import os
+import re
 import stat
 
 import pyarrow as pa
 
-from storage.errors import DiffOverflow
+from storage.errors import DiffOverflow, StoreError, UpdateFileError
 
 MAX_COLUMNS = 1_000
-MAX_HEADER_BYTES = 16 << 20  # how much of a file is looked at to count its columns
+DEFAULT_MAX_LINE_BYTES = 16 << 20
+DEFAULT_INGEST_MEMORY = 1 << 30  # an ingest peaks at about 7x what it read (typing, sorting, the layer)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 def regular_file_problem(path: str) -> str | None:
@@ -37,6 +45,64 @@ def regular_file_problem(path: str) -> str | None:
             else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
             else "not a regular file")
     return f"is {kind}; update files must be regular files"
+
+
+def size_setting(name: str, default: int) -> int:
+    """A size in bytes from the environment variable ``name``: ``16m``, ``2g``, ``65536``."""
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    m = re.fullmatch(r"(\d+(?:\.\d*)?)\s*([kmgt]?)(?:i?b)?", raw)
+    value = int(float(m.group(1)) * _SIZE_UNITS.get(m.group(2), 1)) if m else 0
+    if value < 1:
+        raise StoreError(f"{name}={raw!r} is not a size such as 16m or 2g")
+    return value
+
+
+def max_line_bytes() -> int:
+    """The longest line (CSV row, JSON record) or Parquet text value an update file may hold."""
+    return size_setting("DDCLI_MAX_LINE_BYTES", DEFAULT_MAX_LINE_BYTES)
+
+
+def show_size(n: int) -> str:
+    """``n`` bytes for a message: 16 MiB, 2 GiB."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} bytes"
+
+
+def too_long(what: str, limit: int) -> str:
+    """Why a line or value is refused: ``what`` is 'the line' or 'the value'."""
+    return (f"{what} is longer than {show_size(limit)} (DDCLI_MAX_LINE_BYTES); lines and values must be "
+            f"shorter, or raise DDCLI_MAX_LINE_BYTES")
+
+
+class ReadBudget:
+    """The bytes of updates one ingest holds in memory while it reads its files.
+
+    Every file is validated whole before anything is written, so what was read stays in
+    memory until the layer is written; this caps it (``DDCLI_INGEST_MEMORY``) and turns
+    an input too big to hold into one line instead of a machine out of memory.
+    """
+
+    def __init__(self, limit: int | None = None):
+        self.limit = size_setting("DDCLI_INGEST_MEMORY", DEFAULT_INGEST_MEMORY) if limit is None else limit
+        self.used = 0
+
+    def take(self, nbytes: int, path: str) -> None:
+        self.check(nbytes, path)
+        self.used += nbytes
+
+    def check(self, nbytes: int, path: str) -> None:
+        """Refuse before reading ``nbytes`` more that would not fit."""
+        if self.used + nbytes > self.limit:
+            raise UpdateFileError(path, f"the updates read so far take more than {show_size(self.limit)} "
+                                        f"of memory (DDCLI_INGEST_MEMORY); ingest the files in smaller "
+                                        f"parts, or raise DDCLI_INGEST_MEMORY")
+
+    def give_back(self, nbytes: int) -> None:
+        self.used -= nbytes
 
 
 def too_many_columns(count: int) -> str | None:

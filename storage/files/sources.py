@@ -1,9 +1,15 @@
-"""The three readers of update files (CSV, JSON Lines, Parquet): bytes to an Arrow table
-of the file's own columns, with every parse problem said as one ``UpdateFileError``.
+"""The three readers of update files (CSV, JSON Lines, Parquet): a file's bytes, streamed
+(storage/files/streams.py), to an Arrow table of its own columns, with every parse problem
+said as one ``UpdateFileError``.
 
-CSV arrives as text columns (types are decided by ``storage/files/validate.py``); JSON
-Lines and Parquet keep their own types. Each source can also say what a row held as the
-user wrote it (``raw``), for messages.
+Files are read in blocks, never whole: a line (or a Parquet text value) longer than
+``DDCLI_MAX_LINE_BYTES`` is refused where it is met, and every block read is charged to
+the ingest's :class:`storage.files.limits.ReadBudget`. CSV arrives as text columns (types are
+decided by ``storage/files/validate.py``). JSON Lines and Parquet keep their own types;
+the blocks of a JSON Lines file are typed one by one and then unified (an integer column
+with a decimal further on becomes double, as in one read). Each source can also say what
+a row held as the user wrote it (``raw``) and where bytes are not UTF-8, reading the file
+again: those are error paths.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +28,9 @@ import pyarrow.parquet as pq
 
 from storage.errors import UpdateFileError, one_line
 from storage.files import limits
+from storage.files.locations import UpdateObject
 from storage.files.messages import first_index, show
+from storage.files.streams import ByteStream, local_parquet, open_stream, without_compression
 
 FORMATS = ("csv", "jsonl", "parquet")
 _EXTENSIONS = {
@@ -32,10 +41,13 @@ _EXTENSIONS = {
     ".parquet": "parquet",
     ".pq": "parquet",
 }
+_MAX_OPENINGS = 1_000  # brackets a JSON line may hold before its nesting is checked
 _PANDAS_INDEX = re.compile(r"__index_level_\d+__\Z")
+_UTF8_PIECE = 1 << 20
 
 
 def choose_format(path: str, fmt: str | None) -> str:
+    """``fmt`` if given, else the format the extension says (``a.csv.gz`` is CSV)."""
     if fmt is not None:
         f = fmt.lower()
         if f in ("json", "ndjson"):
@@ -45,39 +57,27 @@ def choose_format(path: str, fmt: str | None) -> str:
         if f not in FORMATS:
             raise UpdateFileError(path, f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
         return f
-    ext = os.path.splitext(path)[1].lower()
+    ext = os.path.splitext(without_compression(path))[1].lower()
     if ext in _EXTENSIONS:
         return _EXTENSIONS[ext]
     raise UpdateFileError(
         path,
         f"cannot tell the format from the extension {ext or '(none)'!r}; "
-        "use .csv, .jsonl/.ndjson/.json or .parquet/.pq, or give --format csv|jsonl|parquet",
+        "use .csv, .jsonl/.ndjson/.json or .parquet/.pq (optionally compressed: .gz, .zst), "
+        "or give --format csv|jsonl|parquet",
     )
-
-
-def read_bytes(path: str) -> pa.Buffer:
-    """The whole file, memory-mapped: hashed and parsed from the same bytes."""
-    try:
-        if os.path.isdir(path):
-            raise IsADirectoryError(21, "Is a directory")
-        if os.path.getsize(path) == 0:
-            with open(path, "rb"):
-                pass  # still report unreadable files as such
-            return pa.py_buffer(b"")
-        return pa.memory_map(path, "r").read_buffer()
-    except OSError as e:
-        raise UpdateFileError(path, f"cannot read the file: {e.strerror or e}") from None
-    except pa.ArrowException as e:
-        raise UpdateFileError(path, f"cannot read the file: {e}") from None
 
 
 class Source:
     fmt = ""
     text = False  # every column arrives as text (CSV)
 
-    def __init__(self, path: str, buf: pa.Buffer):
-        self.path = path
-        self.buf = buf
+    def __init__(self, obj: UpdateObject, budget: limits.ReadBudget):
+        self.obj = obj
+        self.path = obj.url
+        self.budget = budget
+        self.line_limit = limits.max_line_bytes()
+        self.sha256 = ""  # of the file's stored bytes, once read
 
     def fail(self, detail: str, *, row: int | None = None, column: str | None = None) -> UpdateFileError:
         return UpdateFileError(self.path, detail, row=row, column=column)
@@ -90,81 +90,115 @@ class Source:
         return table.column(name)[i].as_py()
 
     def utf8_error(self) -> UpdateFileError | None:
-        """Where the first invalid UTF-8 byte is (error path only)."""
-        data = self.buf.to_pybytes()
-        try:
-            data.decode("utf-8")
-            return None
-        except UnicodeDecodeError as e:
-            line = data.count(b"\n", 0, e.start) + 1
-            bad = data[e.start : e.start + 4]
-            return self.fail(f"line {line} (byte offset {e.start}): invalid UTF-8 bytes {bad!r}; save the file as UTF-8")
+        """Where the first invalid UTF-8 byte is (error path only: the file is read again)."""
+        offset, line, carry = 0, 1, b""
+        with open_stream(self.obj) as stream:
+            for piece in stream.pieces(_UTF8_PIECE):
+                data, carry = carry + piece, b""
+                try:
+                    data.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    if e.reason != "unexpected end of data":
+                        return self._bad_utf8(data, e.start, offset, line)
+                    data, carry = data[:e.start], data[e.start:]  # a character cut by the piece
+                line += data.count(b"\n")
+                offset += len(data)
+        return self._bad_utf8(carry, 0, offset, line) if carry else None
+
+    def _bad_utf8(self, data: bytes, start: int, offset: int, line: int) -> UpdateFileError:
+        line += data.count(b"\n", 0, start)
+        bad = data[start:start + 4]
+        return self.fail(f"line {line} (byte offset {offset + start}): invalid UTF-8 bytes {bad!r}; "
+                         f"save the file as UTF-8")
 
 
 class CsvSource(Source):
     fmt = "csv"
     text = True
+    # a quote may hide a newline inside a value: pyarrow's quote-aware chunking, always
+    # (measured: under 1.3x the plain read)
+    _PARSE = pacsv.ParseOptions(newlines_in_values=True)
+    rows_read = 0  # data rows read so far: where a line too long starts
 
     def read(self) -> pa.Table:
-        # A quote inside a value may hide a newline; only then pay for quote-aware chunking.
-        arr = np.frombuffer(self.buf, dtype=np.uint8)
-        quotes = int(np.count_nonzero(arr == 34))
-        parse = pacsv.ParseOptions(newlines_in_values=quotes > 0)
-        first = self.buf.slice(0, min(self.buf.size, limits.MAX_HEADER_BYTES)).to_pybytes().split(b"\n", 1)[0]
-        problem = limits.too_many_columns(first.count(b",") + 1)
-        if problem:
-            raise self.fail(problem)
-        block = 1 << 22
-        while True:
+        with open_stream(self.obj) as stream:
+            head = stream.head(self.line_limit + 1)
+            if not head:
+                raise self.fail("empty file (0 bytes, no rows)")
+            problem = limits.too_many_columns(head.split(b"\n", 1)[0].count(b",") + 1)
+            if problem:
+                raise self.fail(problem)
             try:
-                names = self._header(block, parse)
-                types = {n: pa.string() for n in names}
-                conv = pacsv.ConvertOptions(
-                    column_types=types, null_values=[], strings_can_be_null=False, quoted_strings_can_be_null=False
-                )
-                table = pacsv.read_csv(
-                    pa.BufferReader(self.buf),
-                    read_options=pacsv.ReadOptions(block_size=block),
-                    parse_options=parse,
-                    convert_options=conv,
-                )
-                break
+                reader = self._reader(stream, self._header(head))
+                batches = self._batches(reader)
             except pa.ArrowInvalid as e:
-                msg = str(e)
-                if "straddl" in msg and block < self.buf.size + 1:
-                    block *= 4  # a line longer than a block: retry with bigger blocks
-                    continue
-                raise self._explain(msg, block, parse) from None
+                raise self._explain(str(e), stream) from None
             except UnicodeDecodeError:
                 raise (self.utf8_error() or self.fail("invalid UTF-8")) from None
+            self.sha256 = stream.finish()
+            quotes = stream.quotes
+        table = pa.Table.from_batches(batches, schema=reader.schema)
         if quotes % 2:
             raise self._unbalanced(table)
         return table
 
-    def _header(self, block, parse) -> list[str]:
-        reader = pacsv.open_csv(
-            pa.BufferReader(self.buf), read_options=pacsv.ReadOptions(block_size=block, use_threads=False), parse_options=parse
-        )
+    def _header(self, head: bytes) -> list[str]:
+        first = head.find(b"\n") + 1
+        if not first and len(head) > self.line_limit:
+            raise self.fail(limits.too_long("the header line", self.line_limit))
+        # whole lines only (a cut line would look like a short row); a quote in the first
+        # line may hide a newline, so then every whole line of the head
+        end = head.rfind(b"\n") + 1 if b'"' in head[:first] else first
+        head = head[:end] or head
+        reader = pacsv.open_csv(pa.BufferReader(head), parse_options=self._PARSE,
+                                read_options=pacsv.ReadOptions(block_size=len(head) + 1, use_threads=False))
         names = list(reader.schema.names)
         check_unique(self, names)
         return names
 
-    def _explain(self, msg: str, block: int, parse) -> UpdateFileError:
+    def _reader(self, stream: ByteStream, names: list[str]):
+        """pyarrow's streaming reader on this thread: no thread of its own calls back into
+        the Python stream (one that outlives an error can abort the process at exit), rows
+        are numbered in its errors, and text columns cost nothing to convert (measured: as
+        fast as with threads)."""
+        conv = pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, null_values=[],
+                                    strings_can_be_null=False, quoted_strings_can_be_null=False)
+        return pacsv.open_csv(pa.PythonFile(stream, mode="r"), parse_options=self._PARSE, convert_options=conv,
+                              read_options=pacsv.ReadOptions(block_size=self.line_limit, use_threads=False))
+
+    def _batches(self, reader) -> list[pa.RecordBatch]:
+        out = []
+        for batch in reader:
+            self._check_lines(batch, self.rows_read)
+            self.budget.take(batch.nbytes, self.path)
+            out.append(batch)
+            self.rows_read += batch.num_rows
+        return out
+
+    def _check_lines(self, batch: pa.RecordBatch, rows: int) -> None:
+        """A line longer than the limit that still fit pyarrow's two blocks: refused too."""
+        if batch.nbytes <= self.line_limit or not batch.num_columns:
+            return
+        length = pc.binary_length(batch.column(0))
+        for col in batch.columns[1:]:
+            length = pc.add(length, pc.binary_length(col))
+        i = first_index(pc.greater(length, self.line_limit - batch.num_columns + 1))
+        if i is not None:
+            raise self.fail(limits.too_long("the line", self.line_limit), row=rows + i + 1)
+
+    def _explain(self, msg: str, stream: ByteStream) -> UpdateFileError:
         if "Empty CSV" in msg:
             return self.fail("empty file (no header, no rows)")
         if "UTF8" in msg or "UTF-8" in msg:
             return self.utf8_error() or self.fail(msg)
+        if "straddl" in msg:
+            row = self.rows_read + 1
+            if stream.quotes % 2:
+                return self.fail(f"a quoted value opened here is not closed within "
+                                 f"{limits.show_size(self.line_limit)} (DDCLI_MAX_LINE_BYTES); check the quoting",
+                                 row=row)
+            return self.fail(limits.too_long("the line", self.line_limit), row=row)
         if "CSV parse error" in msg:
-            # Threaded parsing does not know line numbers; a serial re-read does.
-            try:
-                pacsv.read_csv(
-                    pa.BufferReader(self.buf),
-                    read_options=pacsv.ReadOptions(block_size=block, use_threads=False),
-                    parse_options=parse,
-                    convert_options=pacsv.ConvertOptions(null_values=[], strings_can_be_null=False),
-                )
-            except pa.ArrowInvalid as e2:
-                msg = str(e2)
             m = re.search(r"Row #(\d+): Expected (\d+) columns, got (\d+): ?(.*)", msg, re.S)
             if m:
                 row = int(m.group(1)) - 1
@@ -206,27 +240,30 @@ class CsvSource(Source):
 class JsonSource(Source):
     fmt = "jsonl"
 
-    def __init__(self, path, buf):
-        super().__init__(path, buf)
+    def __init__(self, obj: UpdateObject, budget: limits.ReadBudget):
+        super().__init__(obj, budget)
         self._lines: list[tuple[int, bytes]] | None = None
 
     def read(self) -> pa.Table:
-        self._check_width()
-        block = 1 << 22
-        while True:
-            try:
-                table = pajson.read_json(pa.BufferReader(self.buf), read_options=pajson.ReadOptions(block_size=block))
-                break
-            except pa.ArrowInvalid as e:
-                msg = str(e)
-                if "straddl" in msg and block < self.buf.size + 1:
-                    block *= 4
-                    continue
-                if "Empty JSON" in msg:
-                    raise self.fail("empty file (no rows)") from None
-                raise (self._locate() or self.fail(f"not valid JSON Lines: {msg}")) from None
-            except UnicodeDecodeError:
-                raise (self.utf8_error() or self.fail("invalid UTF-8")) from None
+        tables = []
+        with open_stream(self.obj) as stream:
+            head = stream.head(self.line_limit + 1)
+            if not head:
+                raise self.fail("empty file (0 bytes, no rows)")
+            self._check_width(head)
+            for line, piece in self._pieces(stream):
+                self._check_nesting(piece, line)
+                table = self._parse(piece)
+                if table is not None:
+                    self.budget.take(table.nbytes, self.path)
+                    tables.append(table)
+            self.sha256 = stream.finish()
+        if not tables:
+            raise self.fail("empty file (no rows)")
+        try:
+            table = pa.concat_tables(tables, promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+            raise (self._locate() or self.fail(f"not valid JSON Lines: {one_line(str(e))}")) from None
         try:
             table.validate(full=True)  # pyarrow's JSON reader does not check UTF-8 itself
         except pa.ArrowInvalid as e:
@@ -234,23 +271,93 @@ class JsonSource(Source):
         check_unique(self, table.column_names)
         return table
 
-    def _check_width(self) -> None:
+    def _pieces(self, stream: ByteStream) -> Iterator[tuple[int, bytes]]:
+        """The file as pieces of whole lines, each at most twice the line limit, with the
+        number of its first line; a line longer than the limit is refused as soon as it
+        passes it."""
+        limit, carry, lines = self.line_limit, b"", 0
+        for data in stream.pieces(limit):
+            first = data.find(b"\n")
+            if first < 0 or len(carry) + first > limit:
+                carry += data
+                if len(carry) > limit:
+                    raise self.fail(f"line {lines + 1}: " + limits.too_long("the line", limit))
+                continue
+            last = data.rfind(b"\n")
+            piece, carry = carry + data[:last + 1], data[last + 1:]
+            yield lines + 1, piece
+            lines += piece.count(b"\n")
+        if carry.strip():
+            yield lines + 1, carry
+
+    def _check_nesting(self, piece: bytes, first_line: int) -> None:
+        """pyarrow's JSON parser recurses once per level of nesting and crashes the process
+        some thousands of levels deep: a line with many brackets is parsed by Python's
+        json first (which stops at its recursion limit, about 1,000 levels)."""
+        data = np.frombuffer(piece, dtype=np.uint8)
+        opening = np.flatnonzero((data == ord("[")) | (data == ord("{")))
+        if len(opening) <= _MAX_OPENINGS:
+            return
+        ends = np.flatnonzero(data == ord("\n"))
+        per_line = np.bincount(np.searchsorted(ends, opening))
+        for i in np.flatnonzero(per_line > _MAX_OPENINGS):
+            start = int(ends[i - 1]) + 1 if i else 0
+            end = int(ends[i]) if i < len(ends) else len(piece)
+            try:
+                json.loads(piece[start:end])
+            except RecursionError:
+                raise self._too_deep(first_line + int(i)) from None
+            except ValueError:
+                pass  # the parser names it
+
+    def _too_deep(self, lineno: int) -> UpdateFileError:
+        return self.fail(f"line {lineno}: values nested too deeply to read; data columns must be flat "
+                         f"(numbers, text, booleans, dates, times)")
+
+    def _parse(self, piece: bytes) -> pa.Table | None:
+        block = 1 << 22
+        while True:
+            try:
+                return pajson.read_json(pa.py_buffer(piece), read_options=pajson.ReadOptions(block_size=block))
+            except pa.ArrowInvalid as e:
+                msg = str(e)
+                if "straddl" in msg and block < len(piece) + 1:
+                    block *= 4  # a line longer than a block: retry with bigger blocks
+                    continue
+                if "Empty JSON" in msg:
+                    return None  # blank lines only
+                raise (self._locate() or self.fail(f"not valid JSON Lines: {msg}")) from None
+            except UnicodeDecodeError:
+                raise (self.utf8_error() or self.fail("invalid UTF-8")) from None
+
+    def _check_width(self, head: bytes) -> None:
         """Count the keys of the first record before pyarrow parses them all."""
-        head = self.buf.slice(0, min(self.buf.size, limits.MAX_HEADER_BYTES)).to_pybytes().lstrip().split(b"\n", 1)[0]
         try:
-            first = json.loads(head)
-        except ValueError:
+            first = json.loads(head.lstrip().split(b"\n", 1)[0])
+        except (ValueError, RecursionError):
             return  # the parser names the bad line
         if isinstance(first, dict):
             problem = limits.too_many_columns(len(first))
             if problem:
                 raise self.fail(problem)
 
+    def records(self) -> Iterator[tuple[int, bytes]]:
+        """(line number, text) of each non-blank line, read again from the file."""
+        with open_stream(self.obj) as stream:
+            lineno = 0
+            for _, piece in self._pieces(stream):
+                parts = piece.split(b"\n")
+                if piece.endswith(b"\n"):
+                    parts.pop()
+                for text in parts:
+                    lineno += 1
+                    if text.strip():
+                        yield lineno, text
+
     def lines(self) -> list[tuple[int, bytes]]:
-        """(line number, text) of each non-blank line: the records, in order (error path only)."""
+        """Every record (error path only, once the whole file was read within the budget)."""
         if self._lines is None:
-            data = self.buf.to_pybytes()
-            self._lines = [(k, ln) for k, ln in enumerate(data.split(b"\n"), 1) if ln.strip()]
+            self._lines = list(self.records())
         return self._lines
 
     def _locate(self) -> UpdateFileError | None:
@@ -258,17 +365,18 @@ class JsonSource(Source):
         bad = self.utf8_error()
         if bad is not None:
             return bad
-        first = self.buf.to_pybytes().lstrip()[:1]
-        if first == b"[":
-            return self.fail("is a JSON array; write JSON Lines instead (one object per line), or name it .csv/.parquet")
         kinds: dict[str, str] = {}
-        for row, (lineno, text) in enumerate(self.lines(), 1):
+        for row, (lineno, text) in enumerate(self.records(), 1):
+            if row == 1 and text.lstrip()[:1] == b"[":
+                return self.fail("is a JSON array; write JSON Lines instead (one object per line), or name it .csv/.parquet")
             try:
                 obj = json.loads(text, object_pairs_hook=_pairs_no_dup)
             except _DuplicateKey as e:
                 return self.fail(f"line {lineno}: key {e.args[0]!r} appears twice in one object")
             except ValueError as e:
                 return self.fail(f"line {lineno}: invalid JSON ({e.msg} at character {e.pos + 1}): {show(text.decode())}")
+            except RecursionError:
+                return self._too_deep(lineno)
             if not isinstance(obj, dict):
                 return self.fail(f"line {lineno}: expected one JSON object per line, got {show(text.decode())}")
             for k, v in obj.items():
@@ -296,7 +404,7 @@ class JsonSource(Source):
                 r = obj.get(name) if isinstance(obj, dict) else None
                 if isinstance(r, _RawNumber):
                     return r
-            except ValueError:
+            except (ValueError, RecursionError):
                 pass
         return v
 
@@ -339,21 +447,50 @@ class ParquetSource(Source):
     fmt = "parquet"
 
     def read(self) -> pa.Table:
-        try:
-            pf = pq.ParquetFile(pa.BufferReader(self.buf))
-            problem = limits.too_many_columns(pf.metadata.num_columns)
-            if problem:
-                raise self.fail(problem)
-            names = list(pf.schema_arrow.names)
-        except (pa.ArrowException, OSError) as e:
-            raise self.fail(f"not a readable Parquet file ({one_line(str(e))[:200]})") from None
+        with local_parquet(self.obj) as (path, self.sha256):
+            if os.path.getsize(path) == 0:
+                raise self.fail("empty file (0 bytes, no rows)")
+            try:
+                pf = pq.ParquetFile(path)
+            except (pa.ArrowException, OSError) as e:
+                raise self.fail(f"not a readable Parquet file ({one_line(str(e))[:200]})") from None
+            with pf:
+                return self._read_batches(pf)
+
+    def _read_batches(self, pf: pq.ParquetFile) -> pa.Table:
+        problem = limits.too_many_columns(pf.metadata.num_columns)
+        if problem:
+            raise self.fail(problem)
+        names = list(pf.schema_arrow.names)
         check_unique(self, names)
         keep = [n for n in names if not _PANDAS_INDEX.match(n)]
+        meta = pf.metadata
+        # a few compressed bytes may decode to gigabytes: refuse before decoding them
+        self.budget.check(sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)), self.path)
+        batches, rows = [], 0
         try:
-            table = pf.read(columns=keep if len(keep) != len(names) else None, use_threads=True)
+            for batch in pf.iter_batches(columns=keep, use_threads=True):
+                self._check_values(batch, rows)
+                self.budget.take(batch.nbytes, self.path)
+                batches.append(batch)
+                rows += batch.num_rows
+            schema = pa.schema([pf.schema_arrow.field(n) for n in keep])
+            return pa.Table.from_batches(batches, schema=batches[0].schema if batches else schema)
         except (pa.ArrowException, OSError) as e:
             raise self.fail(f"cannot read Parquet data ({one_line(str(e))[:200]})") from None
-        return table
+
+    def _check_values(self, batch: pa.RecordBatch, rows: int) -> None:
+        """Text and binary values are held whole: refuse one longer than the line limit."""
+        if batch.nbytes <= self.line_limit:
+            return
+        for name, col in zip(batch.schema.names, batch.columns):
+            t = col.type
+            if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+                    or pa.types.is_large_binary(t)):
+                continue
+            i = first_index(pc.greater(pc.binary_length(col), self.line_limit))
+            if i is not None:
+                raise self.fail(limits.too_long("the value", self.line_limit), row=rows + i + 1, column=name)
 
 
 def check_unique(src: Source, names: list[str]) -> None:

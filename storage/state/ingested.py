@@ -1,11 +1,14 @@
 """The ingested-file record: which update files a trace already took.
 
 Re-ingesting a file is a no-op, so a scheduler can simply retry. The record maps each
-file's signature (content hash, plus ``@time`` when ``--time`` gave one) to the order it
-was ingested in, and keeps only the newest :data:`WINDOW` signatures per trace: the
-record, and so every checkpoint of the metadata log, stays bounded however many files a
-trace takes over months. An object, not a list, so a commit's delta adds and drops single
-keys (storage/log/delta.py).
+file's signature to the order it was ingested in. A local file's signature is its
+content hash (plus ``@time`` when ``--time`` gave one); an S3 object's adds its version
+after a space, ``HASH[@time] s3://bucket/key#ETag:size``, so a glob run again skips an
+object by its URL and version without reading it, and an object put again with the same
+bytes (a new ETag) is still known by its content (:func:`keys`). The record keeps only
+the newest :data:`WINDOW` signatures per trace: it, and so every checkpoint of the
+metadata log, stays bounded however many files a trace takes over months. An object,
+not a list, so a commit's delta adds and drops single keys (storage/log/delta.py).
 
 A file older than the window is no longer recognised. With ``d = 1`` (and whenever its
 times are sealed) re-ingesting it is still refused, as times not beyond the upper; only a
@@ -16,6 +19,7 @@ ahead of the upper) would be taken again once more than :data:`WINDOW` newer fil
 from __future__ import annotations
 
 WINDOW = 1000
+_HASH = 64  # hex digits of a sha256
 
 
 def from_json(v) -> dict[str, int]:
@@ -41,6 +45,22 @@ def trim(record: dict[str, int]) -> dict[str, int]:
         return record
     cut = sorted(record.values())[-WINDOW]
     return {s: n for s, n in record.items() if n >= cut}
+
+
+def keys(record) -> set[str]:
+    """Every key by which the record knows a file (see :func:`entry_keys`)."""
+    return {k for entry in record for k in entry_keys(entry)}
+
+
+def entry_keys(entry: str) -> list[str]:
+    """``HASH[@time]``, and for an S3 object also ``[@time] URL#version``."""
+    content, space, _ = entry.partition(" ")
+    return [content, entry[_HASH:]] if space else [content]
+
+
+def version_key(version: str, tag: str) -> str:
+    """The key of an S3 object's version (``url#etag:size``) ingested with ``tag``."""
+    return f"{tag} {version}"
 
 
 def forgotten_note(record: dict[str, int], path: str) -> str:

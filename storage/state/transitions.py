@@ -110,7 +110,8 @@ def ingest(s: State, proto: Trace, existing: Trace | None, sealed: Sealed, seal_
     elif seal_point(t) != seal_point(existing):
         raise Conflict(f"trace {name!r} changed while ingesting (another command wrote to it; "
                        f"its upper is now {format_frontier(t.upper)}); nothing was ingested, retry")
-    again = [path for path, sig in files.items() if sig in t.ingested]
+    now = ingested_record.keys(t.ingested)
+    again = [path for path, sig in files.items() if set(ingested_record.entry_keys(sig)) & now]
     if again:
         raise Conflict(f"{again[0]} was ingested into trace {name!r} by another command at the same time; "
                        f"nothing was ingested by this one")

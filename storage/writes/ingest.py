@@ -3,6 +3,12 @@
 Every file is read and validated before anything is written; the new updates (and any
 pending ones the new upper seals) become one layer, committed by the store's one commit
 path with :func:`storage.state.transitions.ingest`. A file already ingested is skipped.
+
+The sources name local files, globs and S3 objects (storage/files/locations.py). The
+trace remembers what it took (storage/state/ingested.py): a local file by its content
+hash, an S3 object by its URL and version, so an object already taken is skipped without
+being read, and a glob run again reads only the objects it has not seen. Every file read
+in one ingest shares one memory budget (storage/files/limits.py, ``DDCLI_INGEST_MEMORY``).
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import numpy as np
 import pyarrow as pa
 
 from storage.errors import DiffOverflow, StoreError
+from storage.files.limits import ReadBudget
+from storage.files.locations import expand_sources
 from storage.lattice import Frontier, beyond_mask, format_frontier, format_time, parse_frontier
 from storage.layer import updates_table
 from storage.state import ingested, transitions
@@ -31,14 +39,15 @@ class IngestResult:
     created: bool
 
 
-def ingest(store, name: str, paths: list[str], *, key: list[str] | None = None,
+def ingest(store, name: str, paths: list, *, key: list[str] | None = None,
            time: tuple[int, ...] | None = None, upper: str | Frontier | None = None,
            fmt: str | None = None, progress: Callable[[str], None] | None = None,
            null: str | None = None, columns: list[str] | None = None,
            prepare: Callable[[Trace | None, pa.Table], pa.Table] | None = None) -> IngestResult:
     """Validate every file, then write one layer and commit it; or change nothing.
 
-    ``null`` is the CSV null marker (storage/files/nulls.py); ``columns`` the data columns the
+    ``paths`` are sources: local paths, globs, ``s3://`` URLs and globs, or
+    :class:`~storage.files.locations.UpdateObject` items. ``null`` is the CSV null marker (storage/files/nulls.py); ``columns`` the data columns the
     files hold when not all of the trace's (a delete by key). ``prepare(existing, updates)``
     sees the validated new updates before anything is written and returns the updates
     to write (an upsert adds its retractions, storage/writes/upsert.py) or raises a user error.
@@ -58,11 +67,10 @@ def ingest(store, name: str, paths: list[str], *, key: list[str] | None = None,
         time = tuple(int(c) for c in time) if isinstance(time, (tuple, list)) else (int(time),)
     tag = "" if time is None else "@" + format_time(time)
 
-    batches, schema, d = _read_files(name, existing, paths, fmt=fmt, time=time, null=null, columns=columns,
-                                     progress=progress)
-    key = _key(name, existing, key, schema, paths)
+    fresh, files, skipped, schema, d = _read_new(name, existing, expand_sources(paths, store.path), tag, fmt=fmt,
+                                                 time=time, null=null, columns=columns, progress=progress)
+    key = _key(name, existing, key, schema, [b.path for b in fresh])
     cur_upper = existing.upper if existing else Frontier.minimum(d)
-    fresh, skipped = _not_ingested(existing, batches, tag)
     if isinstance(upper, str):
         upper = parse_frontier(upper, d)
     new_upper = _given_upper(upper, cur_upper, d)
@@ -90,19 +98,18 @@ def ingest(store, name: str, paths: list[str], *, key: list[str] | None = None,
                                                                         seq_lo=-1, seq_hi=-1))]
         return seal, pend
 
-    files = {b.path: b.sha256 + tag for b in fresh}
     store.write_and_commit("ingest", write, lambda s, w: transitions.ingest(s, proto, existing, w[0], seal_to,
                                                                             w[1], files), merge=[name])
     return IngestResult(name, table.num_rows, [b.path for b in fresh], skipped, seal_to, existing is None)
 
 
-def _read_files(name: str, existing: Trace | None, paths: list[str], *, fmt, time, null, columns,
-                progress) -> tuple[list, pa.Schema, int]:
-    """Every file read and validated against the trace's schema (the first file's, for a
-    new trace): the batches, the schema and the time dimension."""
-    from storage.files.read import read_update_file  # here: every command loads the store, few read files
-
-    batches = []
+def _read_new(name: str, existing: Trace | None, objects: list, tag: str, *, fmt, time, null, columns,
+              progress) -> tuple[list, dict[str, str], list[str], pa.Schema, int]:
+    """The files the trace has not taken, each once, read and validated against the
+    trace's schema (the first file's, for a new trace): the batches, their signatures
+    (path -> signature, storage/state/ingested.py), the paths skipped, the schema and the
+    time dimension. An S3 object taken before is known by its URL and version and not
+    read; a local file, or an S3 object at a version not seen, by its content once read."""
     schema = existing.schema if existing else None
     d = existing.d if existing else None
     if columns is not None and existing is not None:
@@ -111,16 +118,31 @@ def _read_files(name: str, existing: Trace | None, paths: list[str], *, fmt, tim
             raise StoreError(f"{missing[0]!r} is not a column of trace {name!r} "
                              f"(columns: {', '.join(existing.schema.names)})")
         schema = pa.schema([existing.schema.field(c) for c in columns])
-    for p in paths:
+    from storage.files.read import read_update_file  # here: every command loads the store, few read files
+
+    budget = ReadBudget()
+    seen = ingested.keys(existing.ingested if existing else {})
+    fresh, files, skipped = [], {}, []
+    for o in objects:
+        version = o.version()
+        if version is not None and ingested.version_key(version, tag) in seen:
+            skipped.append(o.url)
+            continue
         if progress:
-            progress(p)
-        b = read_update_file(p, fmt=fmt, schema=schema, d=d, time=time, null=null)
+            progress(o.url)
+        b = read_update_file(o, fmt=fmt, schema=schema, d=d, time=time, null=null, budget=budget)
         if schema is None:
             schema, d = b.data.schema, b.d
         elif b.data.schema != schema:
             b.data = b.data.cast(schema)
-        batches.append(b)
-    return batches, schema, d
+        sig = b.sha256 + tag if version is None else f"{b.sha256}{ingested.version_key(version, tag)}"
+        if ingested.entry_keys(sig)[0] in seen:
+            skipped.append(b.path)  # the same bytes were taken (under another name or version)
+            continue
+        seen.update(ingested.entry_keys(sig))
+        fresh.append(b)
+        files[b.path] = sig
+    return fresh, files, skipped, schema, d
 
 
 def _key(name: str, existing: Trace | None, key: list[str] | None, schema: pa.Schema, paths: list[str]) -> list[str]:
@@ -135,20 +157,6 @@ def _key(name: str, existing: Trace | None, key: list[str] | None, schema: pa.Sc
     if key and key != existing.key:
         raise StoreError(f"trace {name!r} is keyed by {','.join(existing.key)}, not {','.join(key)}")
     return existing.key
-
-
-def _not_ingested(existing: Trace | None, batches: list, tag: str) -> tuple[list, list[str]]:
-    """The batches whose files the trace has not taken yet, and the paths of the others."""
-    seen = set(existing.ingested) if existing else set()
-    fresh, skipped = [], []
-    for b in batches:
-        sig = b.sha256 + tag
-        if sig in seen:
-            skipped.append(b.path)
-        else:
-            seen.add(sig)
-            fresh.append(b)
-    return fresh, skipped
 
 
 def _given_upper(upper: Frontier | None, cur_upper: Frontier, d: int) -> Frontier:

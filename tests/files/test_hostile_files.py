@@ -70,6 +70,20 @@ def test_wide_json_lines_and_parquet_are_refused_with_the_limit(words, tmp_path)
     assert "has 1,501 columns; at most 1,000 are allowed" in _refused(words, pqf)
 
 
+@pytest.mark.parametrize("value", ["[" * 100_000 + "]" * 100_000, '{"a": ' * 100_000 + "1" + "}" * 100_000,
+                                   "[" * 100_000])
+def test_json_nested_100000_deep_is_one_line(words, tmp_path, value):
+    """Python's json stops at its recursion limit; pyarrow's parser would crash the process."""
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text('{"word": "a", "time": 1}\n{"word": "' + "[" * 5_000 + '", "time": 1}\n'
+                    '{"word": ' + value + ', "time": 1}\n')
+    before = tree_digest(words)
+    r = run_ddcli(["ingest", "h", str(deep)], words, timeout=120)  # a crash is a failure, not a dead worker
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "deep.jsonl: line 3: values nested too deeply to read" in r.stderr
+    assert tree_digest(words) == before
+
+
 def test_a_10_mb_line_is_ingested_whole(words, tmp_path):
     long = tmp_path / "long.csv"
     long.write_text("word,time\n" + "x" * 10_000_000 + ",7\nshort,7\n")
