@@ -110,6 +110,8 @@ def _read_new(name: str, existing: Trace | None, objects: list, tag: str, *, fmt
     (path -> signature, storage/state/ingested.py), the paths skipped, the schema and the
     time dimension. An S3 object taken before is known by its URL and version and not
     read; a local file, or an S3 object at a version not seen, by its content once read."""
+    from storage.files.read import read_update_file  # here: every command loads the store, few read files
+
     schema = existing.schema if existing else None
     d = existing.d if existing else None
     if columns is not None and existing is not None:
@@ -118,8 +120,6 @@ def _read_new(name: str, existing: Trace | None, objects: list, tag: str, *, fmt
             raise StoreError(f"{missing[0]!r} is not a column of trace {name!r} "
                              f"(columns: {', '.join(existing.schema.names)})")
         schema = pa.schema([existing.schema.field(c) for c in columns])
-    from storage.files.read import read_update_file  # here: every command loads the store, few read files
-
     budget = ReadBudget()
     seen = ingested.keys(existing.ingested if existing else {})
     fresh, files, skipped = [], {}, []
