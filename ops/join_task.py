@@ -1,0 +1,163 @@
+"""A join task's rows under a memory budget: its keys' stored old updates, and its input.
+
+A join's updates are partitioned by key (``ops/join.py``); each task computes the output
+changes of its keys with the sweep of ``ops/join_sweep.py``. What a task holds:
+
+* For a small run against stored arrangements, only the new updates come through the
+  shuffle; the task reads the stored old updates of the keys they touch with DuckDB (which
+  prunes the key-sorted layers' row groups), advanced to the task's earliest new time and
+  summed there: a key's live rows, however long its history. A side's old updates are only
+  read for the keys the other side changes (nothing else pairs with them).
+* Its rows are held with ``ops/held_rows.py``: in Arrow up to the budget
+  (``DDCLI_REDUCE_TASK_ROWS``, the one reduce tasks use), beyond it in a DuckDB table that
+  spills. Spilled rows are cut into parts of about the budget in (key, first time
+  coordinate) order, and each part is joined in turn with the rows of its keys accumulated
+  over the parts before it (history rows, ``HIST``): a hot key is streamed through time,
+  holding its live rows and one part. A key whose live rows alone are over the budget is
+  refused with one clear error.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ops.held_rows import TABLE, HeldRows
+from ops.join_sweep import HIST, SIDE, JoinSpec, join_table
+from ops.reduce_util import group_sum, np_int, row_ids
+from storage.query import quote
+
+PART = "_ddcli_part"
+
+
+class TooManyLiveRows(ValueError):
+    """A key's accumulated rows do not fit a task's budget."""
+
+
+def join_task(batches: Iterable[pa.RecordBatch], spec: JoinSpec, budget: int,
+              lookup: tuple[list[str], list[str]] | None = None) -> Iterator[pa.RecordBatch]:
+    """The output batches of one task: ``batches`` (both sides' updates, ``SIDE``,
+    ``_new``), plus with ``lookup`` each side's stored old updates of the keys the other
+    side changes, read from that side's layer files."""
+    if lookup is not None:
+        batches = _with_stored(list(batches), spec, lookup)
+    held = HeldRows(batches, budget)
+    try:
+        if held.rows == 0:
+            return
+        if not held.spilled:
+            out = join_table(held.table, spec)
+            if out.num_rows:
+                yield from out.to_batches()
+            return
+        for out in _by_parts(held, spec, budget):
+            if out.num_rows:
+                yield from out.to_batches()
+    finally:
+        held.close()
+
+
+def _with_stored(batches: list[pa.RecordBatch], spec: JoinSpec, lookup) -> Iterator[pa.RecordBatch]:
+    """The task's new updates, then the stored old updates each side pairs with them."""
+    from ops.arrangement import keyed_read_sql
+    from ops.old_lookup import limit_memory
+    from storage.blob import duckdb_connect
+
+    new = pa.Table.from_batches(batches) if batches else None
+    if new is None or new.num_rows == 0:
+        return
+    yield from new.to_batches()
+    key, tcols = list(spec.key), spec.tcols
+    at = pc.min(new.column(tcols[0])).as_py()  # every pair with a new update is at or after it
+    side = np_int(new.column(SIDE))
+    for s, files in enumerate(lookup):
+        other = new.filter(pa.array(side != s))  # the keys whose old rows of side s pair with something
+        if not files or other.num_rows == 0:
+            continue
+        keys = other.select(key).group_by(key, use_threads=False).aggregate([])
+        mine = list(spec.key) + list(spec.left if s == 0 else spec.right)
+        group = ", ".join(quote(c) for c in mine + tcols[1:])
+        con = limit_memory(duckdb_connect(files))
+        try:
+            con.register("touched_keys", keys)
+            sql = (f"SELECT {group}, greatest({quote(tcols[0])}, {int(at)})::BIGINT AS {quote(tcols[0])}, "
+                   f"SUM(diff)::BIGINT AS diff FROM ({keyed_read_sql(files, keys, key)}) "
+                   f"GROUP BY ALL HAVING SUM(diff) <> 0")
+            for b in con.sql(sql).fetch_record_batch(1 << 16):
+                yield from _as_side(pa.Table.from_batches([b]), new.schema, s).to_batches()
+        finally:
+            con.close()
+
+
+def _as_side(rows: pa.Table, schema: pa.Schema, side: int) -> pa.Table:
+    """Stored rows of one side in the task's input schema (the other side's columns null)."""
+    n = rows.num_rows
+    cols = []
+    for f in schema:
+        if f.name == SIDE:
+            cols.append(pa.array(np.full(n, side), f.type))
+        elif f.name == "_new":
+            cols.append(pa.array(np.zeros(n, bool)))
+        elif f.name in rows.column_names:
+            cols.append(rows.column(f.name).cast(f.type))
+        else:
+            cols.append(pa.nulls(n, f.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _by_parts(held: HeldRows, spec: JoinSpec, budget: int) -> Iterator[pa.Table]:
+    """The output of spilled rows, part by part in (key, first time coordinate) order,
+    each part with its keys' history of the parts before it."""
+    con, key = held.con, [quote(c) for c in spec.key]
+    t0 = quote(spec.tcols[0])
+    k = ", ".join(key)
+    cond = " AND ".join(f"h.{c} IS NOT DISTINCT FROM p.{c}" for c in key)
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE _parted AS SELECT h.*, p.{PART} FROM {TABLE} h JOIN ("
+        f"SELECT {k}, {t0}, (sum(n) OVER (ORDER BY {k}, {t0} ROWS UNBOUNDED PRECEDING) - n) // {int(budget)} "
+        f"AS {PART} FROM (SELECT {k}, {t0}, count(*) AS n FROM {TABLE} GROUP BY ALL)) p "
+        f"ON {cond} AND h.{t0} = p.{t0} ORDER BY p.{PART}")
+    con.execute(f"DROP TABLE {TABLE}")
+    parts = int(con.sql(f"SELECT coalesce(max({PART}), -1) + 1 FROM _parted").fetchall()[0][0])
+    history = None
+    part = _part(held, 0)
+    for i in range(parts):
+        following = _part(held, i + 1) if i + 1 < parts else None
+        table = part if history is None else pa.concat_tables([history, part.cast(history.schema)])
+        yield join_table(table, spec)
+        if following is not None:
+            history = _history(table, following, spec, budget)
+        part = following
+    con.execute("DROP TABLE _parted")
+
+
+def _part(held: HeldRows, i: int) -> pa.Table:
+    rows = held.con.sql(f"SELECT * EXCLUDE ({PART}) FROM _parted WHERE {PART} = {int(i)}").to_arrow_table()
+    rows = rows.cast(held.schema)
+    return rows.append_column(HIST, pa.array(np.zeros(rows.num_rows, bool)))
+
+
+def _history(table: pa.Table, following: pa.Table, spec: JoinSpec, budget: int) -> pa.Table | None:
+    """The rows of ``table`` whose keys continue into ``following``, summed per side, data
+    row, newness and time coordinates after the first: history rows for the next part."""
+    key = list(spec.key)
+    ids, _ = row_ids(pa.concat_tables([table.select(key), following.select(key).cast(table.select(key).schema)]),
+                     key, ordered=False)
+    continuing = np.isin(ids[:table.num_rows], ids[table.num_rows:])
+    rows = table.filter(pa.array(continuing))
+    if rows.num_rows == 0:
+        return None
+    cols = [SIDE, "_new", *spec.key, *spec.left, *spec.right, *spec.tcols[1:]]
+    group, _ = row_ids(rows, cols, ordered=False)
+    first, sums = group_sum([group], np_int(rows.column("diff")))
+    keep = sums != 0
+    live = rows.take(first[keep])
+    if live.num_rows > budget:
+        raise TooManyLiveRows(f"join: {live.num_rows} live rows of one key (first: "
+                              f"{live.select(key).slice(0, 1).to_pylist()[0]}) are more than a task holds "
+                              f"(DDCLI_REDUCE_TASK_ROWS={budget})")
+    live = live.set_column(live.schema.get_field_index("diff"), "diff", pa.array(sums[keep], pa.int64()))
+    return live.set_column(live.schema.get_field_index(HIST), HIST, pa.array(np.ones(live.num_rows, bool)))
