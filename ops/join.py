@@ -53,13 +53,26 @@ def join_changes(ctx: EvalContext, on: list[str], d_left: DataFrame | None, d_ri
     pairs_possible = (d_left is not None and rights) or (d_right is not None and lefts)
     if not pairs_possible or not lefts or not rights:
         return None
-    sample_left, sample_right = lefts[0][0], rights[0][0]
-    left_data = ctx.data_columns(sample_left)
-    right_data = [c for c in ctx.data_columns(right_view(sample_right)) if c not in on]
+    rights = [(right_view(f), new) for f, new in rights]
+    return sweep_pairs(ctx, on, lefts, rights, lookup=lookup)
+
+
+def sweep_pairs(ctx: EvalContext, on: list[str], lefts: list[tuple[DataFrame, bool]],
+                rights: list[tuple[DataFrame, bool]], *, half: bool = False,
+                lookup: tuple[list[str], list[str]] | None = None) -> DataFrame:
+    """Every pair of a left and a right update of the same key (``ctx.extra + on``) with at
+    least one of the two new (each frame comes with whether its updates are new), at the
+    join of their times with the product of their diffs, consolidated; or with ``half``
+    every new left update with the right updates at or before its time, at its time.
+    Columns: the left side's data columns, the right side's others, ``ctx.tail()``.
+    ``lookup``: each side's stored layer files, from which the tasks read the old updates
+    of their keys. A frame hash-partitioned by the key, one task per partition."""
+    left_data = ctx.data_columns(lefts[0][0])
+    right_data = [c for c in ctx.data_columns(rights[0][0]) if c not in on]
     key = ctx.extra + on
-    spec = JoinSpec(tuple(key), tuple(c for c in left_data if c not in on), tuple(right_data), ctx.d)
+    spec = JoinSpec(tuple(key), tuple(c for c in left_data if c not in on), tuple(right_data), ctx.d, half)
     frames = [_tagged(ctx, f, key, list(spec.left), 0, new) for f, new in lefts]
-    frames += [_tagged(ctx, right_view(f), key, right_data, 1, new) for f, new in rights]
+    frames += [_tagged(ctx, f, key, right_data, 1, new) for f, new in rights]
     both = frames[0]
     for f in frames[1:]:
         both = both.unionByName(f, allowMissingColumns=True)

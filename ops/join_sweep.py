@@ -247,3 +247,23 @@ def _flip(term):
     """A right-change term as (left row, right row, rank, diff)."""
     c_row, i_row, rank, diff = term
     return i_row, c_row, rank, diff
+
+
+def all_pairs(left: pa.Table, right: pa.Table, on: list[str], d: int) -> pa.Table:
+    """Every pair of a ``left`` and a ``right`` update with equal ``on`` (null-safely), at the
+    join of their times with the product of their diffs, consolidated: columns of ``left``
+    but its times and diff, then ``right``'s others, the time columns, diff. The sweep pays
+    (updates of one side) × (rows of the other alive then), not the product of both."""
+    tcols = time_columns(d)
+    lcols = [c for c in left.column_names if c not in tcols and c != "diff"]
+    rcols = [c for c in right.column_names if c not in tcols and c != "diff" and c not in on]
+    spec = JoinSpec(tuple(on), tuple(c for c in lcols if c not in on), tuple(rcols), d)
+    tagged = [_tag(left, 0, True), _tag(right.select([*on, *rcols, *tcols, "diff"]), 1, False)]
+    out = join_table(pa.concat_tables(tagged, promote_options="permissive"), spec)
+    return out.select([*lcols, *rcols, *tcols, "diff"])
+
+
+def _tag(t: pa.Table, side: int, new: bool) -> pa.Table:
+    n = t.num_rows
+    return t.append_column(SIDE, pa.array(np.full(n, side), pa.int8())).append_column(
+        "_new", pa.array(np.full(n, new), pa.bool_()))

@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ops.join_sweep import all_pairs
 from ops.loop_spine import Spine
 from storage.lattice import time_columns
 
@@ -192,11 +193,8 @@ class _Round:
         lcols = [c for c in left.column_names if c not in self.tcols and c != "diff"]
         if self.body.d == 2 and self._one_iteration(left, right):
             return self.pairs_over_time(left, right, on, lcols, right_cols)
-        items = [f"l.{_quote(c)}" for c in lcols] + [f"r.{_quote(c)}" for c in right_cols]
-        items += [f"greatest(l.{_quote(t)}, r.{_quote(t)}) AS {_quote(t)}" for t in self.tcols]
-        items.append("l.diff * r.diff AS diff")
-        cond = " AND ".join(f"l.{_quote(k)} IS NOT DISTINCT FROM r.{_quote(k)}" for k in on)
-        return self.sql(f"SELECT {', '.join(items)} FROM l JOIN r ON {cond}", l=left, r=right)
+        # pairs at many times: a sweep over time, not every pair of the two sides' updates
+        return all_pairs(left, right.select([*on, *right_cols, *self.tcols, "diff"]), on, self.body.d)
 
     def _one_iteration(self, left: pa.Table, right: pa.Table) -> bool:
         """Every pair of rows meets at the current iteration: one side is all at it, the

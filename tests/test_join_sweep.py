@@ -14,7 +14,7 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from ops.join_sweep import HIST, SIDE, JoinSpec, join_table
+from ops.join_sweep import HIST, SIDE, JoinSpec, all_pairs, join_table
 
 
 def reference(left, right, half=False):
@@ -133,3 +133,55 @@ def test_a_key_replaced_at_every_time_costs_its_changes():
     got = as_dict(join_table(table_of(left, right, 1), spec), 1)
     assert got == reference(left, right)
     assert len(got) == 2 * T - 1
+
+
+@pytest.mark.parametrize("d", [1, 3])
+def test_all_pairs_of_two_tables_equal_every_pair(d):
+    rng = random.Random(7 + d)
+    names = ["time"] if d == 1 else [f"time_{i}" for i in range(d)]
+
+    def table(col, values, n):
+        rows = [(rng.choice([1, 2, None]), rng.choice(values), tuple(rng.randrange(4) for _ in range(d)),
+                 rng.choice([-1, 1, 3])) for _ in range(n)]
+        cols = {"k": pa.array([r[0] for r in rows], pa.int64()), col: pa.array([r[1] for r in rows])}
+        cols.update({c: pa.array([r[2][i] for r in rows], pa.int64()) for i, c in enumerate(names)})
+        cols["diff"] = pa.array([r[3] for r in rows], pa.int64())
+        return rows, pa.table(cols)
+
+    lrows, left = table("a", ["x", "y"], 40)
+    rrows, right = table("b", ["p", "q", "r"], 40)
+    out = all_pairs(left, right, ["k"], d)
+    assert out.column_names == ["k", "a", "b", *names, "diff"]
+    expected = reference([(k, v, t, df, True) for k, v, t, df in lrows], [(k, v, t, df, False) for k, v, t, df in rrows])
+    assert as_dict(out, d) == expected
+
+
+@pytest.mark.parametrize("d", [1, 2])
+@pytest.mark.parametrize("budget", [50, 90, 1000])
+def test_a_task_over_its_budget_streams_its_keys_through_time_and_stays_exact(d, budget):
+    # one hot key with long histories on both sides, a few cold keys, a null key
+    from ops.join_task import join_task
+    rng = random.Random(budget + d)
+    left, right = [], []
+    for side, values in ((left, "xyz"), (right, "pq")):
+        for _ in range(120):
+            k = rng.choice([0, 0, 0, 0, 1, 2, None])
+            new = rng.random() < 0.7
+            t = tuple(rng.randrange(8) for _ in range(d))
+            if d == 1:  # outside loops, old updates precede new ones
+                t = (rng.randrange(3),) if not new else (3 + rng.randrange(30),)
+            side.append((k, rng.choice(values), t, rng.choice([-1, 1, 1]), new))
+    spec = JoinSpec(("k",), ("a",), ("b",), d)
+    table = table_of(left, right, d)
+    out = pa.Table.from_batches(list(join_task(table.to_batches(max_chunksize=10), spec, budget)),
+                                schema=spec.output_schema(table.schema))
+    assert as_dict(out, d) == reference(left, right)
+
+
+def test_a_key_whose_live_rows_exceed_the_budget_is_one_clear_error():
+    from ops.join_task import TooManyLiveRows, join_task
+    left = [(5, f"v{i}", (i,), 1, True) for i in range(40)]  # 40 rows alive at once
+    right = [(5, "p", (i,), 1, True) for i in range(40)]
+    spec = JoinSpec(("k",), ("a",), ("b",), 1)
+    with pytest.raises(TooManyLiveRows, match=r"live rows of one key .*'k': 5.*DDCLI_REDUCE_TASK_ROWS=10"):
+        list(join_task(table_of(left, right, 1).to_batches(max_chunksize=8), spec, 10))
