@@ -24,10 +24,13 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from ops.context import EvalContext
 from ops.join_sweep import SIDE, JoinSpec
-from ops.join_task import join_task
+from ops.join_task import SLICE_ROWS, join_task
 from ops.python_stage import python_stage
 from ops.reduce_lookup import task_rows
 from ops.session import partitions
+
+#: The most partitions a join's shuffle takes (each writes a file of the output's layer).
+MAX_TASKS = 64
 
 
 def join_changes(ctx: EvalContext, on: list[str], d_left: DataFrame | None, d_right: DataFrame | None,
@@ -76,7 +79,7 @@ def sweep_pairs(ctx: EvalContext, on: list[str], lefts: list[tuple[DataFrame, bo
     both = frames[0]
     for f in frames[1:]:
         both = both.unionByName(f, allowMissingColumns=True)
-    parts = partitions(ctx.spark)
+    parts = _tasks(ctx)
     source = both.coalesce(1) if parts == 1 else both.repartition(parts, *key)
     out_arrow = spec.output_schema(to_arrow_schema(both.schema))
     budget = task_rows()
@@ -86,6 +89,15 @@ def sweep_pairs(ctx: EvalContext, on: list[str], lefts: list[tuple[DataFrame, bo
 
     columns = left_data + right_data + ctx.tail()
     return python_stage(source, kernel, from_arrow_schema(out_arrow), columns, consolidated=True)
+
+
+def _tasks(ctx: EvalContext) -> int:
+    """The join's partitions: the session's, or more for a big run, so that a task's rows
+    fit one slice of the sweep (``SLICE_ROWS``) and need neither spilling nor parts."""
+    parts = partitions(ctx.spark)
+    if parts == 1 or not ctx.delta_rows:
+        return parts
+    return max(parts, min(MAX_TASKS, -(-ctx.delta_rows // SLICE_ROWS)))
 
 
 def _tagged(ctx: EvalContext, df: DataFrame, key: list[str], cols: list[str], side: int, new: bool) -> DataFrame:

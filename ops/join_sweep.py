@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ops.reduce_util import exclusive_cumsum, group_sum, lex_order, new_flags, np_int, row_ids, seg_cumsum_
+from ops.reduce_util import exclusive_cumsum, group_sum, new_flags, np_int, row_ids, seg_cumsum_
 from storage.lattice import time_columns
 
 SIDE = "_ddcli_side"  # 0: the left side's update, 1: the right side's
@@ -99,25 +99,20 @@ def join_table(table: pa.Table, spec: JoinSpec) -> pa.Table:
         return schema.empty_table()
     tcols = spec.tcols
     x = np_int(table.column(tcols[0]))
-    diff = np_int(table.column("diff"))
-    rest = [np_int(table.column(t)) for t in tcols[1:]]
     if not (hist & new).any():
         # old updates advanced to the earliest new time: pairs with new updates cannot tell
         # them apart (a new history row is earlier than that, and may pair with any of them)
         x = np.where(~new & ~hist, np.maximum(x, x[emit_new].min()), x)
-    times, rank = np.unique(x[~hist], return_inverse=True)
-    ranks = np.zeros(n, np.int64)
-    ranks[~hist] = rank.reshape(-1) + 1
-    width = len(times) + 2  # ranks 0 (history) .. len(times), and the end of time
-    key, _ = row_ids(table, list(spec.key), ordered=False)
-
+    key, keys = row_ids(table, list(spec.key), ordered=False)
+    ranks, width, time_of = _ranks(x, hist, keys)
+    diff = np_int(table.column("diff"))
+    rest = [np_int(table.column(t)) for t in tcols[1:]]
+    # a data row's id (the side is part of it), and a row's: with the other time coordinates
+    value, _ = row_ids(table, [SIDE, *spec.key, *spec.left, *spec.right], ordered=False)
+    row = _with_coordinates(value, rest)
     idx_l, idx_r = np.flatnonzero(~side), np.flatnonzero(side)
-    value_l, _ = row_ids(table.take(idx_l), list(spec.key) + list(spec.left), ordered=False)
-    value_r, _ = row_ids(table.take(idx_r), list(spec.key) + list(spec.right), ordered=False)
-    row_l = _with_coordinates(value_l, [r[idx_l] for r in rest])
-    row_r = _with_coordinates(value_r, [r[idx_r] for r in rest])
-    left = _consolidated(_Side(row_l, key[idx_l], ranks[idx_l], diff[idx_l], new[idx_l]))
-    right = _consolidated(_Side(row_r, key[idx_r], ranks[idx_r], diff[idx_r], new[idx_r]))
+    left = _consolidated(_Side(row[idx_l], key[idx_l], ranks[idx_l], diff[idx_l], new[idx_l]))
+    right = _consolidated(_Side(row[idx_r], key[idx_r], ranks[idx_r], diff[idx_r], new[idx_r]))
 
     if spec.half:
         terms = [_stab(_changes(left, None), _intervals(right, None), width, strict=False)]
@@ -131,27 +126,39 @@ def join_table(table: pa.Table, spec: JoinSpec) -> pa.Table:
     lrow, rrow, prank, pdiff = (np.concatenate(c) for c in zip(*terms))
     if len(pdiff) == 0:
         return schema.empty_table()
-    # per row id of a side: one of its updates (in the whole table) and its data row's id
-    rep_l, data_l = _representatives(row_l, idx_l, value_l)
-    rep_r, data_r = _representatives(row_r, idx_r, value_r)
-    at_l, at_r = rep_l[lrow], rep_r[rrow]
+    rep = np.zeros(int(row.max()) + 1, np.int64)  # per row id: the index of one of its updates
+    rep[row] = np.arange(n)
+    at_l, at_r = rep[lrow], rep[rrow]
     out_rest = [np.maximum(r[at_l], r[at_r]) for r in rest]
     # distinct row pairs may meet at the same output row and time: sum them per output row
-    first, sums = group_sum([data_l[lrow], data_r[rrow], prank, *out_rest], pdiff)
+    first, sums = group_sum([value[at_l], value[at_r], prank, *out_rest], pdiff)
     keep = sums != 0
     first, sums = first[keep], sums[keep]
-    cols = {}
-    lrows = table.take(at_l[first])
-    rrows = table.take(at_r[first])
-    for c in (*spec.key, *spec.left):
-        cols[c] = lrows.column(c)
-    for c in spec.right:
-        cols[c] = rrows.column(c)
-    cols[tcols[0]] = pa.array(times[prank[first] - 1], pa.int64())
+    lrows = table.select([*spec.key, *spec.left]).take(at_l[first])
+    rrows = table.select(list(spec.right)).take(at_r[first])
+    cols = {c: lrows.column(c) for c in lrows.column_names}
+    cols.update({c: rrows.column(c) for c in rrows.column_names})
+    cols[tcols[0]] = pa.array(time_of(prank[first]), pa.int64())
     for t, r in zip(tcols[1:], out_rest):
         cols[t] = pa.array(r[first], pa.int64())
     cols["diff"] = pa.array(sums, pa.int64())
     return pa.table(cols).cast(schema)
+
+
+def _ranks(x: np.ndarray, hist: np.ndarray, keys: int):
+    """Ranks of the first time coordinate that keep its order (0 for history rows), the
+    width that packs (key, rank) into one int64, and the map back from ranks to times.
+    Offsets from the least time when they pack, else dense ranks (a sort)."""
+    live = x[~hist]
+    ranks = np.zeros(len(x), np.int64)
+    lo, hi = (int(live.min()), int(live.max())) if len(live) else (0, 0)
+    span = hi - lo + 1
+    if float(span + 2) * (keys + 1) < 2.0 ** 62:
+        ranks[~hist] = live - lo + 1
+        return ranks, span + 2, lambda r: r - 1 + lo
+    times, inverse = np.unique(live, return_inverse=True)
+    ranks[~hist] = inverse.reshape(-1) + 1
+    return ranks, len(times) + 2, lambda r: times[r - 1]
 
 
 def _with_coordinates(value: np.ndarray, rest: list[np.ndarray]) -> np.ndarray:
@@ -162,16 +169,8 @@ def _with_coordinates(value: np.ndarray, rest: list[np.ndarray]) -> np.ndarray:
                    [f"c{i}" for i in range(len(rest) + 1)], ordered=False)[0]
 
 
-def _representatives(row: np.ndarray, idx: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row id of a side: the index in the table of one of its updates, and its data row's id."""
-    size = int(row.max()) + 1 if len(row) else 0
-    rep, data = np.zeros(size, np.int64), np.zeros(size, np.int64)
-    rep[row], data[row] = idx, value
-    return rep, data
-
-
 def _consolidated(s: _Side) -> _Side:
-    """Updates summed per (row, rank, new); zeros dropped."""
+    """Updates summed per (row, rank, new), zeros dropped: in that order."""
     if len(s.row) == 0:
         return s
     first, sums = group_sum([s.row, s.rank, s.new], s.diff)
@@ -198,12 +197,10 @@ def _intervals(s: _Side, new: bool | None) -> tuple[np.ndarray, ...]:
     ``new``): the ranks ``[start, end)`` over which each row's accumulated multiplicity is a
     constant other than zero; ``end`` of the last is past every rank."""
     mask = s.new if new else np.ones(len(s.row), bool)
-    row, key, rank, diff = s.row[mask], s.key[mask], s.rank[mask], s.diff[mask]
+    row, key, rank, diff = s.row[mask], s.key[mask], s.rank[mask], s.diff[mask]  # sorted by (row, rank)
     if len(row) == 0:
         e = np.zeros(0, np.int64)
         return e, e, e, e, e
-    order = lex_order([row, rank])
-    row, key, rank, diff = row[order], key[order], rank[order], diff[order]
     head = np.ones(len(row), bool)
     head[1:] = (row[1:] != row[:-1]) | (rank[1:] != rank[:-1])
     idx = np.flatnonzero(head)  # one entry per (row, rank): the sum of its updates

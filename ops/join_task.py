@@ -10,11 +10,11 @@ changes of its keys with the sweep of ``ops/join_sweep.py``. What a task holds:
   read for the keys the other side changes (nothing else pairs with them).
 * Its rows are held with ``ops/held_rows.py``: in Arrow up to the budget
   (``DDCLI_REDUCE_TASK_ROWS``, the one reduce tasks use), beyond it in a DuckDB table that
-  spills. Spilled rows are cut into parts of about the budget in (key, first time
-  coordinate) order, and each part is joined in turn with the rows of its keys accumulated
-  over the parts before it (history rows, ``HIST``): a hot key is streamed through time,
-  holding its live rows and one part. A key whose live rows alone are over the budget is
-  refused with one clear error.
+  spills. More rows than a slice (``SLICE_ROWS``, or the budget if less) are cut into
+  parts of that size in (key, first time coordinate) order, and each part is joined in
+  turn with the rows of its keys accumulated over the parts before it (history rows,
+  ``HIST``): a hot key is streamed through time, holding its live rows and one part. A key
+  whose live rows alone are over the budget is refused with one clear error.
 """
 
 from __future__ import annotations
@@ -27,10 +27,13 @@ import pyarrow.compute as pc
 
 from ops.held_rows import TABLE, HeldRows
 from ops.join_sweep import HIST, SIDE, JoinSpec, join_table
-from ops.reduce_util import group_sum, np_int, row_ids
+from ops.reduce_util import group_sum, lex_order, np_int, row_ids
 from storage.query import quote
 
 PART = "_ddcli_part"
+#: Rows the sweep takes at once (at most the task's budget): its working arrays are a few
+#: dozen bytes a row, so a task's rows beyond this go in parts in time order.
+SLICE_ROWS = 1 << 18
 
 
 class TooManyLiveRows(ValueError):
@@ -48,12 +51,9 @@ def join_task(batches: Iterable[pa.RecordBatch], spec: JoinSpec, budget: int,
     try:
         if held.rows == 0:
             return
-        if not held.spilled:
-            out = join_table(held.table, spec)
-            if out.num_rows:
-                yield from out.to_batches()
-            return
-        for out in _by_parts(held, spec, budget):
+        size = min(budget, SLICE_ROWS)
+        parts = _spilled_parts(held, spec, size) if held.spilled else _parts_in_memory(held.table, spec, size)
+        for out in _sweep(parts, spec, budget):
             if out.num_rows:
                 yield from out.to_batches()
     finally:
@@ -108,36 +108,58 @@ def _as_side(rows: pa.Table, schema: pa.Schema, side: int) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=schema)
 
 
-def _by_parts(held: HeldRows, spec: JoinSpec, budget: int) -> Iterator[pa.Table]:
-    """The output of spilled rows, part by part in (key, first time coordinate) order,
-    each part with its keys' history of the parts before it."""
+def _sweep(parts: Iterator[pa.Table], spec: JoinSpec, budget: int) -> Iterator[pa.Table]:
+    """The output of consecutive parts of a task's rows in (key, first time coordinate)
+    order, each joined with the history of its keys in the parts before it."""
+    history, part = None, next(parts, None)
+    while part is not None:
+        following = next(parts, None)
+        table = part if history is None else pa.concat_tables([history, part.cast(history.schema)])
+        yield join_table(table, spec)
+        if following is not None:
+            history = _history(table, following, spec, budget)
+        part = following
+
+
+def _parts_in_memory(table: pa.Table, spec: JoinSpec, size: int) -> Iterator[pa.Table]:
+    """``table`` in parts of about ``size`` rows (whole, when it is no more): ordered by
+    key and first time coordinate, never cutting the rows of one (key, time) apart."""
+    hist = pa.array(np.zeros(table.num_rows, bool))
+    if table.num_rows <= size:
+        yield table.append_column(HIST, hist)
+        return
+    key, _ = row_ids(table, list(spec.key), ordered=False)
+    x = np_int(table.column(spec.tcols[0]))
+    order = lex_order([key, x])
+    k, t = key[order], x[order]
+    head = np.ones(len(order), bool)
+    head[1:] = (k[1:] != k[:-1]) | (t[1:] != t[:-1])
+    starts = np.flatnonzero(head)
+    part = np.repeat(starts // size, np.diff(np.append(starts, len(order))))  # rows before a group, in parts
+    cuts = np.flatnonzero(np.diff(part)) + 1
+    table = table.append_column(HIST, hist)
+    for rows in np.split(order, cuts):
+        yield table.take(rows)
+
+
+def _spilled_parts(held: HeldRows, spec: JoinSpec, size: int) -> Iterator[pa.Table]:
+    """Spilled rows in parts of about ``size`` rows, as :func:`_parts_in_memory` cuts them."""
     con, key = held.con, [quote(c) for c in spec.key]
     t0 = quote(spec.tcols[0])
     k = ", ".join(key)
     cond = " AND ".join(f"h.{c} IS NOT DISTINCT FROM p.{c}" for c in key)
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE _parted AS SELECT h.*, p.{PART} FROM {TABLE} h JOIN ("
-        f"SELECT {k}, {t0}, (sum(n) OVER (ORDER BY {k}, {t0} ROWS UNBOUNDED PRECEDING) - n) // {int(budget)} "
+        f"SELECT {k}, {t0}, (sum(n) OVER (ORDER BY {k}, {t0} ROWS UNBOUNDED PRECEDING) - n) // {int(size)} "
         f"AS {PART} FROM (SELECT {k}, {t0}, count(*) AS n FROM {TABLE} GROUP BY ALL)) p "
         f"ON {cond} AND h.{t0} = p.{t0} ORDER BY p.{PART}")
     con.execute(f"DROP TABLE {TABLE}")
     parts = int(con.sql(f"SELECT coalesce(max({PART}), -1) + 1 FROM _parted").fetchall()[0][0])
-    history = None
-    part = _part(held, 0)
     for i in range(parts):
-        following = _part(held, i + 1) if i + 1 < parts else None
-        table = part if history is None else pa.concat_tables([history, part.cast(history.schema)])
-        yield join_table(table, spec)
-        if following is not None:
-            history = _history(table, following, spec, budget)
-        part = following
+        rows = con.sql(f"SELECT * EXCLUDE ({PART}) FROM _parted WHERE {PART} = {int(i)}").to_arrow_table()
+        rows = rows.cast(held.schema)
+        yield rows.append_column(HIST, pa.array(np.zeros(rows.num_rows, bool)))
     con.execute("DROP TABLE _parted")
-
-
-def _part(held: HeldRows, i: int) -> pa.Table:
-    rows = held.con.sql(f"SELECT * EXCLUDE ({PART}) FROM _parted WHERE {PART} = {int(i)}").to_arrow_table()
-    rows = rows.cast(held.schema)
-    return rows.append_column(HIST, pa.array(np.zeros(rows.num_rows, bool)))
 
 
 def _history(table: pa.Table, following: pa.Table, spec: JoinSpec, budget: int) -> pa.Table | None:

@@ -185,3 +185,18 @@ def test_a_key_whose_live_rows_exceed_the_budget_is_one_clear_error():
     spec = JoinSpec(("k",), ("a",), ("b",), 1)
     with pytest.raises(TooManyLiveRows, match=r"live rows of one key .*'k': 5.*DDCLI_REDUCE_TASK_ROWS=10"):
         list(join_task(table_of(left, right, 1).to_batches(max_chunksize=8), spec, 10))
+
+
+def test_a_task_under_its_budget_sweeps_in_slices_of_whole_times_and_stays_exact(monkeypatch):
+    from ops import join_task as jt
+    monkeypatch.setattr(jt, "SLICE_ROWS", 16)
+    rng = random.Random(5)
+    left = [(rng.choice([0, 0, 1, None]), rng.choice("xyz"), (rng.randrange(12),), rng.choice([-1, 1, 1]), True)
+            for _ in range(150)]
+    right = [(rng.choice([0, 1, 2]), rng.choice("pq"), (rng.randrange(12),), rng.choice([-1, 1]), True)
+             for _ in range(150)]
+    spec = JoinSpec(("k",), ("a",), ("b",), 1)
+    table = table_of(left, right, 1)
+    out = pa.Table.from_batches(list(jt.join_task(table.to_batches(), spec, 10_000)),
+                                schema=spec.output_schema(table.schema))
+    assert as_dict(out, 1) == reference(left, right)
