@@ -17,7 +17,9 @@ DuckDB computes the same output changes directly (each side's live value per key
 by an as-of join, then the change of the joined row from one time to the next): the
 reference every output is checked against, and the yardstick. Figures: wall of the run
 (Spark's session start measured once, apart), peak memory of the JVM and its Python
-workers, output rows, DuckDB's time.
+workers during the run (one JVM serves every case in turn, and a heap once grown stays:
+a case's peak includes what the cases before it left), output rows, DuckDB's time, and the
+machine's load average before and after (timings on a shared machine vary with it).
 """
 
 from __future__ import annotations
@@ -185,6 +187,7 @@ def bench_join(*, keys: int = 20, times: tuple[int, ...] = (200, 800, 1600, 6400
         every = cases + wide + ([res["hot"]] if "hot" in res else [])
         res["peak_memory_bytes"] = max(c["peak_memory_bytes"] for c in every)
         res["over_duckdb"] = max(c["run_s"] / c["duckdb_s"] for c in every)
+        res["load_average_after"] = os.getloadavg()[0]
         return res
     finally:
         if own:
@@ -238,7 +241,8 @@ def plot_join(res: dict, path: str) -> None:
     c.set_ylabel("seconds")
     c.set_title("hot key; small incremental run")
     c.tick_params(axis="x", labelsize=8)
-    fig.suptitle(f"ddcli bench join (load {res['load_average']:.1f}; Spark start {res['spark_start_s']:.1f} s apart)")
+    fig.suptitle(f"ddcli bench join (load average {res['load_average']:.1f} before, "
+                 f"{res.get('load_average_after', 0):.1f} after; Spark's start, {res['spark_start_s']:.1f} s, apart)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

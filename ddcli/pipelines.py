@@ -542,5 +542,6 @@ def bench_join(
     if "incremental_s" in res:
         lines.append(f"incremental run of {new_keys} keys on a {wide_keys:,}-key store: {res['incremental_s']:.2f} s")
     lines.append(f"peak memory {res['peak_memory_bytes'] / 2**30:.2f} GiB; worst run / DuckDB {res['over_duckdb']:.1f}x "
-                 f"(Spark's start, {res['spark_start_s']:.1f} s, not included); load average {res['load_average']:.1f}")
+                 f"(Spark's start, {res['spark_start_s']:.1f} s, not included); load average {res['load_average']:.1f} "
+                 f"before, {res['load_average_after']:.1f} after")
     render.report(res, "\n".join(lines), out, output)

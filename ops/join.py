@@ -92,10 +92,11 @@ def sweep_pairs(ctx: EvalContext, on: list[str], lefts: list[tuple[DataFrame, bo
 
 
 def _tasks(ctx: EvalContext) -> int:
-    """The join's partitions: the session's, or more for a big run, so that a task's rows
-    fit one slice of the sweep (``SLICE_ROWS``) and need neither spilling nor parts."""
+    """The join's partitions: the session's, or more for a big run outside loops, so that
+    a task's rows fit one slice of the sweep (``SLICE_ROWS``) and need neither spilling nor
+    parts (a loop's rounds keep the session's: every task costs each round)."""
     parts = partitions(ctx.spark)
-    if parts == 1 or not ctx.delta_rows:
+    if parts == 1 or not ctx.delta_rows or ctx.floor:
         return parts
     return max(parts, min(MAX_TASKS, -(-ctx.delta_rows // SLICE_ROWS)))
 
@@ -116,8 +117,8 @@ def _lookup_files(left_arr, right_arr) -> tuple[list[str], list[str]] | None:
         source = arr.lookup_source()
         if source is not None:
             files.append(list(source.files))
-        elif arr.base is None and not arr.processed and (arr.stored is None or arr.stored.is_empty()):
-            files.append([])  # nothing old
+        elif arr.has_nothing_old():
+            files.append([])
         else:
             return None
     return files[0], files[1]

@@ -227,7 +227,7 @@ def _stab(changes, intervals, width: int, strict: bool) -> tuple[np.ndarray, ...
         e = np.zeros(0, np.int64)
         return e, e, e, e
     code = c_key * width + c_rank
-    order = np.argsort(code, kind="stable")
+    order = np.argsort(code)
     sorted_code = code[order]
     side = "right" if strict else "left"
     base = i_key * width
