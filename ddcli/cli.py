@@ -72,16 +72,16 @@ EXIT_CODES_HELP = (
 # (module, class) of the exceptions that are user errors (exit 2) and conflicts (exit 3).
 # Named, not imported: an exception of a module can only be raised once the module is
 # loaded, so handling an error never imports anything (and never pyspark).
-USER_ERRORS = [("ddcli.render", "RenderError"), ("storage.trace", "StoreError"),
-               ("storage.files", "UpdateFileError"), ("storage.lattice", "TimeSyntaxError"),
-               ("ops.pipeline", "PipelineError"), ("ops.session", "SparkSetupError"),
-               ("storage.blob", "StoreUnreachable"),
+USER_ERRORS = [("ddcli.render", "RenderError"), ("storage.state.trace", "StoreError"),
+               ("storage.files.read", "UpdateFileError"), ("storage.lattice", "TimeSyntaxError"),
+               ("ops.dataflow.builder", "PipelineError"), ("ops.spark.session", "SparkSetupError"),
+               ("storage.blobs.base", "StoreUnreachable"),
                # a pipeline's own expression failing on the data (1/0 under ANSI SQL, a cast
                # of 'abc' to a number, a bad date): the user's to fix, not a bug of ddcli
                ("pyspark.errors.exceptions.captured", "ArithmeticException"),
                ("pyspark.errors.exceptions.captured", "NumberFormatException"),
                ("pyspark.errors.exceptions.captured", "DateTimeException")]
-CONFLICT_ERRORS = [("storage.log", "Conflict")]
+CONFLICT_ERRORS = [("storage.log.commit", "Conflict")]
 CORRUPTION_ERRORS = [("storage.integrity", "CorruptionError")]
 
 
@@ -255,13 +255,13 @@ def _plural(n: int, word: str) -> str:
 
 @help_app.command("operators", epilog=EXIT_CODES_HELP)
 def help_operators() -> None:
-    """Every pipeline operator with its arguments, from the docstrings of ops/pipeline.py.
+    """Every pipeline operator with its arguments, from the docstrings of ops/dataflow/builder.py.
 
     Example:
 
         ddcli help operators | less
     """
-    from ddcli.help_operators import render_text
+    from ddcli.commands.help import render_text
     sys.stdout.write(render_text() + "\n")
 
 
@@ -308,7 +308,7 @@ def bench_storage(
     out = render.choose_format(fmt, json_, output)
     render.check_output(out_json, "--out")
     render.check_output(plot, "--plot")
-    from ddcli import bench
+    from ddcli.bench import storage as bench
     if plot:
         bench.require_matplotlib()
     res = bench.bench_storage(updates=updates, keys=keys, small_ingests=small_ingests,
@@ -326,15 +326,15 @@ def bench_storage(
 
 
 # the commands, in the order `ddcli --help` lists them
-from ddcli import store_commands  # noqa: E402,F401  (registers ingest, advance, compact)
-from ddcli import read_commands  # noqa: E402,F401  (registers query, history, sql, status)
-from ddcli import lifecycle  # noqa: E402,F401  (registers pipelines and drop)
+from ddcli.commands import store as store_commands  # noqa: E402,F401  (registers ingest, advance, compact)
+from ddcli.commands import read as read_commands  # noqa: E402,F401  (registers query, history, sql, status)
+from ddcli.commands import lifecycle  # noqa: E402,F401  (registers pipelines and drop)
 
 
 def main() -> None:
     """The ``ddcli`` console script (and ``python -m ddcli``)."""
-    import ddcli.check  # noqa: F401  (registers check)
-    import ddcli.pipelines  # noqa: F401  (registers run and verify)
+    import ddcli.commands.check  # noqa: F401  (registers check)
+    import ddcli.commands.run  # noqa: F401  (registers run and verify)
     app()
 
 

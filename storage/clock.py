@@ -1,7 +1,7 @@
 """The store's clock: the one place the storage layer reads the time from to tell a file's age.
 
 Ages decide what garbage collection may delete and which metadata versions the log may
-prune (storage/gc.py, storage/log.py): a file or version is old when its time (a local
+prune (storage/writes/gc.py, storage/log/commit.py): a file or version is old when its time (a local
 file's mtime, an object's ``LastModified``) is more than the grace period or the log's
 retention before :func:`now`.
 

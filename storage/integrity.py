@@ -36,7 +36,7 @@ class CorruptionError(Exception):
 
 
 def _blobs(path: str):
-    from storage.blob import for_path  # storage.blob_local imports this module
+    from storage.blobs.base import for_path  # storage.blobs.local imports this module
     return for_path(path)
 
 
@@ -160,7 +160,7 @@ def check_full(trace: str, path: str, lf) -> None:
         raise CorruptionError(f"{_where(trace, path)}: its SHA-256 differs from the one recorded at commit; "
                               f"{_advice()}")
     try:
-        from storage.blob import read_table
+        from storage.blobs.base import read_table
         t = read_table(path, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as e:
         raise CorruptionError(f"{_where(trace, path)} cannot be read: {' '.join(str(e).split())[:200]}; "

@@ -7,7 +7,7 @@ what the store's log says of the file (lower, upper, since, rows, key range), so
 file explains itself even without the log.
 
 Files are written once under a unique name (locally: a temporary name, fsync, rename;
-on an object store: one put of the whole object, see storage/blob.py): a crash leaves
+on an object store: one put of the whole object, see storage/blobs/base.py): a crash leaves
 either nothing or an orphan that ``compact`` collects; never a torn file under a name
 the log refers to.
 """
@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from storage.blob import for_path, read_schema, read_table
+from storage.blobs.base import for_path, read_schema, read_table
 from storage.integrity import CorruptionError
 from storage.lattice import Frontier, advance_columns, time_columns
 
@@ -123,7 +123,7 @@ def consolidate(table: pa.Table, data_columns: list[str], key: list[str], d: int
         if not _needs_summing(ordered, group):
             return ordered
     if table.num_rows:
-        from storage.limits import check_diff_sums  # storage.limits -> storage.trace -> here
+        from storage.files.limits import check_diff_sums  # storage.files.limits -> storage.state.trace -> here
         check_diff_sums(table, group)
         agg = table.select(group + ["diff"]).group_by(group, use_threads=False).aggregate([("diff", "sum")])
         # pick columns by name: the position of the aggregate differs between pyarrow versions
@@ -166,7 +166,7 @@ def _scalar(v):
 def write_layer_file(table: pa.Table, directory: str, *, key: list[str], lower: Frontier,
                      upper: Frontier, since: Frontier, name: str | None = None) -> LayerFile:
     """Write an already consolidated and sorted table as one layer file, once, under a
-    unique name (locally tmp → fsync → rename; see storage/blob.py)."""
+    unique name (locally tmp → fsync → rename; see storage/blobs/base.py)."""
     blobs = for_path(directory)
     name = name or f"{uuid.uuid4().hex}.parquet"
     key_min = key_max = None

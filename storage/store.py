@@ -1,15 +1,15 @@
 """The store: a folder (or an object-store prefix) of traces whose metadata lives in one
-versioned log. Every file access goes through :attr:`Store.blobs` (storage/blob.py).
+versioned log. Every file access goes through :attr:`Store.blobs` (storage/blobs/base.py).
 
 Layout::
 
-    STORE/log/v000000000001.json    committed metadata versions (see storage/log.py)
+    STORE/log/v000000000001.json    committed metadata versions (see storage/log/commit.py)
     STORE/log/_last_checkpoint.json  where the newest full-state version is (a hint)
     STORE/traces/<trace>/<id>.parquet  immutable layer files (see storage/layer.py)
 
 Every method that changes the store writes its new files first, then commits one pure
 change of the metadata. Readers take the newest version and read the files it names.
-Ingest lives in storage/ingest.py, garbage collection and log retention in storage/gc.py.
+Ingest lives in storage/writes/ingest.py, garbage collection and log retention in storage/writes/gc.py.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from typing import Callable, Iterable
 import pyarrow as pa
 
 from storage import faults, integrity
-from storage.blob import open_store
+from storage.blobs.base import open_store
 from storage.lattice import Frontier, beyond_mask, format_frontier, time_columns
 from storage.layer import Layer, consolidate, empty_updates, read_layer_files, write_layer_file
-from storage.limits import DiffOverflow
-from storage.log import Conflict, Log
-from storage.trace import Hold, StoreError, Trace
+from storage.files.limits import DiffOverflow
+from storage.log.commit import Conflict, Log
+from storage.state.trace import Hold, StoreError, Trace
 
 DEFAULT_GRACE_SECONDS = 3600.0
 
@@ -152,7 +152,7 @@ class Store:
     # ------------------------------------------------------------ the one commit path
 
     def commit(self, change: Callable[[State], State]) -> State:
-        """Apply a pure change to the newest state and commit it (see storage/log.py)."""
+        """Apply a pure change to the newest state and commit it (see storage/log/commit.py)."""
         def apply(raw: dict | None) -> dict:
             v = raw["version"] if raw else 0
             return change(State.from_json(v, raw)).to_json()
@@ -180,8 +180,8 @@ class Store:
 
     def ingest(self, name: str, paths: list[str], **options) -> IngestResult:
         """Validate every file, then write one layer and commit it; or change nothing
-        (storage/ingest.py has the options)."""
-        from storage.ingest import ingest
+        (storage/writes/ingest.py has the options)."""
+        from storage.writes.ingest import ingest
         return ingest(self, name, paths, **options)
 
     def _seal(self, trace: Trace, table: pa.Table | None, new_upper: Frontier) -> dict:
@@ -389,8 +389,8 @@ class Store:
         self.discard(name, [l for l in layers if l.id not in referenced])
 
     def collect_garbage(self, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> int:
-        """Remove files and log versions no reader can still need (storage/gc.py)."""
-        from storage.gc import collect_garbage
+        """Remove files and log versions no reader can still need (storage/writes/gc.py)."""
+        from storage.writes.gc import collect_garbage
         return collect_garbage(self, grace_seconds)
 
 

@@ -1,7 +1,7 @@
 """Is a path inside a store? Outputs must never land there.
 
 A store is recognised by its metadata log (``log/v000000000001.json`` …, see
-storage/log.py), whatever ``--store`` a command was given: ``query --output`` onto a
+storage/log/commit.py), whatever ``--store`` a command was given: ``query --output`` onto a
 layer, a log version or any new file inside a store is refused, for every store.
 Symbolic links are resolved first, so a link pointing into a store is refused too.
 """

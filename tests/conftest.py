@@ -1,7 +1,7 @@
 """Fixtures shared by every test module. Keep this file light.
 
 Nothing here imports pyspark: the store and CLI tests must run without starting Spark.
-The Spark fixtures live in ``tests/spark_fixtures.py`` (loaded as a plugin below) and
+The Spark fixtures live in ``tests/helpers/spark_fixtures.py`` (loaded as a plugin below) and
 import pyspark inside their bodies, so only the tests that ask for them pay for them.
 """
 
@@ -18,9 +18,9 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-pytest_plugins = ["tests.spark_fixtures"]
+pytest_plugins = ["tests.helpers.spark_fixtures"]
 
-from tests.s3_helpers import moto_endpoint, s3_env, store_location  # noqa: E402,F401 - fixtures
+from tests.helpers.s3 import moto_endpoint, s3_env, store_location  # noqa: E402,F401 - fixtures
 
 # Variables that change what a command does; a test sets the ones it means to.
 _DDCLI_ENV = ("DDCLI_STORE", "DDCLI_STRICT_NOOP", "DDCLI_DEBUG", "DDCLI_FAULT", "DDCLI_NO_PROGRESS")
@@ -50,7 +50,7 @@ def tree_digest(path: str) -> dict[str, str] | None:
     None if ``path`` does not exist. Equal digests mean the tree was left byte-identical.
     An ``s3://`` prefix is digested object by object (directories do not exist there)."""
     if path.startswith("s3://"):
-        from tests.s3_helpers import object_digest
+        from tests.helpers.s3 import object_digest
         return object_digest(path)
     if not os.path.exists(path):
         return None

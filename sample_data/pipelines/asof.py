@@ -8,7 +8,7 @@ never change a bill already made.
 Cancelling an order (retracting it at a later time) is priced like any change, as of the
 cancellation's time: if the price is unchanged the bill disappears; if the price changed
 in between, the old bill stays and a bill of -1 at the current price (a credit) appears.
-See ops/asof.py.
+See ops/operators/asof.py.
 
     ddcli ingest prices sample_data/prices_1.csv
     ddcli ingest orders sample_data/orders_asof_1.csv

@@ -8,7 +8,7 @@ one triangle (1,2,3).
 An ordinary plan ``ab.join(ac, on="a").join(bc, on=["b", "c"])`` keeps every two-path
 a->b, a->c as state, which for a node of degree k is k^2 rows. The delta join keeps only
 the edges: each change of one of the three uses of ``edges`` is joined against the other
-two (see ops/delta_join.py).
+two (see ops/operators/delta_join.py).
 
     ddcli ingest edges sample_data/triangle_edges_1.csv
     ddcli run sample_data/pipelines/triangles.py

@@ -1,0 +1,1 @@
+"""The benchmarks behind ``ddcli bench``: they drive ``ops`` and ``storage`` and return figures."""

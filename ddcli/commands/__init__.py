@@ -1,0 +1,1 @@
+"""The commands of ``ddcli``, one module per family; ``ddcli/cli.py`` registers them."""

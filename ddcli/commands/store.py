@@ -1,0 +1,240 @@
+"""The commands that change traces without Spark: ``ingest``, ``advance`` and ``compact``.
+
+Registered on :data:`ddcli.cli.app` when :mod:`ddcli.cli` is imported; the shapes they
+follow (options, rendering, "nothing to do") are described there.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from ddcli import render
+from ddcli.cli import (DEFAULT_STORE, EXIT_CODES_HELP, FormatOpt, InputFormat, JsonOpt, OutputOpt, StoreOpt,
+                       StrictNoopOpt, _done, _plural, _store, app)
+
+# ---------------------------------------------------------------- ingest
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def ingest(
+    trace: Annotated[str, typer.Argument(metavar="TRACE", help="The trace to append to (created by its first ingest).")],
+    files: Annotated[list[str], typer.Argument(metavar="FILE...", help="Update files: CSV, JSON Lines or Parquet.")],
+    key: Annotated[Optional[str], typer.Option(
+        "--key", "-k", metavar="COLS",
+        help="Key columns, comma-separated (first ingest only; default: the first data column).")] = None,
+    time: Annotated[Optional[str], typer.Option(
+        "--time", "-t", metavar="T", help="The time of every update, for files without a time column.")] = None,
+    upper: Annotated[Optional[str], typer.Option(
+        "--upper", "-u", metavar="F",
+        help="Seal the trace up to frontier F (default for d = 1: just past the largest time ingested).")] = None,
+    file_format: Annotated[Optional[InputFormat], typer.Option(
+        "--file-format", "--input-format", case_sensitive=False,
+        help="Format of the update files (default: from the extension).")] = None,
+    null: Annotated[Optional[str], typer.Option(
+        "--null", metavar="STR",
+        help="CSV: the text that means null in every column [default: \\N, and an empty field "
+             "in columns that are not text].")] = None,
+    upsert: Annotated[Optional[str], typer.Option(
+        "--upsert", metavar="KEYCOLS",
+        help="Each row replaces the live rows with the same key (comma-separated columns) at the "
+             "row's time; ddcli retracts the old rows.")] = None,
+    delete: Annotated[Optional[str], typer.Option(
+        "--delete", metavar="KEYCOLS",
+        help="Each row (these key columns and a time) removes the live rows with that key at its time.")] = None,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="Refuse the ingest (exit 2, nothing written) when a retraction matches "
+                         "no live row, instead of warning.")] = False,
+    strict_noop: StrictNoopOpt = False,
+    store: StoreOpt = DEFAULT_STORE,
+    fmt: FormatOpt = None,
+    json_: JsonOpt = False,
+    output: OutputOpt = None,
+) -> None:
+    """Append update files to a trace.
+
+    Columns: the data columns, `time` (or `time_0`, `time_1`, ... for d >= 2) and an
+    optional `diff` (default 1). Every row of every file is validated before anything is
+    written; a bad file changes nothing. Re-ingesting a file already ingested is a no-op.
+
+    Examples:
+
+        ddcli ingest words sample_data/words_1.csv
+
+        ddcli ingest strings sample_data/strings_1.csv --upper "(1,0)"
+
+        ddcli ingest clicks events.jsonl --time 42 --key user
+
+        ddcli ingest airports airports_fix.csv --time 9 --upsert faa
+    """
+    out = render.choose_format(fmt, json_, output)
+    from storage.lattice import format_frontier, parse_time
+    st = _store(store)
+    t = parse_time(time) if time is not None else None
+    keys = [k.strip() for k in key.split(",") if k.strip()] if key is not None else None
+    from storage.writes.retractions import checker
+    negative: list = []
+    prepare = checker(st, strict=strict, found=negative)
+    by_key = _by_key_step(st, upsert, delete)
+    if by_key is not None:
+        prepare = _then(by_key[0], prepare)
+    with render.progress(len(files), f"ingest {trace}") as step:
+        res = st.ingest(trace, list(files), key=keys, time=t, upper=upper,
+                        fmt=file_format.value if file_format else None, progress=step, null=null,
+                        columns=by_key[2] if by_key else None, prepare=prepare)
+    tr = st.trace(trace)
+    unmatched = negative[0] if negative and negative[0].rows else None
+    if unmatched is not None:
+        render.warning(f"trace {trace!r}: {unmatched.describe()}; restate retracted rows exactly "
+                       f"(CSV nulls are written {null if null is not None else chr(92) + 'N'})")
+    noop = not res.files
+    pending = sum(l.rows for l in tr.pending)
+    record = {"command": "ingest", "trace": trace, "noop": noop, "created": res.created,
+              "updates": res.rows, "files": res.files, "skipped": res.skipped,
+              "upper": format_frontier(tr.upper), "since": format_frontier(tr.since),
+              "layers": len(tr.layers), "pending": pending, "warnings": st.warnings,
+              "unmatched_retractions": unmatched.rows if unmatched else 0}
+    if by_key is not None:
+        record.update({"upserted" if upsert else "deleted": by_key[1].rows, "retracted": by_key[1].retracted})
+    if noop:
+        msg = (f"nothing to do: trace {trace!r} already holds "
+               f"{'this file' if len(res.skipped) == 1 else 'these files'} "
+               f"({', '.join(res.skipped)}); re-ingesting a file is a no-op")
+    else:
+        msg = (f"{'created trace' if res.created else 'trace'} {trace!r}: ingested "
+               f"{_plural(res.rows, 'update')} from {_plural(len(res.files), 'file')}; "
+               f"upper is {format_frontier(tr.upper)}")
+        if by_key is not None:
+            msg += (f" ({_plural(by_key[1].rows, 'row')} {'upserted' if upsert else 'deleted'} by key, "
+                    f"{_plural(by_key[1].retracted, 'live row')} retracted)")
+        if res.skipped:
+            msg += f" (skipped, already ingested: {', '.join(res.skipped)})"
+        if pending:
+            msg += (f"; {_plural(pending, 'update')} beyond the upper wait to be sealed "
+                    f"(ddcli advance {trace} --upper F)")
+    render.report(record, msg, out, output)
+    _done(noop, strict_noop)
+
+
+def _by_key_step(st, upsert: str | None, delete: str | None):
+    """``(prepare step, stats, file columns)`` for --upsert/--delete KEYCOLS, or None."""
+    if upsert is None and delete is None:
+        return None
+    if upsert is not None and delete is not None:
+        raise typer.BadParameter("give --upsert or --delete, not both", param_hint="--delete")
+    from storage.writes.upsert import UpsertStats, upsert_step
+    key = [k.strip() for k in (upsert or delete).split(",") if k.strip()]
+    if not key:
+        raise typer.BadParameter("give the key columns, comma-separated", param_hint="--upsert/--delete")
+    stats = UpsertStats()
+    return upsert_step(st, key, delete=delete is not None, stats=stats), stats, key if delete else None
+
+
+def _then(first, second):
+    """Two ``prepare`` steps of an ingest, one after the other."""
+    return lambda existing, table: second(existing, first(existing, table))
+
+
+# ---------------------------------------------------------------- advance
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def advance(
+    trace: Annotated[str, typer.Argument(metavar="TRACE", help="The trace whose frontiers move.")],
+    upper: Annotated[Optional[str], typer.Option(
+        "--upper", "-u", metavar="F", help="Seal every time not beyond F (no more updates there).")] = None,
+    since: Annotated[Optional[str], typer.Option(
+        "--since", "-s", metavar="F", help="Allow compaction: times not beyond F may be merged.")] = None,
+    seal: Annotated[bool, typer.Option(
+        "--seal", help="Seal every time (upper = the empty frontier): a dimension table that never "
+                       "holds a pipeline back and takes no more updates.")] = False,
+    strict_noop: StrictNoopOpt = False,
+    store: StoreOpt = DEFAULT_STORE,
+    fmt: FormatOpt = None,
+    json_: JsonOpt = False,
+    output: OutputOpt = None,
+) -> None:
+    """Seal times (move the upper) and/or allow compaction (move the since), then compact.
+
+    Frontiers only move forward. After --since F the collection is exact only at times
+    beyond F.
+
+    Examples:
+
+        ddcli advance words --since 3
+
+        ddcli advance strings --upper "(2,0)" --since "(1,0)"
+
+        ddcli advance airlines --seal
+    """
+    out = render.choose_format(fmt, json_, output)
+    from storage.lattice import format_frontier
+    st = _store(store)
+    before = st.trace(trace)
+    if seal:
+        from storage.state.seal import sealed_frontier
+        if upper is not None:
+            raise typer.BadParameter("give --seal or --upper, not both", param_hint="--seal")
+        upper = sealed_frontier(before)
+    after = st.advance(trace, upper=upper, since=since)
+    noop = (after.upper, after.since) == (before.upper, before.since)
+    record = {"command": "advance", "trace": trace, "noop": noop,
+              "upper": format_frontier(after.upper), "since": format_frontier(after.since),
+              "upper_before": format_frontier(before.upper), "since_before": format_frontier(before.since),
+              "layers": len(after.layers), "rows": after.rows()}
+    if noop:
+        msg = (f"nothing to do: trace {trace!r} already has upper {format_frontier(after.upper)} "
+               f"and since {format_frontier(after.since)}")
+    else:
+        moves = []
+        if after.upper != before.upper:
+            to = "{} (sealed for all times)" if after.upper.is_empty() else format_frontier(after.upper)
+            moves.append(f"upper {format_frontier(before.upper)} -> {to}")
+        if after.since != before.since:
+            moves.append(f"since {format_frontier(before.since)} -> {format_frontier(after.since)}")
+        msg = (f"trace {trace!r}: {', '.join(moves)}; "
+               f"{_plural(len(after.layers), 'layer')}, {_plural(after.rows(), 'update')}")
+    render.report(record, msg, out, output)
+    _done(noop, strict_noop)
+
+
+# ---------------------------------------------------------------- compact
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def compact(
+    trace: Annotated[Optional[str], typer.Argument(metavar="TRACE", help="One trace (default: every trace).")] = None,
+    full: Annotated[bool, typer.Option("--full", help="Merge all layers into one (per reader hold).")] = False,
+    grace: Annotated[float, typer.Option(
+        "--grace", metavar="SECONDS", min=0,
+        help="Remove unreferenced files only once older than this.")] = 3600.0,
+    strict_noop: StrictNoopOpt = False,
+    store: StoreOpt = DEFAULT_STORE,
+    fmt: FormatOpt = None,
+    json_: JsonOpt = False,
+    output: OutputOpt = None,
+) -> None:
+    """Merge layers, advance times to the since, consolidate, and collect garbage.
+
+    Examples:
+
+        ddcli compact
+
+        ddcli compact words --full --grace 0
+    """
+    out = render.choose_format(fmt, json_, output)
+    st = _store(store)
+    n = 1 if trace else len(st.state().traces)
+    with render.progress(max(n, 1), "compact") as step:
+        res = st.compact(trace, full=full, grace_seconds=grace, progress=step)
+    noop = not res.get("merges") and not res.get("removed_files")
+    record = {"command": "compact", "trace": trace, "noop": noop, **res}
+    scope = f"trace {trace!r}" if trace else _plural(res.get("traces", 0), "trace")
+    if noop:
+        msg = f"nothing to do: {scope} already compact, no garbage older than {grace:g}s"
+    else:
+        msg = (f"compacted {scope}: {_plural(res.get('merges', 0), 'merge')}, "
+               f"removed {_plural(res.get('removed_files', 0), 'unreferenced file')}")
+    render.report(record, msg, out, output)
+    _done(noop, strict_noop)

@@ -1,0 +1,1 @@
+"""What a pipeline file declares: the graph of collections and operators. Nothing here runs Spark."""

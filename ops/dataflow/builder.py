@@ -1,0 +1,406 @@
+"""The pipeline API: a builder that declares inputs, operators and named outputs.
+
+A pipeline file defines ``def pipeline(p):`` and uses the builder ``p``::
+
+    def pipeline(p):
+        words = p.input("words")
+        p.output("counts", words.count(by="word"))
+
+Declaring builds a graph of :class:`Node` values; nothing runs until ``ddcli run`` (or
+``verify``) executes the graph on Spark. Operators work on named columns; expressions
+are Spark column expressions or SQL expression strings, evaluated inside Spark.
+Each node remembers the line of the pipeline file that declared it, for error messages.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ops.reduce import kernel as rk
+from storage.state.trace import NAME_RE
+
+
+class PipelineError(Exception):
+    """A mistake in a pipeline: one clear line, raised before Spark does any work."""
+
+
+@dataclass(eq=False)
+class Node:
+    """One operator in the graph. ``inputs`` are upstream nodes; ``args`` its parameters."""
+
+    op: str
+    inputs: list["Node"]
+    args: dict[str, Any] = field(default_factory=dict)
+    where: str = ""  # "file.py:line" of the declaration
+    id: int = 0
+    name: str = ""  # e.g. "reduce_3"; used for state traces
+    scope: "Scope | None" = None  # the loop the node lives in (None: the pipeline itself)
+
+    def describe(self) -> str:
+        return f"{self.op} ({self.where})" if self.where else self.op
+
+
+def _caller() -> str:
+    """The first frame outside ops/: the user's pipeline file and line."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # ops/
+    for fr in inspect.stack()[2:]:
+        if not os.path.abspath(fr.filename).startswith(here):
+            return f"{os.path.basename(fr.filename)}:{fr.lineno}"
+    return ""
+
+
+def _cols(v) -> list[str]:
+    if v is None:
+        return []
+    return [v] if isinstance(v, str) else list(v)
+
+
+class Collection:
+    """A collection that changes over time: the result of an operator in a pipeline."""
+
+    def __init__(self, builder: "Pipeline", node: Node):
+        self._p = builder
+        self.node = node
+
+    @property
+    def scope(self) -> "Scope | None":
+        return self.node.scope
+
+    def _new(self, op: str, inputs: list["Collection"], **args) -> "Collection":
+        for c in inputs:
+            if not isinstance(c, Collection) or c._p is not self._p:
+                raise PipelineError(f"{op} ({_caller()}): expects a collection of this pipeline, got {c!r}")
+        scope = _innermost([c.scope for c in inputs], op)
+        nodes = [scope.enter(c).node if scope is not None and c.scope is not scope else c.node for c in inputs]
+        return self._p._add(op, nodes, args, scope)
+
+    # ---- linear operators (no state)
+    def select(self, *columns, **exprs) -> "Collection":
+        """Keep/compute columns: ``select("a", b="a + 1")`` (strings are SQL expressions)."""
+        if not columns and not exprs:
+            raise PipelineError(f"select ({_caller()}): give at least one column")
+        return self._new("select", [self], columns=list(columns), exprs=dict(exprs))
+
+    map = select
+
+    def filter(self, condition) -> "Collection":
+        """Keep rows where the SQL expression (or Spark column) is true."""
+        return self._new("filter", [self], condition=condition)
+
+    def flat_map(self, column: str, expr, keep: list[str] | None = None) -> "Collection":
+        """One row per element of the array ``expr``, named ``column`` (explode).
+
+        ``keep`` lists the columns carried along (default: all others)."""
+        return self._new("flat_map", [self], column=column, expr=expr, keep=keep)
+
+    def concat(self, *others: "Collection") -> "Collection":
+        """The sum of this collection and ``others`` (same columns): multiplicities add."""
+        return self._new("concat", [self, *others])
+
+    def negate(self) -> "Collection":
+        """Every multiplicity negated: ``c.concat(d.negate())`` is ``c - d``."""
+        return self._new("negate", [self])
+
+    def consolidate(self) -> "Collection":
+        """Updates of equal (row, time) summed and zeros dropped (the same collection, fewer updates)."""
+        return self._new("consolidate", [self])
+
+    # ---- join family
+    def join(self, other: "Collection", on) -> "Collection":
+        """Inner join on key columns: diffs multiply, times join."""
+        return self._new("join", [self, other], on=_cols(on))
+
+    def semijoin(self, other: "Collection", on) -> "Collection":
+        """Rows of ``self`` whose key is in ``other`` (multiplied by its multiplicity there)."""
+        return self._new("semijoin", [self, other], on=_cols(on))
+
+    def antijoin(self, other: "Collection", on) -> "Collection":
+        """Rows of ``self`` whose key is not in ``other``: ``self - self.semijoin(other)``."""
+        return self.concat(self.semijoin(other, on).negate())
+
+    # ---- reduce family
+    def reduce(self, by, reducer: rk.Reducer) -> "Collection":
+        """Per key: output ``reducer(input accumulated at t)`` at every time where it changes."""
+        return self._new("reduce", [self], key=_cols(by), reducer=reducer)
+
+    def count(self, by) -> "Collection":
+        """Per key (``by``: a column or a list): the number of rows present, column ``count``."""
+        return self.reduce(by, rk.Count())
+
+    def sum(self, by, column: str, name: str | None = None) -> "Collection":
+        """Per key: the sum of ``column`` (times multiplicity), named ``name`` (default ``sum``)."""
+        return self.reduce(by, rk.Sum(column, name=name))
+
+    def min(self, by, column: str, name: str | None = None) -> "Collection":
+        """Per key: the smallest value of ``column``, named ``name`` (default ``min``)."""
+        return self.reduce(by, rk.Min(column, name=name))
+
+    def max(self, by, column: str, name: str | None = None) -> "Collection":
+        """Per key: the largest value of ``column``, named ``name`` (default ``max``)."""
+        return self.reduce(by, rk.Max(column, name=name))
+
+    def count_distinct(self, by, name: str = "distinct") -> "Collection":
+        """Per key: the number of distinct rows present, named ``name``."""
+        return self.reduce(by, rk.CountDistinct(name=name))
+
+    def avg(self, by, column: str, name: str | None = None) -> "Collection":
+        """Per key: the mean of ``column`` over the rows present (nulls left out), a double
+        named ``name`` (default ``avg``). Built as a sum and a count joined by key."""
+        keys = _cols(by)
+        name = name or "avg"
+        values = self.filter(f"`{column}` IS NOT NULL")
+        total = values.sum(keys, column, name="__avg_sum")
+        n = values.reduce(keys, rk.Count(name="__avg_n"))
+        return total.join(n, on=keys).select(*keys, **{name: "CAST(__avg_sum AS DOUBLE) / __avg_n"})
+
+    def mean(self, by, column: str, name: str | None = None) -> "Collection":
+        """The same as :meth:`avg` (default name ``mean``)."""
+        return self.avg(by, column, name=name or "mean")
+
+    def distinct(self) -> "Collection":
+        """Every row present (positive multiplicity) once."""
+        return self._new("distinct", [self])
+
+    def threshold(self, fn: Callable) -> "Collection":
+        """Every row with multiplicity ``fn(count)`` (``fn`` vectorised over numpy arrays)."""
+        return self._new("threshold", [self], fn=fn)
+
+    def top_k(self, by, k: int, order_by, descending: bool = False) -> "Collection":
+        """Per key: the ``k`` rows first in ``order_by`` (a column or a list; largest first with
+        ``descending=True``), with their multiplicities."""
+        return self.reduce(by, rk.TopK(k, _cols(order_by), descending=descending))
+
+    def reduce_per_key(self, by, fn: Callable) -> "Collection":
+        """User logic per key: ``fn(pa.Table of the key's rows with _count) -> pa.Table``.
+
+        ``fn`` gets one key's accumulated rows (the value columns and ``_count``, the
+        multiplicity) and returns the output rows for that key (a ``_count`` column is
+        optional; default 1). It must be a pure function of its input: it is called at
+        every time where the key's input changes.
+        """
+        return self.reduce(by, rk.PerKey(fn))
+
+    # ---- calculus (issue 5): ops/dataflow/calculus.py, ops/operators/asof.py, ops/operators/delta_join.py
+    def differentiate(self) -> "Collection":
+        """This collection's changes, each only at the moment it happens (in moment time)."""
+        from ops.dataflow import calculus
+        return calculus.differentiate(self)
+
+    def integrate(self) -> "Collection":
+        """A differentiated collection back in ordinary time: ``integrate(differentiate(c)) == c``."""
+        from ops.dataflow import calculus
+        return calculus.integrate(self)
+
+    def moments(self, neu: bool = False) -> "Collection":
+        """This collection in moment time, to combine with differentiated ones (``neu``: one moment later)."""
+        from ops.dataflow import calculus
+        return calculus.moments(self, neu)
+
+    def as_of_join(self, other: "Collection", on) -> "Collection":
+        """Each update joined with ``other`` as it was at the update's time; later changes of
+        ``other`` never change past results."""
+        from ops.dataflow import calculus
+        return calculus.as_of_join(self, other, on)
+    # ---- end calculus (issue 5)
+
+    # ---- arrangements
+    def arrange(self, by) -> "Collection":
+        """One indexed copy of this collection, shared by every operator that uses it."""
+        return self._new("arrange", [self], key=_cols(by))
+
+    # ---- iteration
+    def iterate(self, body: Callable[["Collection"], "Collection"], *, max_rounds: int = 10_000,
+                name: str | None = None, priority=None, partition_by=None) -> "Collection":
+        """The fixed point of ``body`` starting from this collection.
+
+        ``body`` receives the loop variable (this collection inside the loop, where times
+        gain an iteration coordinate) and returns its next value. Collections from outside
+        used in ``body`` are entered into the loop automatically; the result leaves it.
+
+        ``priority`` (a SQL expression giving a non-negative integer per row): the
+        variable's records enter at that iteration instead of 0, and a record the body
+        returns enters at the next iteration or at its priority, whichever is later
+        (``ops/loops/priority.py``), so records settle in priority order.
+
+        ``partition_by`` (a column or a list): the body only combines rows that agree on
+        these columns, so each batch's fixed point may run inside Spark tasks, rows dealt
+        by them (``ops/loops/plan.py`` checks it; without it, it tries each column).
+        """
+        loop = self._p.loop(max_rounds=max_rounds, name=name, parent=self.scope)
+        if partition_by is not None:
+            loop.node.args["partition_by"] = _cols(partition_by)
+        x = loop.variable(self, priority=priority)
+        x.set(body(x))
+        return loop.leave(x)
+
+    def enter(self, loop: "Scope") -> "Collection":
+        """This collection brought into ``loop`` (every time gains iteration coordinate 0)."""
+        return loop.enter(self)
+
+    def enter_at(self, loop, iteration) -> "Collection":
+        """This collection brought into ``loop`` (a loop variable or a :class:`Scope`), each
+        record at the iteration ``iteration`` gives it (a SQL expression: a non-negative
+        integer) instead of 0: differential dataflow's ``enter_at``, for prioritized loops."""
+        scope = loop.scope if isinstance(loop, Collection) else loop
+        if not isinstance(scope, Scope):
+            raise PipelineError(f"enter_at ({_caller()}): expects a loop variable or a loop, got {loop!r}")
+        return scope.enter_at(self, iteration)
+
+    def leave(self) -> "Collection":
+        """This collection brought out of its loop (iteration coordinates are summed away)."""
+        if self.scope is None:
+            raise PipelineError(f"leave ({_caller()}): the collection is not inside a loop")
+        return self.scope.leave(self)
+
+    def set(self, result: "Collection") -> None:
+        """Define a loop variable: its next value is ``result`` (mutual recursion allowed)."""
+        if self.node.op != "variable":
+            raise PipelineError(f"set ({_caller()}): only a loop variable can be set")
+        if self.node.args.get("result") is not None:
+            raise PipelineError(f"set ({_caller()}): variable {self.node.name} is already set")
+        if result.scope is not self.scope:
+            result = self.scope.enter(result) if _is_ancestor(result.scope, self.scope) else result
+            if result.scope is not self.scope:
+                raise PipelineError(f"set ({_caller()}): the result lives in a different loop than the variable")
+        self.node.args["result"] = result.node
+
+
+class Pipeline:
+    """The builder handed to a pipeline file's ``pipeline(p)`` function."""
+
+    def __init__(self, name: str = "pipeline"):
+        self.name = name
+        self.nodes: list[Node] = []
+        self.inputs: dict[str, Node] = {}
+        self.outputs: dict[str, Node] = {}
+
+    def _add(self, op: str, inputs: list[Node], args: dict, scope: "Scope | None" = None) -> Collection:
+        node = Node(op, inputs, args, _caller(), len(self.nodes), scope=scope)
+        node.name = f"{op}_{node.id}"
+        self.nodes.append(node)
+        return Collection(self, node)
+
+    def loop(self, *, max_rounds: int = 10_000, name: str | None = None, parent: "Scope | None" = None) -> "Scope":
+        """A new loop scope for mutually recursive variables (see :class:`Scope`)."""
+        loop_node = self._add("loop", [], {"max_rounds": max_rounds}, parent).node
+        scope = Scope(self, loop_node, parent, name or loop_node.name)
+        loop_node.args["scope"] = scope
+        return scope
+
+    def input(self, trace: str) -> Collection:
+        """An existing trace of the store (already an arrangement by its key)."""
+        if not isinstance(trace, str) or not NAME_RE.match(trace):
+            raise PipelineError(f"input ({_caller()}): bad trace name {trace!r}: use letters, digits and _, "
+                                f"not starting with a digit")
+        if trace in self.inputs:
+            return Collection(self, self.inputs[trace])
+        c = self._add("input", [], {"trace": trace})
+        self.inputs[trace] = c.node
+        return c
+
+    def output(self, name: str, collection: Collection, key=None) -> None:
+        """Write ``collection`` to the output trace ``name`` (created on the first run)."""
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise PipelineError(f"output ({_caller()}): bad trace name {name!r}: use letters, digits and _, "
+                                f"not starting with a digit")
+        if not isinstance(collection, Collection):
+            raise PipelineError(f"output {name!r} ({_caller()}): expects a collection, got {collection!r}")
+        if name in self.outputs:
+            raise PipelineError(f"output {name!r} ({_caller()}) is declared twice")
+        if name in self.inputs:
+            raise PipelineError(f"output {name!r} ({_caller()}) clashes with an input of the same name")
+        out = self._add("output", [collection.node], {"trace": name, "key": _cols(key)})
+        self.outputs[name] = out.node
+
+    # ---- calculus (issue 5): ops/operators/delta_join.py
+    def delta_join(self, relations) -> Collection:
+        """The natural join of ``relations`` on shared variables, keeping no intermediate results:
+        each item is a collection, ``(collection, "a", "b", ...)`` or ``(collection, {"a": "col"})``."""
+        from ops.operators.delta_join import declare
+        return declare(self, relations)
+    # ---- end calculus (issue 5)
+
+
+class Scope:
+    """A loop: collections inside it have one more time coordinate, the iteration.
+
+    ``variable(initial)`` declares a loop variable; ``var.set(result)`` gives its next
+    value, possibly after other variables used it (mutual recursion). ``leave(c)`` brings a
+    collection out. The loop runs rounds until no variable changes, at most ``max_rounds``.
+    """
+
+    def __init__(self, p: Pipeline, node: Node, parent: "Scope | None", name: str):
+        self._p = p
+        self.node = node
+        self.parent = parent
+        self.name = name
+        self.depth = 1 + (parent.depth if parent else 0)
+        self._entered: dict[int, Node] = {}
+        self.variables: list[Node] = []
+
+    def enter(self, c: Collection) -> Collection:
+        if c.scope is self:
+            return c
+        if not _is_ancestor(c.scope, self):
+            raise PipelineError(f"enter ({_caller()}): the collection is not from an enclosing scope of loop {self.name}")
+        outer = self.parent.enter(c) if c.scope is not self.parent else c
+        node = self._entered.get(outer.node.id)
+        if node is None:
+            node = self._p._add("enter", [outer.node], {}, self).node
+            self._entered[outer.node.id] = node
+            self.node.inputs.append(outer.node)
+        return Collection(self._p, node)
+
+    def enter_at(self, c: Collection, iteration) -> Collection:
+        """``c`` entered with each record at the iteration ``iteration`` gives it (see
+        ``ops/loops/priority.py``); a new node for every call, never shared."""
+        if iteration is None:
+            return self.enter(c)
+        if c.scope is self or not _is_ancestor(c.scope, self):
+            raise PipelineError(f"enter_at ({_caller()}): the collection is not from an enclosing scope "
+                                f"of loop {self.name}")
+        outer = self.parent.enter(c) if c.scope is not self.parent else c
+        node = self._p._add("enter", [outer.node], {"priority": iteration}, self).node
+        self.node.inputs.append(outer.node)
+        return Collection(self._p, node)
+
+    def variable(self, initial: Collection, priority=None) -> Collection:
+        """A loop variable starting from ``initial``; with ``priority``, prioritized (see
+        :meth:`Collection.iterate`)."""
+        if priority is not None and initial.scope is self:
+            raise PipelineError(f"variable ({_caller()}): a priority needs an initial collection from outside "
+                                f"loop {self.name}")
+        inner = self.enter_at(initial, priority) if initial.scope is not self else initial
+        v = self._p._add("variable", [inner.node], {"result": None, "priority": priority}, self)
+        self.variables.append(v.node)
+        return v
+
+    def leave(self, c: Collection) -> Collection:
+        if c.scope is not self:
+            raise PipelineError(f"leave ({_caller()}): the collection is not in loop {self.name}")
+        return self._p._add("leave", [self.node, c.node], {}, self.parent)
+
+
+def _is_ancestor(outer: "Scope | None", inner: "Scope | None") -> bool:
+    """True when ``outer`` encloses ``inner`` (None is the pipeline itself)."""
+    s = inner
+    while s is not None:
+        s = s.parent
+        if s is outer:
+            return True
+    return False
+
+
+def _innermost(scopes: list, op: str) -> "Scope | None":
+    inner = None
+    for s in scopes:
+        if s is inner or _is_ancestor(s, inner):
+            continue
+        if _is_ancestor(inner, s):
+            inner = s
+        else:
+            raise PipelineError(f"{op} ({_caller()}): combines collections of two unrelated loops")
+    return inner

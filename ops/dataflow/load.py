@@ -1,0 +1,54 @@
+"""Loading a pipeline file: run its ``pipeline(p)`` function on a fresh builder."""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+from ops.dataflow.builder import Pipeline, PipelineError
+from storage.state.trace import MAX_NAME_LENGTH, NAME_RE
+
+
+def default_name(path: str) -> str:
+    return os.path.splitext(os.path.basename(path))[0]
+
+
+def load_pipeline(path: str, name: str | None = None) -> Pipeline:
+    """Build the pipeline declared in ``path``; every mistake is one PipelineError line."""
+    name = name or default_name(path)
+    if not NAME_RE.match(name) or len(name) > MAX_NAME_LENGTH:
+        raise PipelineError(f"bad pipeline name {name!r}: use letters, digits and _, at most {MAX_NAME_LENGTH} characters (or pass --name)")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            source = fh.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise PipelineError(f"cannot read pipeline file {path}: {e}") from None
+    try:
+        code = compile(source, path, "exec")
+    except SyntaxError as e:
+        raise PipelineError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+    namespace: dict = {"__file__": os.path.abspath(path), "__name__": f"ddcli_pipeline_{name}"}
+    p = Pipeline(name)
+    try:
+        exec(code, namespace)
+        fn = namespace.get("pipeline")
+        if not callable(fn):
+            raise PipelineError(f"{path}: defines no function pipeline(p)")
+        fn(p)
+    except PipelineError:
+        raise
+    except Exception as e:  # the user's code raised: name the line in their file
+        line = _user_line(e, path)
+        raise PipelineError(f"{path}{':' + str(line) if line else ''}: {type(e).__name__}: {e}") from None
+    if not p.outputs:
+        raise PipelineError(f"{path}: the pipeline declares no output (call p.output(name, collection))")
+    return p
+
+
+def _user_line(e: Exception, path: str) -> int | None:
+    target = os.path.abspath(path)
+    line = None
+    for fr in traceback.extract_tb(e.__traceback__):
+        if os.path.abspath(fr.filename) == target:
+            line = fr.lineno
+    return line

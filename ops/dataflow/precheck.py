@@ -1,0 +1,125 @@
+"""Check a pipeline's columns against the store's schemas before the JVM starts.
+
+Spark takes seconds to start (tens on a busy machine); a typo in a column name should not
+wait for it. The input traces' schemas are in the store, so the columns of every
+collection follow from the operators: this walk checks every column an operator names
+(``by=``, ``on=``, ``column=``, ``order_by=``, ``keep=``, plain names in ``select``) and
+join key types, with the same messages as the check Spark does later
+(``ops/run/evaluate.py``). Where columns cannot be known without Spark (a loop, a user's
+per-key function, a calculus operator), the walk stops following that collection and
+leaves it to Spark's check.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+
+from ops.reduce import kernel as rk
+from ops.dataflow.builder import Node, Pipeline, PipelineError
+
+Columns = dict  # column name -> pa.DataType, or None when only the name is known
+
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Spark's names for the types a trace holds (the join key message uses them, as Spark does)
+_SPARK_TYPES = {pa.int64(): "bigint", pa.int32(): "int", pa.int16(): "smallint", pa.int8(): "tinyint",
+                pa.float64(): "double", pa.float32(): "float", pa.string(): "string", pa.bool_(): "boolean",
+                pa.date32(): "date", pa.binary(): "binary"}
+
+
+def _need(n: Node, have: Columns, cols, what: str) -> None:
+    for c in cols:
+        if isinstance(c, str) and c not in have:
+            raise PipelineError(f"{n.describe()}: unknown column {c!r} in {what} (columns: {', '.join(have)})")
+
+
+def _reduce(n: Node, cols: Columns) -> Columns | None:
+    key = list(n.args["key"])
+    _need(n, cols, key, "reduce key")
+    reducer = n.args["reducer"]
+    values = [c for c in cols if c not in key]
+    named = getattr(reducer, "col", None)
+    if isinstance(reducer, (rk.Sum, rk.Min, rk.Max)) and named not in values:
+        raise PipelineError(f"{n.describe()}: column {named!r} is not a value column (value columns: {values})")
+    if isinstance(reducer, rk.TopK):
+        for c in reducer.order_by:
+            if c not in values:
+                raise PipelineError(f"{n.describe()}: column {c!r} is not a value column (value columns: {values})")
+        return dict(cols)
+    out = {k: cols[k] for k in key}
+    if isinstance(reducer, (rk.Count, rk.CountDistinct)):
+        out[reducer.name] = pa.int64()
+    elif isinstance(reducer, rk.Sum):
+        out[reducer.name] = None
+    elif isinstance(reducer, (rk.Min, rk.Max)):
+        out[reducer.name] = cols[named]
+    else:
+        return None  # a user's per-key function: its columns come from calling it
+    return out
+
+
+def _join(n: Node, left: Columns, right: Columns) -> Columns:
+    on = list(n.args["on"])
+    if not on:
+        raise PipelineError(f"{n.describe()}: give the key columns to join on")
+    _need(n, left, on, "join key (left side)")
+    _need(n, right, on, "join key (right side)")
+    for k in on:
+        lt, rt = _SPARK_TYPES.get(left[k]), _SPARK_TYPES.get(right[k])
+        if lt and rt and lt != rt:
+            raise PipelineError(f"{n.describe()}: join key {k!r} is {lt} on the left but {rt} on the right; "
+                                f"cast one side with select")
+    if n.op == "semijoin":
+        return dict(left)
+    clash = (set(left) & set(right)) - set(on)
+    if clash:
+        raise PipelineError(f"{n.describe()}: both sides have column(s) {sorted(clash)} besides the join key; "
+                            f"rename one side with select")
+    return {**left, **right}
+
+
+def _node(n: Node, ins: list[Columns | None], schemas: dict[str, pa.Schema]) -> Columns | None:
+    a = n.args
+    if n.op == "input":
+        s = schemas.get(a["trace"])
+        return None if s is None else {f.name: f.type for f in s}
+    if any(c is None for c in ins) or n.scope is not None:
+        return None
+    if n.op in ("output", "negate", "consolidate", "filter", "distinct", "threshold", "arrange"):
+        if n.op == "arrange":
+            _need(n, ins[0], a["key"], "arrange key")
+        return dict(ins[0])
+    if n.op == "select":
+        if not all(isinstance(c, str) and _PLAIN.match(c) for c in a["columns"]):
+            return None  # Spark columns or expressions among the plain names
+        _need(n, ins[0], a["columns"], "select")
+        return {**{c: ins[0][c] for c in a["columns"]}, **{name: None for name in a["exprs"]}}
+    if n.op == "flat_map":
+        if a["keep"] is not None:
+            _need(n, ins[0], a["keep"], "flat_map keep")
+        keep = a["keep"] if a["keep"] is not None else [c for c in ins[0] if c != a["column"]]
+        return {**{c: ins[0][c] for c in keep}, a["column"]: None}
+    if n.op == "concat":
+        names = [sorted(c) for c in ins]
+        if any(x != names[0] for x in names):
+            raise PipelineError(f"{n.describe()}: collections to concat have different columns: {names}")
+        return dict(ins[0])
+    if n.op in ("join", "semijoin"):
+        return _join(n, ins[0], ins[1])
+    if n.op == "reduce":
+        return _reduce(n, ins[0])
+    return None  # loops and calculus operators: Spark's check covers them
+
+
+def precheck(p: Pipeline, schemas: dict[str, pa.Schema]) -> None:
+    """Raise :class:`PipelineError` for a column mistake found from the input schemas alone."""
+    cols: dict[int, Columns | None] = {}
+    for n in p.nodes:  # declaration order: every node comes after its inputs
+        if n.op in ("loop", "variable", "leave", "enter"):
+            cols[n.id] = None
+            continue
+        try:
+            cols[n.id] = _node(n, [cols.get(i.id) for i in n.inputs], schemas)
+        except AttributeError:  # a reducer this walk does not know: Spark's check covers it
+            cols[n.id] = None

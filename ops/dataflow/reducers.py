@@ -1,0 +1,237 @@
+"""The built-in reducers: ``f`` applied to many groups' accumulated inputs at once.
+
+The kernels decide where ``f`` must be evaluated (``ops.reduce.kernel``); a reducer only
+maps rows ``_group`` + value columns + ``_count`` to ``_group`` + output columns +
+``_count``. The one-dimensional sweeps (``ops.reduce.sweep``) recognise the built-in
+families by class and never call ``__call__``; user reducers and ``d >= 2`` use it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ops.columnar import COUNT, GROUP, empty_table, groups_of, np_int, seg_cumsum_
+
+class Reducer:
+    """``f`` for many groups at once: rows ``_group`` + value columns + ``_count`` in,
+    ``_group`` + output columns + ``_count`` out. Input counts are non-zero and each
+    value row appears at most once per group."""
+
+    def output_schema(self, values_schema: pa.Schema) -> pa.Schema:
+        """The output columns (without ``_group``/``_count``), known before Spark runs."""
+        raise NotImplementedError
+
+    def __call__(self, rows: pa.Table) -> pa.Table:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in vars(self).items())})"
+
+
+def _out(groups, columns: dict, counts=None) -> pa.Table:
+    n = len(groups)
+    cnt = np.ones(n, np.int64) if counts is None else counts
+    return pa.table({GROUP: pa.array(groups, pa.int64()), **columns, COUNT: pa.array(cnt, pa.int64())})
+
+
+def _check_col(values_schema: pa.Schema, col: str) -> pa.Field:
+    if col not in values_schema.names:
+        raise ValueError(f"column {col!r} is not a value column (value columns: {values_schema.names})")
+    return values_schema.field(col)
+
+
+def _positive(rows: pa.Table) -> pa.Table:
+    return rows.filter(pc.greater(rows.column(COUNT), 0))
+
+
+class Count(Reducer):
+    """DD ``count``: total multiplicity of a key's accumulated input, one row per key."""
+
+    def __init__(self, name: str = "count"):
+        self.name = name
+
+    def output_schema(self, values_schema):
+        return pa.schema([pa.field(self.name, pa.int64())])
+
+    def __call__(self, rows):
+        ug, inv = groups_of(rows)
+        s = np.zeros(len(ug), np.int64)
+        np.add.at(s, inv, np_int(rows.column(COUNT)))
+        return _out(ug, {self.name: pa.array(s, pa.int64())})
+
+
+class CountDistinct(Reducer):
+    """Number of distinct value rows present (count > 0); ``Count`` of ``Distinct``, so
+    groups with no positive row produce nothing."""
+
+    def __init__(self, name: str = "distinct"):
+        self.name = name
+
+    def output_schema(self, values_schema):
+        return pa.schema([pa.field(self.name, pa.int64())])
+
+    def __call__(self, rows):
+        ug, inv = groups_of(_positive(rows))
+        return _out(ug, {self.name: pa.array(np.bincount(inv, minlength=len(ug)), pa.int64())})
+
+
+class Sum(Reducer):
+    """``sum(col * count)``; int64 for integer columns, float64 for floats; nulls add 0."""
+
+    def __init__(self, col: str, name: str | None = None):
+        self.col, self.name = col, name or "sum"
+
+    def output_schema(self, values_schema):
+        t = _check_col(values_schema, self.col).type
+        if pa.types.is_integer(t) or pa.types.is_boolean(t):
+            return pa.schema([pa.field(self.name, pa.int64())])
+        if pa.types.is_floating(t):
+            return pa.schema([pa.field(self.name, pa.float64())])
+        raise TypeError(f"Sum({self.col!r}): column type {t} is not numeric")
+
+    def __call__(self, rows):
+        out_t = self.output_schema(rows.schema).field(self.name).type
+        dtype = np.int64 if out_t == pa.int64() else np.float64
+        col = rows.column(self.col)
+        col = pc.fill_null(col.cast(out_t), pa.scalar(0, out_t))
+        v = np.asarray(col.to_numpy(), dtype=dtype)
+        ug, inv = groups_of(rows)
+        s = np.zeros(len(ug), dtype)
+        np.add.at(s, inv, v * np_int(rows.column(COUNT)))
+        return _out(ug, {self.name: pa.array(s, out_t)})
+
+
+class _Extreme(Reducer):
+    _order = "ascending"
+    _default = ""
+
+    def __init__(self, col: str, name: str | None = None):
+        self.col, self.name = col, name or self._default
+
+    def output_schema(self, values_schema):
+        return pa.schema([pa.field(self.name, _check_col(values_schema, self.col).type)])
+
+    def __call__(self, rows):
+        rows = _positive(rows).sort_by([(GROUP, "ascending"), (self.col, self._order)])
+        g = np_int(rows.column(GROUP))
+        first = np.ones(len(g), bool)
+        first[1:] = g[1:] != g[:-1]
+        idx = pa.array(np.flatnonzero(first))
+        return _out(g[first], {self.name: rows.column(self.col).take(idx)})
+
+
+class Min(_Extreme):
+    """Least value of ``col`` among rows present (count > 0); nulls only if all are null."""
+
+    _order, _default = "ascending", "min"
+
+
+class Max(_Extreme):
+    """Greatest value of ``col`` among rows present (count > 0); nulls only if all are null."""
+
+    _order, _default = "descending", "max"
+
+
+class Distinct(Reducer):
+    """Each value row present (count > 0), once."""
+
+    def output_schema(self, values_schema):
+        return values_schema
+
+    def __call__(self, rows):
+        rows = _positive(rows)
+        return rows.set_column(rows.schema.get_field_index(COUNT), COUNT, pa.array(np.ones(rows.num_rows, np.int64)))
+
+
+class Threshold(Reducer):
+    """Each value row with multiplicity ``fn(count)``; ``fn`` maps an int64 array to an array."""
+
+    def __init__(self, fn: Callable[[np.ndarray], np.ndarray]):
+        self.fn = fn
+
+    def output_schema(self, values_schema):
+        return values_schema
+
+    def __call__(self, rows):
+        m = np.asarray(self.fn(np_int(rows.column(COUNT)))).astype(np.int64).reshape(-1)
+        rows = rows.set_column(rows.schema.get_field_index(COUNT), COUNT, pa.array(m, pa.int64()))
+        return rows.filter(pa.array(m != 0))
+
+
+class TopK(Reducer):
+    """The first ``k`` records (with multiplicity) per key in ``order_by`` order, then the
+    remaining value columns ascending as tie-break; rows with count <= 0 are ignored."""
+
+    def __init__(self, k: int, order_by: list[str], descending: bool = False):
+        if k < 0:
+            raise ValueError("TopK: k must be >= 0")
+        self.k, self.order_by, self.descending = int(k), list(order_by), bool(descending)
+
+    def output_schema(self, values_schema):
+        for c in self.order_by:
+            _check_col(values_schema, c)
+        return values_schema
+
+    def __call__(self, rows):
+        rest = [c for c in rows.column_names if c not in (GROUP, COUNT) and c not in self.order_by]
+        direction = "descending" if self.descending else "ascending"
+        rows = _positive(rows).sort_by(
+            [(GROUP, "ascending")] + [(c, direction) for c in self.order_by] + [(c, "ascending") for c in rest]
+        )
+        g = np_int(rows.column(GROUP))
+        c = np_int(rows.column(COUNT))
+        start = np.ones(len(g), bool)
+        start[1:] = g[1:] != g[:-1]
+        idx = np.flatnonzero(start)
+        before = c.copy()
+        seg_cumsum_(before, idx, np.diff(np.append(idx, len(c))))
+        before -= c
+        m = np.minimum(c, np.maximum(self.k - before, 0))
+        rows = rows.set_column(rows.schema.get_field_index(COUNT), COUNT, pa.array(m, pa.int64()))
+        return rows.filter(pa.array(m > 0))
+
+
+class PerKey(Reducer):
+    """User-defined ``fn(rows) -> rows`` on one group's value rows plus ``_count``.
+
+    The escape hatch: it loops in Python once per (key, grid point) group, so prefer the
+    vectorised reducers. The output may carry ``_count`` (default 1). Without ``schema``,
+    the output schema is inferred by calling ``fn`` on an empty table.
+    """
+
+    def __init__(self, fn: Callable[[pa.Table], pa.Table], schema: pa.Schema | None = None):
+        self.fn, self.schema = fn, schema
+
+    def output_schema(self, values_schema):
+        if self.schema is not None:
+            return pa.schema(self.schema)
+        probe = empty_table(pa.schema(list(values_schema) + [pa.field(COUNT, pa.int64())]))
+        try:
+            res = self.fn(probe)
+        except Exception as e:  # noqa: BLE001 - tell the user how to avoid the probe
+            raise ValueError(f"PerKey: could not infer the output schema ({e}); pass schema=") from e
+        return pa.schema([f for f in res.schema if f.name != COUNT])
+
+    def __call__(self, rows):
+        schema = self.output_schema(pa.schema([f for f in rows.schema if f.name not in (GROUP, COUNT)]))
+        g = np_int(rows.column(GROUP))
+        order = np.argsort(g, kind="stable")
+        rows, g = rows.take(pa.array(order)), g[order]
+        bounds = np.flatnonzero(np.r_[True, g[1:] != g[:-1], True]) if len(g) else np.zeros(1, np.int64)
+        body = rows.drop_columns([GROUP])
+        parts = []
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            res = self.fn(body.slice(a, b - a))
+            cnt = (
+                np_int(res.column(COUNT)) if COUNT in res.column_names else np.ones(res.num_rows, np.int64)
+            )
+            cols = {f.name: res.column(f.name).cast(f.type) for f in schema}
+            parts.append(_out(np.full(res.num_rows, g[a], np.int64), cols, cnt))
+        if not parts:
+            return _out(np.zeros(0, np.int64), {f.name: pa.array([], f.type) for f in schema}, np.zeros(0, np.int64))
+        out = pa.concat_tables(parts)
+        return out.filter(pc.not_equal(out.column(COUNT), 0))

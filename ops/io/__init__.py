@@ -1,0 +1,1 @@
+"""Update frames to and from a store's layer files, inside Spark."""

@@ -1,0 +1,1 @@
+"""``iterate``: fixed points, round by round on the driver or inside Spark tasks."""

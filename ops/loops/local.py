@@ -1,0 +1,467 @@
+"""A partition-local fixed point on Spark: one job per batch, every round inside the tasks.
+
+For a loop that ``ops/loops/plan.py`` finds partitionable by columns ``P``, a batch runs as:
+
+1. the broadcast collections (entered collections without ``P``: old and new updates)
+   are collected once, refused above :data:`BROADCAST_ROWS` (the loop then runs round
+   by round), and shipped to every task as Arrow IPC bytes in a Spark broadcast;
+2. the old state of every arrangement in the loop and the batch's updates entering it,
+   packed into one frame (``ops/io/wide_frame.py``), are dealt to tasks by ``P``; when a
+   single task, or resident tasks (below), take the state, they read its stored layer
+   files themselves with pyarrow, and only this run's updates go through Spark;
+3. each task runs the rounds to the fixed point (``ops/loops/task.py``) and returns the
+   leaves' changes and the arrangements' processed updates, materialised by one local
+   checkpoint; a tiny second job reads the rounds and checks convergence.
+
+A loop that no columns deal (``P`` empty) is *resident*: its rows are dealt round-robin
+to N tasks that run together (a barrier stage, N the session's task slots: on a cluster
+the cores of its executors, ``ops.spark.session.slots``), each task owns the rows of every
+arrangement whose read key hashes to it, and the tasks exchange each round's changes
+through files (``ops/loops/exchange.py``): the state stays in the tasks across rounds, a
+round costs milliseconds beyond its work, and no round is a Spark job.
+``DDCLI_LOOP_PATH=resident`` runs every loop the plan allows that way (partitionable ones
+too: a test setting). With one slot, on a cluster whose store is not in a folder every
+executor sees (the exchange's folder is under the store there), with Spark's dynamic
+allocation, or with a body whose arrangements are read by two different keys, the loop
+runs in one task instead. Either way its rows are at most :data:`ONE_TASK_ROWS` a task;
+the tasks refuse more (before running a round) and the loop then runs round by round, for
+this batch and the rest of the run. A task that fails fails them all, and so does a stage
+Spark retries (the exchange's files cannot be trusted then): the batch then runs round by
+round. Every task also stops once the rows it holds after a round (state, processed
+updates, pending feedback, outputs) are more than :func:`task_rows` (a hot partition
+value, or a fixed point that grows), and the loop then runs round by round too, whose
+reduce tasks hold their rows under their own budget (``ops/reduce/held_rows.py``): a task's
+memory is bounded whatever the skew.
+
+The processed updates are recorded in the runtime's arrangements exactly as the rounds
+of ``ops/loops/rounds.py`` record theirs, so the state written, later batches and later runs
+(either path) see the same thing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.accumulators import AccumulatorParam
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from ops.operators.context import EvalContext
+from ops.io.read import layer_table
+from ops.loops.exchange import Exchange, ExchangeAborted, Router, read_keys
+from ops.io.wide_frame import pack_frames, pack_tables, unpack_frame, unpack_table, wide_schema
+from ops.loops.plan import LoopPlan, loop_path, portable_sql
+from ops.loops.task import Body, TaskNode, fixed_point, update_schema
+from ops.dataflow.builder import Node, Pipeline, PipelineError
+from ops.loops.priority import check_iteration, node_priority
+
+BROADCAST_ROWS = 500_000  # rows (old + new) up to which an entered collection is broadcast
+#: Rows (state + new) up to which a loop without partition columns runs in one task. Above
+#: it the loop runs round by round, a Spark job a round: measured on cc over 50,000 nodes and
+#: 100,000 edges, a run of 5,000 updates took 25.5 s in one task (4.5 M rows held at the
+#: peak) and 73.9 s round by round. A task's rows are bounded by TASK_ROWS anyway.
+ONE_TASK_ROWS = 2_000_000
+TOO_BIG = -1  # ``converged`` of a task that refused its rows, or stopped holding too many
+#: Rows a loop's task may hold after a round (``DDCLI_LOOP_TASK_ROWS``): a loop's rows are a
+#: few integer columns, ~40-60 bytes, so about 1 GB. At 10^5 updates per run the bench's
+#: tasks held at most 4.7 M (reach), 6.9 M (bfs) and 6.7 M (cc) rows, before their records
+#: were folded as they grow (which halved cc's captured tasks).
+TASK_ROWS = 1 << 24
+
+
+def task_rows() -> int:
+    return max(1, int(os.environ.get("DDCLI_LOOP_TASK_ROWS", TASK_ROWS)))
+
+
+class TaskStats(AccumulatorParam):
+    """The tasks' statistics, gathered by a Spark accumulator while the loop's job runs
+    (a second job reading them back cost 0.5-1 s a batch): ``(rounds, updates, converged,
+    held, refused_iteration, refused_node)`` merged as max, sum, min, max, and the least
+    refused iteration with its node. ``None``: no task held rows."""
+
+    @staticmethod
+    def zero(value):
+        return None
+
+    @staticmethod
+    def addInPlace(a, b):
+        if a is None or b is None:
+            return b if a is None else a
+        refused = min((x for x in (a[4:], b[4:]) if x[0] is not None), default=(None, None))
+        return (max(a[0], b[0]), a[1] + b[1], min(a[2], b[2]), max(a[3], b[3])) + tuple(refused)
+
+
+def build_body(p: Pipeline, loop_node: Node, plan: LoopPlan, schemas: dict, arranged: dict, d: int) -> Body | str:
+    """The body as the tasks run it, or a reason it cannot run there (an expression that
+    DuckDB would not evaluate exactly as Spark does)."""
+    from ops.run.evaluate import reduce_spec, scope_nodes
+
+    scope = loop_node.args["scope"]
+    nodes = []
+    for n in scope_nodes(p, scope):
+        t = TaskNode(n.id, n.op, [] if n.op == "enter" else [i.id for i in n.inputs], schemas[n.id],
+                     arranged=n.id in arranged)
+        a = n.args
+        if n.op in ("select", "filter"):
+            src = schemas[n.inputs[0].id]
+            if n.op == "select":
+                if not all(isinstance(c, str) for c in a["columns"]):
+                    return f"{n.describe()} selects a Spark column object"
+                t.columns = list(a["columns"])
+                for k, e in a["exprs"].items():
+                    sql = portable_sql(e, src.names)
+                    if sql is None or _duck_type(sql, src) != schemas[n.id].field(k).type:
+                        return f"{n.describe()}: expression {e!r} is not one DuckDB evaluates as Spark does"
+                    t.exprs[k] = sql
+            else:
+                sql = portable_sql(a["condition"], src.names)
+                if sql is None or _duck_type(sql, src) != pa.bool_():
+                    return f"{n.describe()}: condition {a['condition']!r} is not one DuckDB evaluates as Spark does"
+                t.condition = sql
+        elif n.op in ("join", "semijoin"):
+            t.on = list(a["on"])
+        elif n.op in ("reduce", "distinct", "threshold"):
+            t.key, t.reducer = reduce_spec(n, schemas[n.inputs[0].id].names)
+        elif n.op == "enter":
+            t.at_priority = node_priority(n) is not None  # its updates arrive at their iterations already
+        elif n.op == "variable" and node_priority(n) is not None:
+            sql = portable_sql(node_priority(n), schemas[n.id].names)
+            if sql is None or not pa.types.is_integer(_duck_type(sql, schemas[n.id]) or pa.null()):
+                return f"{n.describe()}: priority {node_priority(n)!r} is not one DuckDB evaluates as Spark does"
+            t.priority = sql
+        nodes.append(t)
+    variables = [(v.id, v.inputs[0].id, v.args["result"].id) for v in scope.variables]
+    leaves = [(l.id, l.inputs[1].id) for l in p.nodes if l.op == "leave" and l.inputs[0] is loop_node]
+    return Body(scope.name, d, nodes, variables, leaves, loop_node.args["max_rounds"])
+
+
+def _duck_type(sql: str, schema: pa.Schema) -> pa.DataType | None:
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        con.register("t", schema.empty_table())
+        return con.sql(f"SELECT ({sql}) AS x FROM t").to_arrow_table().schema.field("x").type
+    except Exception:  # noqa: BLE001 - any DuckDB refusal means: not portable
+        return None
+    finally:
+        con.close()
+
+
+def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalContext, entered: dict, runtime) -> dict | None:
+    """The leaves' frames of one batch of ``loop_node``, computed partition-locally; None
+    when the loop must run round by round after all (the reason is reported)."""
+    from ops.run.evaluate import scope_nodes
+    from ops.spark.session import partitions
+
+    scope = loop_node.args["scope"]
+    schemas, spark = runtime.schemas, ictx.spark
+    if runtime.loop_paths.get(plan.loop, {}).get("path") == "round":  # refused earlier in this run
+        return None
+    body = build_body(p, loop_node, plan, schemas, runtime.arranged, ictx.d)
+    if isinstance(body, str):
+        report(runtime, plan, body)
+        return None
+    started = time.monotonic()
+    nodes = scope_nodes(p, scope)
+    res = resident(plan, body, spark, runtime.exchange_root)
+    tasks = res.tasks if isinstance(res, Resident) else 0
+    limited = loop_path() == "auto"  # ``local`` and ``resident`` (tests) take the rows whatever their number
+    if not plan.by and limited:
+        # the stored state alone is more than the tasks may take: say so without a job that
+        # ships every row to the tasks only for them to refuse them (every later run would)
+        stored = sum(a.stored.rows for n in nodes if n.id in runtime.arranged
+                     for a in [runtime.arrangement(n)] if a.stored is not None)
+        if stored > ONE_TASK_ROWS * max(1, tasks):
+            report(runtime, plan, f"no columns deal it to tasks, and its stored state holds {stored:,} rows, "
+                                  f"more than {ONE_TASK_ROWS:,} rows a task for {max(1, tasks)} "
+                                  f"task{'s' if tasks > 1 else ''} ({plan.unpartitioned})")
+            return None
+    tags: dict[tuple[str, int], int] = {}
+    parts, bparts, in_schemas = {}, {}, {}
+    # tag -> stored layer files the tasks read themselves (without a job that ships their
+    # rows through Spark, which cost cc's tasks 3.3 s of a 9 s batch for 1.1 M rows): when
+    # one task takes every row, or resident tasks each a share (they route rows anyway)
+    layer_files: dict[int, list[str]] = {}
+    for n in nodes:
+        frames, files = [], []
+        schema = update_schema(schemas[n.id], ictx.d)
+        if n.id in runtime.arranged:
+            a = runtime.arrangement(n)
+            files, old = a.for_tasks(ictx) if tasks or not plan.by else ([], a.whole(ictx))
+            frames.append(("old", old if old is not None or not files else
+                           spark.createDataFrame([], from_arrow_schema(schema))))
+        if n.op == "enter":
+            frames.append(("new", entered.get(n.id)))
+        for kind, df in frames:
+            if df is None:
+                continue
+            tag = tags[(kind, n.id)] = len(tags) + 1
+            in_schemas[tag] = schema
+            cols = plan.placed[n.id]
+            (bparts if cols is None and not tasks else parts)[tag] = (df.select(*in_schemas[tag].names), cols)
+            if kind == "old" and files:
+                layer_files[tag] = files
+    if not parts:  # nothing dealt by P: no variable state and nothing entering it
+        return {l: None for l, _ in body.leaves}
+
+    bc, rows = None, 0
+    if bparts:
+        small = pack_frames(bparts, {t: in_schemas[t] for t in bparts})
+        table = small.limit(BROADCAST_ROWS + 1).toArrow() if loop_path() != "local" else small.toArrow()
+        rows = table.num_rows
+        if rows > BROADCAST_ROWS and loop_path() != "local":
+            report(runtime, plan, f"its broadcast collections hold more than {BROADCAST_ROWS:,} rows")
+            return None
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table)
+        bc = spark.sparkContext.broadcast(sink.getvalue().to_pybytes())
+
+    v0 = scope.variables[0]
+    pfields = [] if tasks else [schemas[v0.id].field(c) for c in plan.by]
+    in_wide = wide_schema({t: in_schemas[t] for t in parts}, pfields)
+    out_tags: dict[tuple[str, int], int] = {}
+    out_schemas: dict[int, pa.Schema] = {}
+    for l, _ in body.leaves:
+        out_tags[("leave", l)] = len(out_tags)
+        out_schemas[out_tags[("leave", l)]] = update_schema(schemas[l], ictx.d - 1)
+    for t in body.nodes:
+        if t.arranged and t.op != "enter":
+            out_tags[("rec", t.id)] = len(out_tags)
+            out_schemas[out_tags[("rec", t.id)]] = update_schema(schemas[t.id], ictx.d)
+    out_wide = wide_schema(out_schemas)
+
+    in_wide_tags = set(parts)
+    acc = spark.sparkContext.accumulator(None, TaskStats())
+    row_limit = ONE_TASK_ROWS if not plan.by and limited else None
+    row_budget = task_rows()
+    floor = runtime.record_floor  # the processed updates leave the task advanced to it
+    keys = res.keys if tasks else None
+    folder = os.path.join(res.root, f"ddcli-loop-{os.getpid()}-{time.time_ns()}") if tasks else None
+
+    def task(batches):
+        ex = None
+        if tasks:
+            from pyspark import BarrierTaskContext
+            ex = Exchange(folder, BarrierTaskContext.get().partitionId(), tasks)
+            if not ex.claim():  # a stage Spark runs again: the files of the first run cannot be trusted
+                ex.abort("a task of the loop ran a second time")
+                raise ExchangeAborted("a task of the loop ran a second time")
+        try:
+            yield from task_rounds(batches, ex)
+        except Exception as e:  # noqa: BLE001 - the other tasks stop waiting, the error goes on
+            if ex is not None:
+                ex.abort(f"{type(e).__name__}: {e}")
+            raise
+
+    def task_rounds(batches, ex: Exchange | None):
+        held, n = [], 0
+        for b in batches:
+            held.append(b)
+            n += b.num_rows
+            if ex is None and row_limit is not None and n > row_limit:  # refused before any round
+                acc.add((0, 0, TOO_BIG, n, None, None))
+                return
+        share = slice(None) if ex is None else slice(ex.me, None, tasks)  # resident tasks: a share each
+        stored = {tag: [layer_table(f, in_schemas[tag]) for f in files[share]] for tag, files in layer_files.items()}
+        n += sum(t.num_rows for ts in stored.values() for t in ts)
+        if row_limit is not None:  # resident tasks together: every task refuses, or none
+            total = n if ex is None else sum(ex.agree(n))
+            if total > row_limit * max(1, tasks):
+                acc.add((0, 0, TOO_BIG, total, None, None))
+                return
+        table = (pa.Table.from_batches(held) if held else in_wide.empty_table()).cast(in_wide)
+        if n == 0 and ex is None:
+            return
+        small = None
+        if bc is not None:
+            small = pa.ipc.open_stream(pa.py_buffer(bc.value)).read_all()
+        new, old = {}, {}
+        for (kind, nid), tag in tags.items():
+            src = table if tag in in_wide_tags else small
+            t = pa.concat_tables([unpack_table(src, tag, in_schemas[tag])] + stored.get(tag, []))
+            (new if kind == "new" else old)[nid] = t
+        got = fixed_point(body, new, old, floor, row_budget, None if ex is None else Router(ex, keys))
+        bad = got.refused or (None, None)
+        acc.add((got.rounds, got.updates, TOO_BIG if got.too_big else int(got.converged), got.held, bad[1], bad[0]))
+        out = {}
+        for (kind, nid), tag in out_tags.items():
+            if kind == "leave" and nid in got.leaves:
+                out[tag] = got.leaves[nid]
+            elif kind == "rec" and nid in got.records:
+                out[tag] = got.records[nid]
+        wide = pack_tables(out, out_wide)
+        if wide is not None:
+            yield from wide.to_batches()
+
+    packed = pack_frames(parts, {t: in_schemas[t] for t in parts}, pfields)
+    if tasks:  # dealt any way: each task routes its rows to their owners first
+        out = _resident_job(packed, tasks, task, out_wide, folder)
+        if isinstance(out, str):  # nothing was broadcast: every row was dealt
+            report(runtime, plan, out)
+            return None
+    else:
+        dealt = packed.repartition(partitions(spark), *[f"_p{j}" for j in range(len(pfields))]) if pfields \
+            else packed.coalesce(1)
+        out = dealt.mapInArrow(task, from_arrow_schema(out_wide)).localCheckpoint(eager=True)
+    # the accumulator holds the statistics of the job's successful tasks; a stage Spark had
+    # to run again could count a task twice, which only the sum ``updates`` (a figure for
+    # reports) would show: max, min and least are idempotent
+    stats = dict(zip(("rounds", "updates", "converged", "held", "refused_iteration", "refused_node"),
+                     acc.value or (0, 0, 1, 0, None, None)))
+    if bc is not None:
+        bc.unpersist()
+    if stats["refused_iteration"] is not None:  # a record's priority is null or negative
+        check_iteration(stats["refused_iteration"], scope.name, {n.id: n for n in nodes}[stats["refused_node"]])
+    if stats["converged"] == TOO_BIG:
+        if stats["rounds"] == 0:
+            why = f"no columns deal it to tasks, and it holds more than {ONE_TASK_ROWS:,} rows a task for " \
+                  f"{max(1, tasks)} task{'s' if tasks > 1 else ''} ({plan.unpartitioned})"
+        else:
+            why = f"a task held {stats['held']:,} rows after a round, more than {row_budget:,} " \
+                  f"(DDCLI_LOOP_TASK_ROWS)"
+        report(runtime, plan, why)
+        return None
+    report(runtime, plan, "", rows, res)
+    if stats["converged"] == 0:
+        raise PipelineError(f"loop {scope.name} ({loop_node.where}) did not reach a fixed point within "
+                            f"{body.max_rounds} rounds; raise max_rounds or check that the body converges")
+    rounds, updates = int(stats["rounds"] or 0), int(stats["updates"] or 0)
+    if runtime.loop_stats is not None:
+        runtime.loop_stats.append({"loop": scope.name, "rounds": rounds, "updates": updates,
+                                   "path": "resident" if tasks else "local",
+                                   "held_rows": int(stats["held"] or 0)})
+    if runtime.progress is not None:
+        runtime.progress.steps.append({"step": "loop_local", "loop": scope.name, "rounds": rounds,
+                                       "held_rows": int(stats["held"] or 0),
+                                       "seconds": round(time.monotonic() - started, 3)})
+        inside = f"{tasks} resident tasks" if tasks else "tasks"
+        runtime.progress(f"loop {scope.name}: {rounds} rounds inside {inside} in {time.monotonic() - started:.2f} s")
+    by_id = {n.id: n for n in nodes}
+    for (kind, nid), tag in out_tags.items():
+        if kind == "rec":
+            runtime.arrangement(by_id[nid]).record(unpack_frame(out, tag, out_schemas[tag]))
+    for n in nodes:
+        if n.op == "enter" and runtime.live.get(n.id) is not None:
+            runtime.live[n.id].forget_processed()
+    return {nid: unpack_frame(out, tag, out_schemas[tag]) for (kind, nid), tag in out_tags.items() if kind == "leave"}
+
+
+@dataclass
+class Resident:
+    """A loop runs resident in ``tasks`` tasks, routing each arranged node by ``keys``
+    (``ops.loops.exchange.read_keys``), exchanging through a folder under ``root``."""
+
+    tasks: int
+    keys: dict[int, list[str]]
+    root: str
+
+
+#: the most tasks a resident loop runs in: at every exchange each task waits for and reads a
+#: note of every other task (and writes up to a file of rows to each), so on a big cluster
+#: more tasks make a round of a few rows dearer (not measured beyond 2 tasks)
+LOOP_TASKS = 16
+
+
+def resident_task_cap() -> int:
+    """``DDCLI_LOOP_TASKS`` (a positive integer), else :data:`LOOP_TASKS`."""
+    raw = os.environ.get("DDCLI_LOOP_TASKS", "").strip()
+    if not raw:
+        return LOOP_TASKS
+    if not raw.isdigit() or int(raw) < 1:
+        raise PipelineError(f"DDCLI_LOOP_TASKS must be a positive integer, not {raw!r}")
+    return int(raw)
+
+
+def resident(plan: LoopPlan, body: Body, spark, shared_root: str | None = None) -> Resident | str:
+    """How the loop runs resident, or why it does not (empty: it is partition-local).
+    ``shared_root``: a folder every executor sees (the store's), for the exchange on a
+    cluster; local mode uses the machine's temporary folder."""
+    from ops.spark.session import is_local, slots
+
+    if plan.by and loop_path() != "resident":
+        return ""
+    # the tasks that can run at once now: a barrier stage of more partitions than that never
+    # starts (Spark retries its slot check, then fails the job); on a cluster not
+    # ``cores()``, which is the session's spark.default.parallelism (4), not its executors'
+    tasks = slots(spark)
+    if tasks < 1:
+        return "the session knows of no task slot (no executor registered)"
+    cap = resident_task_cap()
+    if min(tasks, cap) < 2 and loop_path() != "resident":
+        return "the session has one task slot" if tasks < 2 else f"DDCLI_LOOP_TASKS={cap}"
+    tasks = min(tasks, cap)
+    keys = read_keys(body)
+    if isinstance(keys, str):
+        return keys
+    if is_local(spark.sparkContext.master):
+        return Resident(tasks, keys, tempfile.gettempdir())
+    if spark.conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+        return "Spark's dynamic allocation is on (tasks that run together need fixed executors)"
+    if shared_root is None:
+        return "its tasks would need a shared folder to exchange rows, and the store is not in one"
+    return Resident(tasks, keys, shared_root)
+
+
+def _resident_job(packed, tasks: int, task, out_wide: pa.Schema, folder: str):
+    """Run the resident loop's tasks together; the output frame, or why they failed (the
+    loop then runs round by round: a retried stage's exchange cannot be trusted)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    from ops.spark.session import check_interrupt
+
+    root = os.path.dirname(folder)
+    made_root = not os.path.isdir(root)  # the store's exchange folder: removed again after the job
+    os.makedirs(folder, exist_ok=True)
+    try:
+        # a shuffle after the barrier stage: without it, every later job reading the output
+        # (even from the checkpoint) is a barrier stage too, and Spark refuses those
+        out = packed.repartition(tasks).mapInArrow(task, from_arrow_schema(out_wide), barrier=True)
+        return out.repartition(tasks).localCheckpoint(eager=True)
+    except (Py4JJavaError, PySparkException) as e:
+        check_interrupt()  # Ctrl-C cancels the job: the run stops, it does not go round by round
+        lines = [l.strip() for l in str(e).splitlines()]
+        lines = [l for l in lines if not l.startswith("at ") and ("Error:" in l or "Exception:" in l or "Aborted:" in l)]
+        ours = [l for l in lines if "ExchangeAborted" in l]  # the tasks' own reason, before Spark's wrapping
+        return f"its tasks failed together ({(ours or lines or [type(e).__name__])[0][:300]})"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        if made_root:
+            try:
+                os.rmdir(root)
+            except OSError:  # not empty: a folder another run made there since
+                pass
+
+
+def report(runtime, plan: LoopPlan, why: str, broadcast_rows: int = 0, res: Resident | str = "") -> None:
+    """One line (and step) per loop and run: which path it takes, and why (again when a
+    loop that ran inside tasks must go round by round from a later batch on)."""
+    taken = runtime.loop_paths.get(plan.loop)
+    if taken is not None and not (why and taken["path"] in ("local", "resident")):
+        return
+    if why or not plan.local:
+        line = f"loop {plan.loop}: round by round: {why or plan.reason}"
+        runtime.loop_paths[plan.loop] = {"path": "round", "why": why or plan.reason}
+    else:
+        b = [str(i) for i in plan.broadcast()]
+        what = f" (broadcast: {len(b)} collection{'s' if len(b) != 1 else ''}, {broadcast_rows:,} rows)" if b else ""
+        line = f"loop {plan.loop}: partition-local by {', '.join(plan.by)}{what}"
+        runtime.loop_paths[plan.loop] = {"path": "local", "by": list(plan.by), "broadcast_rows": broadcast_rows}
+        if isinstance(res, Resident):
+            line = (f"loop {plan.loop}: resident in {res.tasks} tasks that exchange each round's changes by key "
+                    f"({'no columns deal it: ' + plan.unpartitioned if not plan.by else 'DDCLI_LOOP_PATH=resident'})")
+            runtime.loop_paths[plan.loop] = {"path": "resident", "tasks": res.tasks,
+                                             "why": plan.unpartitioned or "DDCLI_LOOP_PATH=resident"}
+        elif not plan.by:
+            line = (f"loop {plan.loop}: in one task, every row of it together (no columns deal it: {plan.unpartitioned}; "
+                    f"not resident: {res})")
+            runtime.loop_paths[plan.loop].update(why=plan.unpartitioned, not_resident=res)
+    if runtime.progress is not None:
+        runtime.progress.steps.append({"step": "loop_path", "loop": plan.loop, **runtime.loop_paths[plan.loop]})
+        runtime.progress(line)

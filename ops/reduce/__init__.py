@@ -1,0 +1,1 @@
+"""``reduce``: the changes shuffled by key, then a kernel per partition."""

@@ -1,0 +1,90 @@
+"""A Python worker's DuckDB lookup of the stored old updates of a task's touched keys.
+
+A reduce against a stored arrangement reads, in each task, the old updates of the keys
+the task's new updates touch (DuckDB prunes the key-sorted layers' row groups). The
+reduces of one task that share a shuffle (``ops/reduce/shared_shuffle.py``) look up the same keys
+in the same immutable files, so the lookup is kept while that task runs and its rows are
+read and accumulated once for all of them. It is closed when the task ends: a worker does
+not hold one task's old rows while it waits for the next.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from contextlib import contextmanager
+
+import pyarrow as pa
+
+#: DuckDB memory a lookup may hold (the looked-up rows, their accumulation) before it spills.
+MEMORY_LIMIT = "512MB"
+
+
+def spill_directory() -> str:
+    """A folder of this worker's own for DuckDB's spilled rows (its default, ``.tmp``, would
+    land in the worker's working directory)."""
+    path = os.path.join(tempfile.gettempdir(), f"ddcli-duckdb-{os.getpid()}")
+    return path.replace("'", "''")
+
+
+def limit_memory(con):
+    """``con`` holding its rows under :data:`MEMORY_LIMIT`, spilling beyond it to this worker's folder."""
+    con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+    con.execute(f"SET temp_directory = '{spill_directory()}'")
+    return con
+
+
+class OldLookup:
+    """A DuckDB connection over the stored files with a task's touched keys registered
+    (``touched_keys``), and whether it holds their accumulated old rows (``old_rows``)."""
+
+    last: "OldLookup | None" = None
+    #: set while one task runs several reduces over the same keys: keep the lookup
+    shared_task: bool = False
+
+    def __init__(self, files: list[str], keys: pa.Table, key: list[str], values: list[str]):
+        from storage.blobs.base import duckdb_connect
+        self.what, self.keys, self.accumulated = (tuple(files), tuple(key), tuple(values)), keys, False
+        self.con = limit_memory(duckdb_connect(files))  # the files may be on an object store
+        self.con.register("touched_keys", keys)
+        self._count: int | None = None
+
+    def old_count(self, sql: str) -> int:
+        """How many old updates ``sql`` (the touched keys' lookup) selects."""
+        if self._count is None:
+            self._count = int(self.con.sql(f"SELECT count(*) FROM ({sql})").fetchall()[0][0])
+        return self._count
+
+    @classmethod
+    def of(cls, files: list[str], keys: pa.Table, key: list[str], values: list[str]) -> "OldLookup":
+        """The kept lookup when it is over the same files and keys, else a new one."""
+        last = cls.last
+        if last is not None and last.what == (tuple(files), tuple(key), tuple(values)) and last.keys.equals(keys):
+            return last
+        cls.release()
+        cls.last = cls(files, keys, key, values)
+        return cls.last
+
+    @classmethod
+    def release(cls) -> None:
+        """Close the kept lookup (its connection and the rows it holds)."""
+        if cls.last is not None:
+            cls.last.con.close()
+            cls.last = None
+
+    @classmethod
+    def task_ended(cls) -> None:
+        """A reduce's task is over: release the lookup unless more reduces of the same task follow."""
+        if not cls.shared_task:
+            cls.release()
+
+    @classmethod
+    @contextmanager
+    def shared(cls):
+        """Several reduces of one task run inside: they keep one lookup, released at the end."""
+        cls.shared_task = True
+        try:
+            yield
+        finally:
+            cls.shared_task = False
+            cls.release()

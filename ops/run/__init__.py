@@ -1,0 +1,1 @@
+"""One ``ddcli run``: plan, evaluate, write and commit a pipeline's changes."""

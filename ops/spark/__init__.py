@@ -1,0 +1,1 @@
+"""The Spark session and what it ships to its executors."""

@@ -1,0 +1,1 @@
+"""``ddcli verify``: a pipeline recomputed from scratch by an independent oracle."""

@@ -1,0 +1,1 @@
+"""Where a store's files live: one interface, one backend per module."""

@@ -1,0 +1,1 @@
+"""Update files: read, typed and checked before anything is written."""

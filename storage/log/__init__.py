@@ -1,0 +1,1 @@
+"""The commit protocol: a versioned metadata log with put-if-absent commits."""

@@ -1,0 +1,1 @@
+"""Reading traces with DuckDB: a collection as of a time, its history, SQL over every trace."""

@@ -1,0 +1,1 @@
+"""A store's metadata as plain values: traces, their frontiers, layers and holds."""

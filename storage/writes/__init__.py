@@ -1,0 +1,1 @@
+"""What changes a store besides a run: ingest, upsert, drop, garbage collection, leases."""

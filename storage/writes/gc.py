@@ -1,0 +1,63 @@
+"""Garbage collection and log retention: remove what no reader can still need.
+
+Split from storage/store.py. A reader that took a version less than ``grace_seconds``
+ago still finds every layer file it names: files stay while any version that was the
+newest within the grace period names them, and the log keeps those versions (and the
+checkpoint they are built on) for as long (storage/log/commit.py, ``Log.prune``).
+"""
+
+from __future__ import annotations
+
+from storage import clock, integrity
+from storage.store import State
+
+
+def collect_garbage(store, grace_seconds: float) -> int:
+    """Remove files that no version a reader may still be using references, once
+    older than the grace period.
+
+    Also prunes the log behind the same window.
+
+    A file stays while the newest version, or any version that was the newest within
+    the grace period, names it (a reader that took such a version may still be reading
+    it); files not yet committed stay until they are older than the grace period, so a
+    writer has that long to commit what it wrote.
+    """
+    cutoff = clock.now() - grace_seconds
+    store.state()
+    if store.log.damaged:  # the damaged version may name files no intact one does: keep them
+        raise integrity.CorruptionError(f"no garbage collected: {store.log.damage_note()}")
+    referenced: set[str] = set()
+    live_traces = set()
+    states = [store.state()] + [State.from_json(s.get("version", 0), s) for s in store.log.recent_states(cutoff)]
+    for st in states:
+        for t in st.traces.values():
+            live_traces.add(t.name)
+            referenced.update(store.layer_paths(t))
+    # a log retention shorter than the grace period pruned versions a reader may still
+    # hold: their files are unknown, so only never-committed temporary files may go
+    known = store.log.covers(cutoff)
+    removed = 0
+    blobs = store.blobs
+    root = blobs.join(store.path, "traces")
+    for tname in blobs.list_folders(root):
+        tdir = blobs.join(root, tname)
+        for fname in blobs.list(tdir):
+            p = blobs.join(tdir, fname)
+            try:
+                if p not in referenced and (known or fname.startswith(".tmp-")) and blobs.stat(p).mtime < cutoff:
+                    blobs.delete(p)
+                    removed += 1
+            except FileNotFoundError:
+                continue
+        if tname not in live_traces:
+            blobs.remove_folder(tdir, older_than=cutoff)  # only when empty and old: a new trace's writer may have just made it
+    for p in store.log.stray_tmp_files():
+        try:
+            if blobs.stat(p).mtime < cutoff:
+                blobs.delete(p)
+                removed += 1
+        except FileNotFoundError:
+            continue
+    store.log.prune(cutoff, listing=True)
+    return removed

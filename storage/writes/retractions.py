@@ -1,0 +1,83 @@
+"""Retractions that match no live row: a row whose count an ingest drives negative.
+
+A negative multiplicity is legal in the model, but in a table it almost always means a
+retraction that did not restate the row exactly (a null read as ``""``, a rounded
+number), leaving a +1 and a -1 that never cancel. ``ingest`` looks, after every ingest
+that retracts something, at the rows it retracts: summed over the whole trace (every time
+up to the upper) plus the new updates, is any count below zero? It reports how many and
+the first, or refuses the ingest with ``--strict``. DuckDB reads only the layers' row
+groups that can hold the retracted rows (layers are sorted by key).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage.store import Store
+from storage.state.trace import StoreError, Trace
+from storage.sql.query import quote
+
+_NOT_DATA = re.compile(r"(time|time_\d+|diff)\Z")
+
+
+@dataclass
+class Negative:
+    """Rows whose count would be negative after an ingest: how many, and the first."""
+
+    rows: int = 0
+    first: dict | None = None
+    first_count: int = 0
+
+    def describe(self) -> str:
+        shown = ", ".join(f"{k}={'NULL' if v is None else repr(v)}" for k, v in (self.first or {}).items())
+        noun = "retraction matches" if self.rows == 1 else "retractions match"
+        return (f"{self.rows:,} {noun} no live row (the row's count would be below zero); "
+                f"first: {shown} (count {self.first_count})")
+
+
+def negative_rows(store: Store, existing: Trace | None, updates: pa.Table, data_columns: list[str]) -> Negative:
+    """The rows of ``updates`` with a negative diff whose total count, over the trace's
+    updates and ``updates``, is negative."""
+    if not updates.num_rows or not pc.any(pc.less(updates.column("diff"), 0)).as_py():
+        return Negative()
+    from storage.sql.query import connect
+    cols = ", ".join(quote(c) for c in data_columns)
+    paths = store.read_paths(existing, local=True) if existing is not None else []
+    old = ""
+    if paths:
+        files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
+        match = " AND ".join(f"o.{quote(c)} IS NOT DISTINCT FROM t.{quote(c)}" for c in data_columns)
+        old = (f" UNION ALL SELECT {', '.join('o.' + quote(c) for c in data_columns)}, o.diff "
+               f"FROM read_parquet([{files}]) o SEMI JOIN touched t ON {match}")
+    query = (f"WITH touched AS (SELECT DISTINCT {cols} FROM __ddcli_new WHERE diff < 0), "
+             f"every AS (SELECT {cols}, diff FROM __ddcli_new{old}) "
+             f"SELECT {cols}, CAST(SUM(diff) AS BIGINT) AS __count FROM every GROUP BY ALL "
+             f"HAVING SUM(diff) < 0 ORDER BY ALL")
+    with connect(store) as con:
+        con.register("__ddcli_new", updates)
+        try:
+            found = con.sql(query).to_arrow_table()
+        finally:
+            con.unregister("__ddcli_new")
+    if not found.num_rows:
+        return Negative()
+    first = found.slice(0, 1).to_pylist()[0]
+    count = first.pop("__count")
+    return Negative(found.num_rows, first, count)
+
+
+def checker(store: Store, *, strict: bool, found: list[Negative]):
+    """A ``prepare`` step for :meth:`Store.ingest`: finds negative rows; with ``strict``
+    refuses the ingest (nothing written), otherwise appends what it found to ``found``."""
+    def check(existing: Trace | None, updates: pa.Table) -> pa.Table:
+        data = [c for c in updates.column_names if not _NOT_DATA.match(c)]
+        neg = negative_rows(store, existing, updates, data)
+        if neg.rows and strict:
+            raise StoreError(f"{neg.describe()}; nothing was ingested (--strict)")
+        found.append(neg)
+        return updates
+    return check
