@@ -8,8 +8,9 @@ and batches, then every earlier round) exactly once; what a variable's value cha
 is fed back one iteration later (a prioritized variable's at its priority if that is later);
 collections entered at a priority wait in pools until their iteration comes, as in
 ``ops/loops/rounds.py``; the loop stops when nothing is pending. Reduces call the
-engine's own kernel (``ops.reduce.kernel.reduce_delta``), joins and SQL expressions run
-in an in-process DuckDB, consolidation in pyarrow: no Python loop over rows.
+engine's own kernel (``ops.reduce.kernel.reduce_delta``), joins the join's sweep
+(``ops.operators.join_sweep.all_pairs``), SQL expressions run in an in-process DuckDB,
+consolidation in pyarrow: no Python loop over rows.
 
 An arrangement read by operators is a spine of batches (``ops/loops/spine.py``) whose rows
 of a key are found by binary search, so a round costs its changes, not the state; batches
