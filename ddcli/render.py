@@ -138,8 +138,8 @@ def _console(fh):
 
 
 def _rich_table(tbl, title: str | None, limit: int | None):
-    from rich.table import Table
     from rich import box
+    from rich.table import Table
     t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", title_style="bold",
               min_width=len(title or "") + 2)
     import pyarrow as pa
@@ -277,8 +277,7 @@ def progress(total: int, what: str) -> Iterator[Callable[[str], None]]:
         yield lambda label: None
         return
     from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn,
-                               TextColumn, TimeElapsedColumn)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
     bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                    MofNCompleteColumn(), TimeElapsedColumn(),
                    console=Console(stderr=True), transient=True)

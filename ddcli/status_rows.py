@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
+
 from storage.lattice import Frontier, format_frontier
 
 SHOWN_COLUMNS = 4
@@ -49,3 +51,22 @@ def short_columns(text: str) -> str:
     if len(cols) <= SHOWN_COLUMNS:
         return text
     return ", ".join(cols[:SHOWN_COLUMNS]) + f", … (+{len(cols) - SHOWN_COLUMNS} more)"
+
+
+def pipelines_table(pipelines: dict) -> pa.Table:
+    """One row per pipeline (name -> its record in the store's log), as ``ddcli status`` shows them."""
+    rows = [pipeline_row(name, rec) for name, rec in sorted(pipelines.items())]
+    if not rows:
+        return pa.table({"pipeline": pa.array([], pa.string())})
+    keys: list[str] = []
+    for r in rows:
+        keys.extend(k for k in r if k not in keys)
+    # a column with mixed kinds of values is shown as text
+    cols = {}
+    for k in keys:
+        vals = [r.get(k) for r in rows]
+        kinds = {type(v) for v in vals if v is not None}
+        if len(kinds) > 1:
+            vals = [None if v is None else (v if isinstance(v, str) else json.dumps(v)) for v in vals]
+        cols[k] = vals
+    return pa.table(cols)

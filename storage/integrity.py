@@ -23,50 +23,16 @@ conflict (exit 3).
 
 from __future__ import annotations
 
-import hashlib
-import io
-import struct
-
-_CHUNK = 1 << 22
-
-
-class CorruptionError(Exception):
-    """The store is damaged: a layer file is missing or differs from what the log says,
-    or the newest metadata version is unreadable. One line; run ``ddcli check``."""
-
-
-def _blobs(path: str):
-    from storage.blobs.base import for_path  # storage.blobs.local imports this module
-    return for_path(path)
-
-
-def file_checksums(path: str) -> dict:
-    """``{"sha256": …, "footer_sha256": …}`` of a file (hex digests)."""
-    return {"sha256": file_sha256(path), "footer_sha256": footer_sha256(path)}
-
-
-def bytes_checksums(data: bytes) -> dict:
-    """:func:`file_checksums` of a file's bytes held in memory (an object-store write)."""
-    return {"sha256": hashlib.sha256(data).hexdigest(), "footer_sha256": _footer_of(io.BytesIO(data), len(data))}
+from storage.blobs.checksums import footer_sha256_of, sha256_of
+from storage.blobs.resolve import for_path, read_table
+from storage.errors import CorruptionError
 
 
 def footer_sha256(path: str) -> str | None:
     """SHA-256 of the Parquet footer and its 8-byte trailer; None if there is none."""
-    with _blobs(path).open_read(path) as fh:
+    with for_path(path).open_read(path) as fh:
         fh.seek(0, 2)
-        return _footer_of(fh, fh.tell())
-
-
-def _footer_of(fh, size: int) -> str | None:
-    if size < 12:
-        return None
-    fh.seek(size - 8)
-    trailer = fh.read(8)
-    (length,) = struct.unpack("<I", trailer[:4])
-    if trailer[4:] != b"PAR1" or length + 8 > size:
-        return None
-    fh.seek(size - 8 - length)
-    return hashlib.sha256(fh.read(length + 8)).hexdigest()
+        return footer_sha256_of(fh, fh.tell())
 
 
 def _where(trace: str, path: str) -> str:
@@ -80,7 +46,7 @@ def _advice() -> str:
 def check_cheap(trace: str, path: str, lf) -> None:
     """Size and footer against the log's record of ``lf`` (a LayerFile)."""
     try:
-        size = _blobs(path).stat(path).size
+        size = for_path(path).stat(path).size
     except FileNotFoundError:
         raise CorruptionError(f"{_where(trace, path)} is missing although the newest version of the "
                               f"store refers to it; {_advice()}") from None
@@ -106,6 +72,12 @@ def _check_sha(trace: str, path: str, lf, sha: str) -> None:
 _verified: dict[str, tuple] = {}  # path -> (inode, size, mtime, ctime) whose hash matched
 
 
+def forget_verified() -> None:
+    """Forget which files this process has checked: the next read hashes them again, as a
+    new process would."""
+    _verified.clear()
+
+
 def check_read(trace: str, path: str, lf) -> str:
     """What every read checks: :func:`check_cheap`, then the whole-file SHA-256; both
     skipped when this process already verified this very file (same identity and change
@@ -114,7 +86,7 @@ def check_read(trace: str, path: str, lf) -> str:
     reads through a local copy (an object store, see :meth:`Blobs.local_copy`) that copy,
     checked from the very bytes it holds, so a layer is fetched once and never trusted
     unhashed."""
-    blobs = _blobs(path)
+    blobs = for_path(path)
     try:
         copy = blobs.local_copy(path)
     except FileNotFoundError:
@@ -145,11 +117,8 @@ def check_read(trace: str, path: str, lf) -> str:
 
 
 def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with _blobs(path).open_read(path) as fh:
-        while chunk := fh.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+    with for_path(path).open_read(path) as fh:
+        return sha256_of(fh)
 
 
 def check_full(trace: str, path: str, lf) -> None:
@@ -160,7 +129,6 @@ def check_full(trace: str, path: str, lf) -> None:
         raise CorruptionError(f"{_where(trace, path)}: its SHA-256 differs from the one recorded at commit; "
                               f"{_advice()}")
     try:
-        from storage.blobs.base import read_table
         t = read_table(path, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as e:
         raise CorruptionError(f"{_where(trace, path)} cannot be read: {' '.join(str(e).split())[:200]}; "

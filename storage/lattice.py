@@ -28,14 +28,12 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from storage.errors import TimeSyntaxError
+
 Time = tuple[int, ...]
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
-
-
-class TimeSyntaxError(ValueError):
-    """A time or frontier written in a form we do not accept."""
 
 
 # ---------------------------------------------------------------- single times

@@ -23,8 +23,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from storage.blobs.base import for_path, read_schema, read_table
-from storage.integrity import CorruptionError
+from storage.blobs.resolve import for_path, read_schema, read_table
+from storage.errors import CorruptionError
+from storage.files.limits import check_diff_sums
 from storage.lattice import Frontier, advance_columns, time_columns
 
 ROW_GROUP_ROWS = 32_768  # small enough that a key look-up skips most of a large layer
@@ -123,7 +124,6 @@ def consolidate(table: pa.Table, data_columns: list[str], key: list[str], d: int
         if not _needs_summing(ordered, group):
             return ordered
     if table.num_rows:
-        from storage.files.limits import check_diff_sums  # storage.files.limits -> storage.state.trace -> here
         check_diff_sums(table, group)
         agg = table.select(group + ["diff"]).group_by(group, use_threads=False).aggregate([("diff", "sum")])
         # pick columns by name: the position of the aggregate differs between pyarrow versions

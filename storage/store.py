@@ -7,61 +7,36 @@ Layout::
     STORE/log/_last_checkpoint.json  where the newest full-state version is (a hint)
     STORE/traces/<trace>/<id>.parquet  immutable layer files (see storage/layer.py)
 
-Every method that changes the store writes its new files first, then commits one pure
-change of the metadata. Readers take the newest version and read the files it names.
-Ingest lives in storage/writes/ingest.py, garbage collection and log retention in storage/writes/gc.py.
+Every change goes through one method, :meth:`Store.write_and_commit`: it writes the
+change's new layer files, commits one named pure change of the metadata
+(storage/state/transitions.py) and removes the files again if the commit fails. Readers
+take the newest version and read the files it names. Ingest lives in
+storage/writes/ingest.py, garbage collection and log retention in storage/writes/gc.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, ContextManager, Iterable, TypeVar
 
 import pyarrow as pa
 
 from storage import faults, integrity
-from storage.blobs.base import open_store
-from storage.lattice import Frontier, beyond_mask, format_frontier, time_columns
+from storage.blobs.resolve import open_store
+from storage.errors import Conflict, CorruptionError, DiffOverflow, LayerVanished, StoreError
+from storage.lattice import Frontier, beyond_mask, format_frontier, parse_frontier, time_columns
 from storage.layer import Layer, consolidate, empty_updates, read_layer_files, write_layer_file
-from storage.files.limits import DiffOverflow
-from storage.log.commit import Conflict, Log
-from storage.state.trace import Hold, StoreError, Trace
+from storage.log.commit import Log
+from storage.state import transitions
+from storage.state.trace import Trace
+from storage.state.transitions import Sealed, State, plan_merges
+from storage.writes.gc import collect_garbage
+from storage.writes.ingest import IngestResult, ingest
+
+W = TypeVar("W")
 
 DEFAULT_GRACE_SECONDS = 3600.0
-
-
-class LayerVanished(Conflict):
-    """A layer file a reader's version named was collected after a newer version replaced
-    it: nothing is wrong, read again from the newest version."""
-
-
-@dataclass
-class State:
-    version: int
-    traces: dict[str, Trace]
-    pipelines: dict[str, dict]
-
-    @classmethod
-    def from_json(cls, version: int, v: dict | None) -> "State":
-        if not v:
-            return cls(version, {}, {})
-        return cls(version, {n: Trace.from_json(n, t) for n, t in v["traces"].items()},
-                   dict(v.get("pipelines", {})))
-
-    def to_json(self) -> dict:
-        return {"version": self.version, "traces": {n: t.to_json() for n, t in self.traces.items()},
-                "pipelines": self.pipelines}
-
-
-@dataclass
-class IngestResult:
-    trace: str
-    rows: int
-    files: list[str]
-    skipped: list[str]
-    upper: Frontier
-    created: bool
 
 
 class Store:
@@ -95,6 +70,11 @@ class Store:
             raise StoreError(f"unknown trace {name!r} in store {self.path} (traces: {known})")
         return state.traces[name]
 
+    def exchange_folder(self) -> str | None:
+        """Where the tasks of a resident loop exchange rows: a folder of the store, which
+        every executor of a cluster sees; None when the store is not a filesystem folder."""
+        return self.blobs.join(self.path, "exchange") if self.blobs.is_folder else None
+
     def trace_dir(self, name: str) -> str:
         return self.blobs.join(self.path, "traces", name)
 
@@ -120,7 +100,7 @@ class Store:
                 p = self.blobs.join(tdir, f.name)
                 try:
                     readable = integrity.check_read(trace.name, p, f)
-                except integrity.CorruptionError:
+                except CorruptionError:
                     if not self.blobs.exists(p) and not self._names_file(trace.name, f.name):
                         raise LayerVanished(f"layer file {p} of trace {trace.name!r} was removed by a "
                                             f"compaction while it was being read; retry") from None
@@ -159,6 +139,68 @@ class Store:
         version, raw = self.log.commit(apply)
         return State.from_json(version, raw)
 
+    def write_and_commit(self, name: str, write: Callable[[Written], W], change: Callable[[State, W], State], *,
+                         merge: Iterable[str] = (), guard: Callable[[], ContextManager] | None = None) -> W:
+        """The one way the store changes: write layers, commit one named change, discard on failure.
+
+        ``write(written)`` writes the change's layer files and registers each with
+        ``written``; its result goes to ``change(state, result)``, a pure change of the
+        metadata (storage/state/transitions.py) applied to the newest state and committed.
+        Just before, every registered file is checked to be still there. If anything fails,
+        the registered files are removed (unless the newest state names them: a commit that
+        landed after all). ``name`` names the fault points ``NAME.before_commit`` and
+        ``NAME.after_commit``; the traces in ``merge`` have their layers merged geometrically
+        after the commit; the commit and those merges run inside ``guard()`` when given.
+        Returns what ``write`` returned.
+        """
+        written = Written()
+        try:
+            result = write(written)
+        except BaseException:
+            self._discard(written)
+            raise
+        try:
+            with guard() if guard is not None else contextlib.nullcontext():
+                faults.point(f"{name}.before_commit")
+                self.commit(lambda s: change(self._still_there(s, written), result))
+                faults.point(f"{name}.after_commit")
+                for trace in merge:
+                    self.merge_after_commit(trace)
+        except BaseException:
+            self._discard_unless_committed(written)
+            raise
+        return result
+
+    def _still_there(self, state: State, written: Written) -> State:
+        """Refuse to commit layers whose files are gone (collected as garbage meanwhile)."""
+        for trace, layers in written.by_trace.items():
+            for f in (f for l in layers for f in l.files):
+                p = self.blobs.join(self.trace_dir(trace), f.name)
+                if not self.blobs.exists(p):
+                    raise Conflict(f"layer file {p} was removed before it was committed (garbage collection "
+                                   f"with a short grace period?); nothing was changed, retry")
+        written.committing = True
+        return state
+
+    def _discard(self, written: Written) -> None:
+        for trace, layers in written.by_trace.items():
+            self.discard(trace, layers)
+
+    def _discard_unless_committed(self, written: Written) -> None:
+        """After a failed commit: remove the new files, unless the version naming them was
+        committed after all (an error after the link, e.g. fsync of the log folder)."""
+        if not written.committing:
+            self._discard(written)
+            return
+        try:
+            state = self.state()
+        except Exception:  # noqa: BLE001 - unreadable state: keep the files, compact collects them
+            return
+        for trace, layers in written.by_trace.items():
+            t = state.traces.get(trace)
+            referenced = {l.id for l in t.all_layers()} if t is not None else set()
+            self.discard(trace, [l for l in layers if l.id not in referenced])
+
     # ------------------------------------------------------------ writing layers
 
     def write_layer(self, trace: Trace, table: pa.Table, *, lower: Frontier, upper: Frontier,
@@ -176,48 +218,38 @@ class Store:
             for f in l.files:
                 self.blobs.delete(self.blobs.join(self.trace_dir(trace_name), f.name))
 
-    # ------------------------------------------------------------ ingest
-
-    def ingest(self, name: str, paths: list[str], **options) -> IngestResult:
-        """Validate every file, then write one layer and commit it; or change nothing
-        (storage/writes/ingest.py has the options)."""
-        from storage.writes.ingest import ingest
-        return ingest(self, name, paths, **options)
-
-    def _seal(self, trace: Trace, table: pa.Table | None, new_upper: Frontier) -> dict:
-        """Write the layer that seals ``[trace.upper, new_upper)``: new updates plus any
-        pending ones not beyond the new upper. Returns what :func:`_apply_seal` commits."""
-        out = {"layers": [], "pending": None, "seal": new_upper != trace.upper}
-        try:
-            return self._seal_files(trace, table, new_upper, out)
-        except BaseException:
-            self.discard(trace.name, _written_layers(out))  # e.g. a full disk: no stray files
-            raise
-
-    def _seal_files(self, trace: Trace, table: pa.Table | None, new_upper: Frontier, out: dict) -> dict:
+    def write_seal(self, trace: Trace, table: pa.Table | None, new_upper: Frontier, written: Written) -> Sealed:
+        """Write the layers that seal ``[trace.upper, new_upper)``: new updates plus any
+        pending ones not beyond the new upper (the rest stays pending, rewritten). What
+        :func:`storage.state.transitions.seal` commits; every file is registered with ``written``."""
+        out = Sealed(moves_upper=new_upper != trace.upper)
         parts = [] if table is None else [table]
-        keep: list[Layer] = []
-        if trace.pending and out["seal"]:
+        if trace.pending and out.moves_upper:
             pend = self.read_updates(trace, trace.pending)
             late = beyond_mask([pend.column(c).to_numpy() for c in time_columns(trace.d)], new_upper)
             parts.append(pend.filter(pa.array(~late)))
             rest = pend.filter(pa.array(late))
-            out["pending"] = ([l.id for l in trace.pending], keep)
+            out.replaced_pending = [l.id for l in trace.pending]
             if rest.num_rows:
-                keep.append(self.write_layer(trace, rest, lower=new_upper, upper=new_upper, seq_lo=-1, seq_hi=-1))
-        if parts or out["seal"]:
+                out.kept_pending.append(written.add(trace.name, self.write_layer(
+                    trace, rest, lower=new_upper, upper=new_upper, seq_lo=-1, seq_hi=-1)))
+        if parts or out.moves_upper:
             tab = pa.concat_tables(parts) if parts else None
             if tab is not None and tab.num_rows:
-                out["layers"] = [self.write_layer(trace, tab, lower=trace.upper, upper=new_upper,
-                                                  seq_lo=trace.next_seq, seq_hi=trace.next_seq + 1)]
+                out.layers = [written.add(trace.name, self.write_layer(
+                    trace, tab, lower=trace.upper, upper=new_upper, seq_lo=trace.next_seq, seq_hi=trace.next_seq + 1))]
         return out
 
-    # ------------------------------------------------------------ advance
+    # ------------------------------------------------------------ the changes
+
+    def ingest(self, name: str, paths: list[str], **options) -> IngestResult:
+        """Validate every file, then write one layer and commit it; or change nothing
+        (storage/writes/ingest.py has the options)."""
+        return ingest(self, name, paths, **options)
 
     def advance(self, name: str, *, upper: str | Frontier | None = None,
                 since: str | Frontier | None = None) -> Trace:
         """Seal times (move ``upper``) and/or allow compaction (move ``since``), then compact."""
-        from storage.lattice import parse_frontier
         t = self.trace(name)
         if t.owner and (upper is not None or "." in name):
             # a pipeline seals its outputs with its runs and compacts its own state; giving
@@ -237,49 +269,10 @@ class Store:
                 raise StoreError(f"{what} {format_frontier(f)} has {f.d} coordinate(s); trace {name!r} has {t.d}")
             if not f.dominates(cur):
                 raise StoreError(f"{what} {format_frontier(f)} is behind the current {format_frontier(cur)} of trace {name!r}; frontiers only move forward")
-        written = self._seal(t, None, upper) if upper is not None else None
-
-        def change(s: State) -> State:
-            cur = s.traces.get(name)
-            if cur is None:
-                raise Conflict(f"trace {name!r} was removed")
-            if written is not None:
-                if _seal_point(cur) != _seal_point(t):
-                    raise Conflict(f"trace {name!r} changed while advancing (another command wrote to it); "
-                                   f"nothing was changed, retry")
-                _check_new_layers(self, cur, _written_layers(written))
-                cur = _apply_seal(cur, written, upper)
-            if since is not None:
-                cur = cur.with_(since=since if since.dominates(cur.since) else cur.since)
-            s.traces[name] = cur
-            return s
-
-        try:
-            faults.point("advance.before_commit")
-            self.commit(change)
-        except BaseException:
-            if written:
-                self._discard_unless_committed(name, _written_layers(written))
-            raise
-        faults.point("advance.after_commit")
-        self._maintain_quietly(name)
+        self.write_and_commit(
+            "advance", lambda written: self.write_seal(t, None, upper, written) if upper is not None else None,
+            lambda s, sealed: transitions.advance(s, t, sealed, upper, since), merge=[name])
         return self.trace(name)
-
-    # ------------------------------------------------------------ holds
-
-    @staticmethod
-    def with_hold(trace: Trace, holder: str, since: Frontier, seq: int) -> Trace:
-        holds = dict(trace.holds)
-        holds[holder] = Hold(since, seq)
-        return trace.with_(holds=holds)
-
-    @staticmethod
-    def without_hold(trace: Trace, holder: str) -> Trace:
-        holds = dict(trace.holds)
-        holds.pop(holder, None)
-        return trace.with_(holds=holds)
-
-    # ------------------------------------------------------------ compaction
 
     def compact(self, name: str | None = None, *, full: bool = False,
                 grace_seconds: float = DEFAULT_GRACE_SECONDS,
@@ -308,59 +301,29 @@ class Store:
         return {"traces": len(names), "merges": merged, "removed_files": removed, "conflicts": conflicts}
 
     def merge_layers(self, name: str, *, full: bool = False) -> int:
-        """One commit that replaces runs of adjacent layers by their merge.
-
-        Geometric rule: merge neighbours whose sizes are within a factor of two, so every
-        update is rewritten O(log n) times and a trace keeps O(log n) layers. Layers are
-        never merged across a reader's hold, so readers can still tell old from new.
-        Raises :class:`Conflict` (having removed its new files) when another writer
-        replaced the same layers, or added a hold the merge would violate.
+        """One commit that replaces runs of adjacent layers by their merge
+        (:func:`storage.state.transitions.plan_merges` chooses them). Raises
+        :class:`Conflict` (having removed its new files) when another writer replaced the
+        same layers, or added a hold the merge would violate.
         """
         t = self.trace(name)
         groups = plan_merges(t, full)
         if not groups:
             return 0
-        new_layers, replaced = [], []
-        try:
-            for g in groups:
-                table = self.read_updates(t, g)
-                new_layers.append(self.write_layer(t, table, lower=g[0].lower, upper=g[-1].upper,
-                                                   seq_lo=g[0].seq_lo, seq_hi=g[-1].seq_hi))
-                replaced.append([l.id for l in g])
-        except DiffOverflow as e:
-            self.discard(name, new_layers)
-            raise DiffOverflow(f"merging layers of trace {name!r}: {e}; the layers stay as they are") from None
-        except BaseException:
-            self.discard(name, new_layers)
-            raise
-        faults.point("compact.before_commit")
 
-        def change(s: State) -> State:
-            cur = s.traces.get(name)
-            if cur is None:
-                raise Conflict(f"trace {name!r} was removed while compacting")
-            layers = list(cur.layers)
-            barriers = _hold_seqs(cur)
-            for ids, new in zip(replaced, new_layers):
-                pos = [i for i, l in enumerate(layers) if l.id in ids]
-                if len(pos) != len(ids) or pos != list(range(pos[0], pos[0] + len(ids))):
-                    raise Conflict(f"layers of trace {name!r} changed while compacting; the merge backs off")
-                if _crosses_hold(layers[pos[0]:pos[-1] + 1], barriers):
-                    raise Conflict(f"a reader put a hold on trace {name!r} while compacting; the merge backs off")
-                layers[pos[0]:pos[-1] + 1] = [new]
-            _check_new_layers(self, cur, new_layers)
-            s.traces[name] = cur.with_(layers=layers)
-            return s
+        def write(written: Written) -> list[Layer]:
+            try:
+                return [written.add(name, self.write_layer(t, self.read_updates(t, g), lower=g[0].lower,
+                                                           upper=g[-1].upper, seq_lo=g[0].seq_lo,
+                                                           seq_hi=g[-1].seq_hi)) for g in groups]
+            except DiffOverflow as e:
+                raise DiffOverflow(f"merging layers of trace {name!r}: {e}; the layers stay as they are") from None
 
-        try:
-            self.commit(change)
-        except BaseException:
-            self._discard_unless_committed(name, new_layers)
-            raise
-        faults.point("compact.after_commit")
+        replaced = [[l.id for l in g] for g in groups]
+        new_layers = self.write_and_commit("compact", write, lambda s, layers: transitions.merge(s, name, replaced, layers))
         return len(new_layers)
 
-    def _maintain_quietly(self, name: str) -> None:
+    def merge_after_commit(self, name: str) -> None:
         """Geometric merging after a write that is already committed.
 
         Losing a race only postpones it; any other failure (a full disk) is a warning in
@@ -371,107 +334,27 @@ class Store:
             self.merge_layers(name)
         except Conflict:
             pass
-        except integrity.CorruptionError as e:
-            raise integrity.CorruptionError(f"the write was committed, but merging afterwards found damage: {e}") from None
+        except CorruptionError as e:
+            raise CorruptionError(f"the write was committed, but merging afterwards found damage: {e}") from None
         except Exception as e:  # noqa: BLE001 - the committed write stands whatever merging does
             self.warn(f"trace {name!r}: merging layers after the commit failed "
-                                 f"({type(e).__name__}: {e}); the updates are committed, "
-                                 f"the merge is retried by the next write or 'ddcli compact'")
-
-    def _discard_unless_committed(self, name: str, layers: list[Layer]) -> None:
-        """After a failed commit: remove the new files, unless the version naming them was
-        committed after all (an error after the link, e.g. fsync of the log folder)."""
-        try:
-            t = self.state().traces.get(name)
-        except Exception:  # noqa: BLE001 - unreadable state: keep the files, compact collects them
-            return
-        referenced = {l.id for l in t.all_layers()} if t is not None else set()
-        self.discard(name, [l for l in layers if l.id not in referenced])
+                      f"({type(e).__name__}: {e}); the updates are committed, "
+                      f"the merge is retried by the next write or 'ddcli compact'")
 
     def collect_garbage(self, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> int:
         """Remove files and log versions no reader can still need (storage/writes/gc.py)."""
-        from storage.writes.gc import collect_garbage
         return collect_garbage(self, grace_seconds)
 
 
-def _written_layers(written: dict) -> list[Layer]:
-    """Every layer file a seal wrote: sealed layers and re-written pending ones."""
-    out = list(written["layers"])
-    if written.get("pending"):
-        out += list(written["pending"][1])
-    return out
+class Written:
+    """The layer files one change writes, by trace: removed together unless committed."""
 
+    def __init__(self):
+        self.by_trace: dict[str, list[Layer]] = {}
+        self.committing = False  # the commit was attempted: a failure may still have landed it
 
-def _seal_point(t: Trace) -> tuple:
-    """What a write that seals times or adds updates depends on: upper, seal count, pending."""
-    return (t.upper, t.next_seq, tuple(l.id for l in t.pending))
-
-
-def _check_new_layers(store: "Store", cur: Trace, layers: list[Layer]) -> None:
-    """Refuse to commit layers whose times were advanced further than the trace now allows
-    (a reader put a hold meanwhile) or whose files are gone (collected as garbage)."""
-    eff = cur.effective_since()
-    for l in layers:
-        if not (l.since.is_empty() or eff.dominates(l.since)):
-            raise Conflict(f"a reader put a hold on trace {cur.name!r} at {format_frontier(eff)} meanwhile; "
-                           f"nothing was changed, retry")
-        for p in store.layer_paths(cur, [l]):
-            if not store.blobs.exists(p):
-                raise Conflict(f"layer file {p} was removed before it was committed (garbage collection "
-                               f"with a short grace period?); nothing was changed, retry")
-
-
-def _hold_seqs(t: Trace) -> set[int]:
-    return {h.seq for h in t.holds.values()}
-
-
-def _held_apart(older: Layer, newer: Layer, barriers: set[int]) -> bool:
-    """True when a hold's seq lies between two adjacent layers. Seals that wrote no layer
-    leave gaps in the seq numbers, so the hold may sit anywhere in ``[older.seq_hi, newer.seq_lo]``."""
-    return any(older.seq_hi <= n <= newer.seq_lo for n in barriers)
-
-
-def _crosses_hold(group: list[Layer], barriers: set[int]) -> bool:
-    """True when merging ``group`` would join layers on both sides of a hold's seq."""
-    return any(_held_apart(a, b, barriers) for a, b in zip(group, group[1:]))
-
-
-def _apply_seal(t: Trace, written: dict, new_upper: Frontier) -> Trace:
-    layers = list(t.layers) + list(written["layers"])
-    pending = list(t.pending)
-    if written.get("pending"):
-        gone, keep = written["pending"]
-        pending = [l for l in pending if l.id not in gone] + list(keep)
-    next_seq = t.next_seq + (1 if written["seal"] else 0)
-    return t.with_(layers=layers, pending=pending, upper=new_upper, next_seq=next_seq)
-
-
-def plan_merges(t: Trace, full: bool) -> list[list[Layer]]:
-    """Groups of adjacent layers to merge (each group becomes one layer)."""
-    barriers = _hold_seqs(t)
-    segments: list[list[Layer]] = [[]]
-    for l in t.layers:
-        if segments[-1] and _held_apart(segments[-1][-1], l, barriers):
-            segments.append([])
-        segments[-1].append(l)
-    groups: list[list[Layer]] = []
-    for seg in segments:
-        if not seg:
-            continue
-        if full:
-            if len(seg) > 1 or seg[0].since != t.effective_since():
-                groups.append(seg)
-            continue
-        # a stack of groups whose sizes decrease by more than 2x from left to right
-        stack: list[list[Layer]] = []
-        for l in seg:
-            stack.append([l])
-            while len(stack) >= 2 and _rows(stack[-2]) <= 2 * _rows(stack[-1]):
-                top = stack.pop()
-                stack[-1] = stack[-1] + top
-        groups.extend(g for g in stack if len(g) > 1)
-    return groups
-
-
-def _rows(group: list[Layer]) -> int:
-    return sum(l.rows for l in group)
+    def add(self, trace: str, layer: Layer | None) -> Layer | None:
+        """Register ``layer`` (None: nothing written) as written for ``trace``; returns it."""
+        if layer is not None:
+            self.by_trace.setdefault(trace, []).append(layer)
+        return layer

@@ -17,8 +17,6 @@ from __future__ import annotations
 import ast
 import os
 
-import pytest
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLOORS = {"ddcli": 2, "ops": 1, "storage": 0}  # a higher floor may import a lower one
 MAX_MODULES = 15
@@ -117,7 +115,6 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-@pytest.mark.xfail(strict=True, reason="not yet: the modules are split in the commits after the layout")
 def test_no_import_circle():
     found = circles(import_graph())
     assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
@@ -129,7 +126,6 @@ def upward(graph: dict[str, set[str]]) -> list[str]:
             if FLOORS[t.split(".")[0]] > FLOORS[m.split(".")[0]]]
 
 
-@pytest.mark.xfail(strict=True, reason="not yet: the modules are split in the commits after the layout")
 def test_no_import_points_up():
     up = upward(import_graph())
     assert not up, "imports pointing up (ddcli -> ops -> storage):\n" + "\n".join(up)
@@ -145,7 +141,6 @@ def test_no_folder_over_15_modules():
     assert not big, f"folders of more than {MAX_MODULES} modules: {big}"
 
 
-@pytest.mark.xfail(strict=True, reason="not yet: the modules are split in the commits after the layout")
 def test_no_function_over_120_lines():
     long = []
     for top in (*FLOORS, "tests"):

@@ -1,4 +1,4 @@
-"""``ddcli bench reach --loop-paths``: the two ways a loop runs, side by side (issue 14).
+"""``ddcli bench reach --loop-paths``: the two ways a loop runs, side by side.
 
 For reach (pairs), bfs and cc (over the same edges) on the roadmap's sliding window (``roots`` roots, ``nodes``
 nodes, ``edges`` edges; each update removes the oldest edge or adds a new one, at its own
@@ -16,10 +16,9 @@ import time as _time
 
 import pyarrow as pa
 
-from ddcli.bench.reach import SlidingGraph, _write_parquet
+from ddcli.bench.common import OUTPUTS, SAMPLES, write_parquet
+from ddcli.bench.reach import SlidingGraph
 
-SAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "sample_data", "pipelines")
-OUTPUTS = {"reach": "reach", "bfs": "distances", "cc": "labels"}
 PATHWAY_SAMPLES = ("reach", "bfs", "cc")  # the queries ddcli/bench/pathway.py replays
 
 
@@ -34,8 +33,8 @@ def _one(sample: str, path: str, *, nodes: int, edges: int, roots: int, batch: i
     st = Store(os.path.join(work, "store"))
     g = SlidingGraph(nodes, edges, 7)
     initial = g.initial()
-    st.ingest("edges", [_write_parquet(initial, os.path.join(work, "edges_0.parquet"))])
-    st.ingest("roots", [_write_parquet(pa.table({"node": list(range(roots)), "time": [0] * roots,
+    st.ingest("edges", [write_parquet(initial, os.path.join(work, "edges_0.parquet"))])
+    st.ingest("roots", [write_parquet(pa.table({"node": list(range(roots)), "time": [0] * roots,
                                                  "diff": [1] * roots}), os.path.join(work, "roots.parquet"))],
               upper="{}")
     pipe = os.path.join(SAMPLES, sample + ".py")
@@ -46,7 +45,7 @@ def _one(sample: str, path: str, *, nodes: int, edges: int, roots: int, batch: i
     rows, stream = {}, {"initial": initial}
     for i, n in ((1, warmup), (2, batch)):
         stream[i] = g.step(n)
-        st.ingest("edges", [_write_parquet(stream[i], os.path.join(work, f"edges_{i}.parquet"))])
+        st.ingest("edges", [write_parquet(stream[i], os.path.join(work, f"edges_{i}.parquet"))])
         t0 = _time.perf_counter()
         res = run_pipeline(st, pipe)
         rows[i] = (_time.perf_counter() - t0, res.spark_jobs)

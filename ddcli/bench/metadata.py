@@ -1,4 +1,4 @@
-"""The metadata part of ``ddcli bench storage``: does the log stay small (issue 16)?
+"""The metadata part of ``ddcli bench storage``: does the log stay small?
 
 ``ingests`` one-row ingests into a fresh store, through the Store API (a subprocess per
 ingest would measure Python start-up, not the log). Reports, after 10^2 ingests and after

@@ -1,4 +1,4 @@
-"""The reach, bfs and cc streams replayed by Pathway (``ddcli bench reach --loop-paths``, issue 14).
+"""The reach, bfs and cc streams replayed by Pathway (``ddcli bench reach --loop-paths``).
 
 The same sliding-window stream as ``ddcli/bench/loops.py`` (the initial edges at time 0,
 then every update at its own time), fed to Pathway as one static stream and computed by
@@ -25,7 +25,6 @@ import os
 import time as _time
 
 import pyarrow as pa
-
 
 #: the data columns of each replayed query's output, as ddcli's output trace names them
 DATA = {"reach": ["root", "node"], "bfs": ["root", "node", "dist"], "cc": ["node", "label"]}

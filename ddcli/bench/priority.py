@@ -1,4 +1,4 @@
-"""Prioritized fixed points (issue 17): the same loops with and without priority.
+"""Prioritized fixed points: the same loops with and without priority.
 
 Connected components (``cc_prioritized.py`` against its plain version) and weighted
 shortest paths (``sssp.py`` against its plain version) over one random graph of ``nodes``
@@ -8,7 +8,7 @@ edge leaves, a random new one arrives, each move at its own time). For every run
 variant: the run time, the rounds of the loop and the updates it processed (entered
 records and fed-back changes, summed over rounds), from ``run_pipeline(loop_stats=…)``.
 
-    python -m ddcli.bench.priority --nodes 10000 --edges 20000 --out priority.json
+    ddcli bench priority --nodes 10000 --edges 20000 --out priority.json
 
 Each variant is its own pipeline over the same input traces, run one after another in one
 process (so Spark is warm for all but the first). Figures from one machine compare like
@@ -17,14 +17,13 @@ with like; the machine's load moves the run times, not the rounds or the updates
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import tempfile
 import time as _time
 
-SAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "sample_data", "pipelines")
+from ddcli.bench.common import SAMPLES
 
 VARIANT = '''
 import importlib.util
@@ -56,7 +55,9 @@ def _ingest(store, work: str, name: str, table, upper: int, key: str) -> None:
 
 def bench_priority(nodes: int = 10_000, edges: int = 20_000, roots: int = 1, updates: int = 1_000,
                    runs: int = 1, max_weight: int = 10, seed: int = 17, variants: list[str] | None = None,
-                   log=print) -> dict:
+                   log=lambda msg: None) -> dict:
+    """The figures of every run of every variant (see the module docstring); ``log``
+    receives each as a JSON line when it is measured."""
     import numpy as np
     import pyarrow as pa
 
@@ -111,24 +112,3 @@ def bench_priority(nodes: int = 10_000, edges: int = 20_000, roots: int = 1, upd
         return {"nodes": nodes, "edges": edges, "roots": roots, "max_weight": max_weight, "figures": figures}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--nodes", type=int, default=10_000)
-    ap.add_argument("--edges", type=int, default=20_000)
-    ap.add_argument("--roots", type=int, default=1)
-    ap.add_argument("--updates", type=int, default=1_000)
-    ap.add_argument("--runs", type=int, default=1)
-    ap.add_argument("--max-weight", type=int, default=10)
-    ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--out")
-    a = ap.parse_args(argv)
-    res = bench_priority(a.nodes, a.edges, a.roots, a.updates, a.runs, a.max_weight, variants=a.variants.split(","))
-    if a.out:
-        with open(a.out, "w") as fh:
-            json.dump(res, fh, indent=1)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""``ddcli bench reduce`` (issue 13): reduce on a wide table, hot keys against uniform keys.
+"""``ddcli bench reduce``: reduce on a wide table, hot keys against uniform keys.
 
 One process, one machine, side by side:
 

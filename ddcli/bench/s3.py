@@ -30,12 +30,13 @@ def store_locations(s3: bool, work: str) -> Iterator[Callable[[str], str]]:
     try:
         from moto.server import ThreadedMotoServer
     except ImportError:
-        from storage.state.trace import StoreError
+        from storage.errors import StoreError
         raise StoreError("--s3 needs the moto[server] package (pip install 'moto[server]')") from None
+    import logging
+
     import boto3
 
-    from storage.blobs import base as blob
-    import logging
+    from storage.blobs.resolve import forget_clients
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -43,7 +44,7 @@ def store_locations(s3: bool, work: str) -> Iterator[Callable[[str], str]]:
     saved = {k: os.environ.get(k) for k in _ENV}
     os.environ.update(AWS_ENDPOINT_URL=f"http://{host}:{port}", AWS_ACCESS_KEY_ID="bench",
                       AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1", AWS_REGION="us-east-1")
-    blob._cache.clear()
+    forget_clients()
     try:
         boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"]).create_bucket(Bucket=BUCKET)
         run = uuid.uuid4().hex[:8]
@@ -54,7 +55,7 @@ def store_locations(s3: bool, work: str) -> Iterator[Callable[[str], str]]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        blob._cache.clear()
+        forget_clients()
         server.stop()
 
 

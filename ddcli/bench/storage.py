@@ -1,6 +1,6 @@
 """``ddcli bench storage``: ingest, merge and query figures of the trace store.
 
-The benchmark of issue 2, with every size a parameter (a test runs it tiny):
+The benchmark, with every size a parameter (a test runs it tiny):
 
 1. generate Parquet update files in a work directory: ``updates`` updates over ``keys``
    keys (columns ``key``, ``val``, ``time``, ``diff``; d = 1, times 0..99, diffs +1 and
@@ -21,30 +21,20 @@ The benchmark of issue 2, with every size a parameter (a test runs it tiny):
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import platform
 import shutil
 import statistics
-import sys
 import tempfile
 import time as _time
 from typing import Callable
 
+from ddcli.bench.common import dir_bytes, require_matplotlib
 from ddcli.bench.s3 import requests_per_commit, store_locations
 
 BIG_TIMES = 100       # distinct times of the big ingest
 PART_ROWS = 1_000_000  # rows per generated Parquet file of the big ingest
 TRACE = "bench"
-
-
-def console_log() -> Callable[[str], None] | None:
-    """Phase messages on stderr, only when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        return None
-    from rich.console import Console
-    con = Console(stderr=True)
-    return lambda msg: con.log(msg)
 
 
 def _gen(rng, n: int, keys: int, t0: int, t1: int):
@@ -73,20 +63,9 @@ def _timed(fn, repeat: int, first: list | None = None) -> tuple[float, object]:
 def _forget_checked_layers(store, trace) -> None:
     """Forget that this process checked (and, on an object store, fetched) the layers."""
     from storage import integrity
-    integrity._verified.clear()
+    integrity.forget_verified()
     for p in store.layer_paths(trace):
         store.blobs.forget_copy(p)
-
-
-def _dir_bytes(path: str) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.path.getsize(os.path.join(root, f))
-            except OSError:
-                pass
-    return total
 
 
 def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ingests: int = 1000,
@@ -97,10 +76,7 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
     import duckdb
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from storage.layer import ROW_GROUP_ROWS, consolidate
-    from storage.sql.query import as_of, quote
     from storage.store import Store
 
     say = log or (lambda msg: None)
@@ -115,91 +91,15 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
         if os.path.exists(store_dir):
             shutil.rmtree(store_dir)
         os.makedirs(gen_dir, exist_ok=True)
-
-        # ---- generate
         say(f"generating {updates:,} + {small_ingests:,} x {small_size:,} updates in {gen_dir}")
-        big_paths = []
-        left, part = updates, 0
-        while left > 0:
-            n = min(left, PART_ROWS)
-            p = os.path.join(gen_dir, f"big_{part:04d}.parquet")
-            pq.write_table(_gen(rng, n, keys, 0, BIG_TIMES), p)
-            big_paths.append(p)
-            left -= n
-            part += 1
-        small_paths = []
-        for i in range(small_ingests):
-            p = os.path.join(gen_dir, f"small_{i:05d}.parquet")
-            pq.write_table(_gen(rng, small_size, keys, BIG_TIMES + i, BIG_TIMES + i + 1), p)
-            small_paths.append(p)
-
+        big_paths, small_paths = _generate(rng, gen_dir, updates, keys, small_ingests, small_size)
         store = Store(store_dir)
-
-        # ---- phase 1: one big ingest
-        say(f"ingesting {updates:,} updates from {len(big_paths)} Parquet file(s)")
-        t0 = _time.perf_counter()
-        store.ingest(TRACE, big_paths, key=["key"])
-        big_s = _time.perf_counter() - t0
-        layers_after_big = len(store.trace(TRACE).layers)
-        commits = {"versions_few": store.state().version, "requests_few": requests_per_commit(store)}
-
-        # ---- phase 2: many small ingests
-        say(f"{small_ingests:,} ingests of {small_size:,} updates")
-        latencies, layer_counts = [], []
-        for p in small_paths:
-            t0 = _time.perf_counter()
-            store.ingest(TRACE, [p])
-            latencies.append(_time.perf_counter() - t0)
-            t = store.trace(TRACE)  # outside the timed part
-            layer_counts.append(len(t.layers) + len(t.pending))
-        small_s = sum(latencies)
-        commits.update(versions_many=store.state().version, requests_many=requests_per_commit(store))
+        ingests = _ingests(store, big_paths, small_paths, updates, small_size, say)
+        commits = ingests.pop("commits")
         tr = store.trace(TRACE)
-        layers = len(tr.layers) + len(tr.pending)
-
-        # ---- sizes: the store against one consolidated Parquet file
         say("writing one consolidated Parquet file of the same updates")
-        cons_path = os.path.join(root, "consolidated.parquet")
-        everything = store.read_updates(tr)
-        cons = consolidate(everything, tr.data_columns, tr.key, tr.d)
-        pq.write_table(cons, cons_path, row_group_size=ROW_GROUP_ROWS, compression="zstd")
-        cons_bytes = os.path.getsize(cons_path)
-        cons_rows = cons.num_rows
-        del everything, cons
-
-        # ---- queries: storage.sql.query.as_of against DuckDB over the consolidated file
-        upper = tr.upper.elements[0][0]
-        t_mid = BIG_TIMES // 2 - 1 if updates else upper // 2
-        t_latest = upper - 1
-        probe_key = int(keys // 2)
-        cols = ", ".join(quote(c) for c in tr.data_columns)
-        con = duckdb.connect()
-        src = "read_parquet('" + cons_path.replace("'", "''") + "')"
-
-        def direct(cond: str):
-            q = (f"SELECT {cols}, CAST(SUM(diff) AS BIGINT) AS count FROM {src} WHERE {cond} "
-                 f"GROUP BY {cols} HAVING SUM(diff) <> 0 ORDER BY {cols}")
-            return lambda: con.sql(q).to_arrow_table()
-
-        cases = {
-            "mid": (t_mid, None, f"time <= {t_mid}"),
-            "latest": (t_latest, None, f"time <= {t_latest}"),
-            "point": (t_latest, f"key = {probe_key}", f"time <= {t_latest} AND key = {probe_key}"),
-        }
-        queries = {}
-        for name, (t, where, cond) in cases.items():
-            say(f"query --as-of {t}" + (f" --where '{where}'" if where else "") + f" ({repeat} runs each)")
-            cold: list[float] = []
-            _forget_checked_layers(store, tr)  # the first run reads as a new process would
-            ours_s, ours = _timed(lambda: as_of(store, TRACE, t, where), repeat, cold)
-            base_s, base = _timed(direct(cond), repeat)
-            same = ours.num_rows == base.num_rows and \
-                ours.column("count").to_pylist() == base.column("count").to_pylist()
-            queries[name] = {"as_of": t, "where": where, "rows": ours.num_rows, "store_s": ours_s,
-                             "first_s": cold[0],
-                             "duckdb_consolidated_s": base_s, "ratio": ours_s / base_s if base_s else None,
-                             "same_answer": bool(same)}
-        total_small = small_ingests * small_size
+        cons_path, cons_bytes, cons_rows = _consolidated_file(store, tr, root)
+        queries = _queries(store, tr, cons_path, updates, keys, repeat, say)
         metadata = None
         if meta_ingests:
             from ddcli.bench.metadata import bench_metadata
@@ -209,18 +109,9 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
             "params": {"updates": updates, "keys": keys, "small_ingests": small_ingests,
                        "small_size": small_size, "repeat": repeat, "big_times": BIG_TIMES,
                        "big_files": len(big_paths), "seed": seed},
-            "big_ingest": {"updates": updates, "seconds": big_s,
-                           "updates_per_s": updates / big_s if big_s else None,
-                           "layers": layers_after_big},
-            "small_ingests": {"ingests": small_ingests, "updates": total_small, "seconds": small_s,
-                              "updates_per_s": total_small / small_s if small_s else None,
-                              "ingests_per_s": small_ingests / small_s if small_s else None,
-                              "latency_s": _percentiles(latencies),
-                              "latencies_s": latencies},
-            "layers": {"after_small_ingests": layers, "after_each_ingest": layer_counts,
-                       "log2_ingests": float(np.log2(max(small_ingests + 1, 2)))},
+            **ingests,
             "store": {"location": store.path, "where": store.blobs.where(), "commits": commits},
-            "bytes": {"trace_layers": tr.bytes(), "store_dir": _dir_bytes(store_dir) if os.path.isdir(store_dir) else None,
+            "bytes": {"trace_layers": tr.bytes(), "store_dir": dir_bytes(store_dir) if os.path.isdir(store_dir) else None,
                       "consolidated": cons_bytes,
                       "ratio": tr.bytes() / cons_bytes if cons_bytes else None},
             "rows": {"trace": tr.rows(), "consolidated": cons_rows},
@@ -236,22 +127,121 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
             shutil.rmtree(root, ignore_errors=True)
 
 
+def _generate(rng, gen_dir: str, updates: int, keys: int, small_ingests: int, small_size: int) -> tuple[list, list]:
+    """The Parquet files of the big ingest (``PART_ROWS`` rows each) and of the small ones."""
+    import pyarrow.parquet as pq
+    big_paths = []
+    left, part = updates, 0
+    while left > 0:
+        n = min(left, PART_ROWS)
+        p = os.path.join(gen_dir, f"big_{part:04d}.parquet")
+        pq.write_table(_gen(rng, n, keys, 0, BIG_TIMES), p)
+        big_paths.append(p)
+        left -= n
+        part += 1
+    small_paths = []
+    for i in range(small_ingests):
+        p = os.path.join(gen_dir, f"small_{i:05d}.parquet")
+        pq.write_table(_gen(rng, small_size, keys, BIG_TIMES + i, BIG_TIMES + i + 1), p)
+        small_paths.append(p)
+    return big_paths, small_paths
+
+
+def _ingests(store, big_paths: list[str], small_paths: list[str], updates: int, small_size: int, say) -> dict:
+    """Phase 1, one big ingest; phase 2, many small ones: their figures."""
+    import numpy as np
+    say(f"ingesting {updates:,} updates from {len(big_paths)} Parquet file(s)")
+    t0 = _time.perf_counter()
+    store.ingest(TRACE, big_paths, key=["key"])
+    big_s = _time.perf_counter() - t0
+    layers_after_big = len(store.trace(TRACE).layers)
+    commits = {"versions_few": store.state().version, "requests_few": requests_per_commit(store)}
+    small_ingests = len(small_paths)
+    say(f"{small_ingests:,} ingests of {small_size:,} updates")
+    latencies, layer_counts = [], []
+    for p in small_paths:
+        t0 = _time.perf_counter()
+        store.ingest(TRACE, [p])
+        latencies.append(_time.perf_counter() - t0)
+        t = store.trace(TRACE)  # outside the timed part
+        layer_counts.append(len(t.layers) + len(t.pending))
+    small_s = sum(latencies)
+    commits.update(versions_many=store.state().version, requests_many=requests_per_commit(store))
+    tr = store.trace(TRACE)
+    total_small = small_ingests * small_size
+    return {
+        "big_ingest": {"updates": updates, "seconds": big_s, "updates_per_s": updates / big_s if big_s else None,
+                       "layers": layers_after_big},
+        "small_ingests": {"ingests": small_ingests, "updates": total_small, "seconds": small_s,
+                          "updates_per_s": total_small / small_s if small_s else None,
+                          "ingests_per_s": small_ingests / small_s if small_s else None,
+                          "latency_s": _percentiles(latencies),
+                          "latencies_s": latencies},
+        "layers": {"after_small_ingests": len(tr.layers) + len(tr.pending), "after_each_ingest": layer_counts,
+                   "log2_ingests": float(np.log2(max(small_ingests + 1, 2)))},
+        "commits": commits,
+    }
+
+
+def _consolidated_file(store, tr, root: str) -> tuple[str, int, int]:
+    """The trace's updates in one fully consolidated Parquet file written like a layer:
+    its path, bytes and rows."""
+    import pyarrow.parquet as pq
+
+    from storage.layer import ROW_GROUP_ROWS, consolidate
+    cons_path = os.path.join(root, "consolidated.parquet")
+    cons = consolidate(store.read_updates(tr), tr.data_columns, tr.key, tr.d)
+    pq.write_table(cons, cons_path, row_group_size=ROW_GROUP_ROWS, compression="zstd")
+    return cons_path, os.path.getsize(cons_path), cons.num_rows
+
+
+def _queries(store, tr, cons_path: str, updates: int, keys: int, repeat: int, say) -> dict:
+    """``as_of`` at the median time, at the latest time and for one key, against DuckDB
+    over the consolidated file."""
+    import duckdb
+
+    from storage.sql.duck import quote
+    from storage.sql.query import as_of
+    upper = tr.upper.elements[0][0]
+    t_mid = BIG_TIMES // 2 - 1 if updates else upper // 2
+    t_latest = upper - 1
+    probe_key = int(keys // 2)
+    cols = ", ".join(quote(c) for c in tr.data_columns)
+    con = duckdb.connect()
+    src = "read_parquet('" + cons_path.replace("'", "''") + "')"
+
+    def direct(cond: str):
+        q = (f"SELECT {cols}, CAST(SUM(diff) AS BIGINT) AS count FROM {src} WHERE {cond} "
+             f"GROUP BY {cols} HAVING SUM(diff) <> 0 ORDER BY {cols}")
+        return lambda: con.sql(q).to_arrow_table()
+
+    cases = {
+        "mid": (t_mid, None, f"time <= {t_mid}"),
+        "latest": (t_latest, None, f"time <= {t_latest}"),
+        "point": (t_latest, f"key = {probe_key}", f"time <= {t_latest} AND key = {probe_key}"),
+    }
+    queries = {}
+    for name, (t, where, cond) in cases.items():
+        say(f"query --as-of {t}" + (f" --where '{where}'" if where else "") + f" ({repeat} runs each)")
+        cold: list[float] = []
+        _forget_checked_layers(store, tr)  # the first run reads as a new process would
+        ours_s, ours = _timed(lambda: as_of(store, TRACE, t, where), repeat, cold)
+        base_s, base = _timed(direct(cond), repeat)
+        same = ours.num_rows == base.num_rows and \
+            ours.column("count").to_pylist() == base.column("count").to_pylist()
+        queries[name] = {"as_of": t, "where": where, "rows": ours.num_rows, "store_s": ours_s,
+                         "first_s": cold[0],
+                         "duckdb_consolidated_s": base_s, "ratio": ours_s / base_s if base_s else None,
+                         "same_answer": bool(same)}
+    return queries
+
+
 def _percentiles(xs: list[float]) -> dict:
     if not xs:
         return {}
     import numpy as np
     a = np.asarray(xs)
     return {f"p{q}": float(np.percentile(a, q)) for q in (50, 90, 99)} | {"max": float(a.max())}
-
-
-def require_matplotlib():
-    """matplotlib, or a user error saying how to install it (checked before any work)."""
-    try:
-        import matplotlib
-    except ImportError:
-        from ddcli.render import RenderError
-        raise RenderError("--plot needs matplotlib: pip install 'ddcli[bench]'") from None
-    return matplotlib
 
 
 def write_plot(result: dict, path: str) -> None:
@@ -291,12 +281,6 @@ def write_plot(result: dict, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def write_json(result: dict, path: str) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(result, fh, indent=2)
-        fh.write("\n")
 
 
 def _fmt_s(s) -> str:

@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 import typer
 
 from ddcli import render
-from ddcli.cli import (DEFAULT_STORE, EXIT_CODES_HELP, EXIT_CORRUPT, FormatOpt, JsonOpt, OutputOpt,
-                       StoreOpt, _plural, _store, app)
+from ddcli.app import EXIT_CODES_HELP, EXIT_CORRUPT, app
+from ddcli.options import DEFAULT_STORE, FormatOpt, JsonOpt, OutputOpt, StoreOpt, plural, store_at
 
 
 @app.command(epilog=EXIT_CODES_HELP)
@@ -34,17 +34,18 @@ def check(
     """
     out = render.choose_format(fmt, json_, output)
     import pyarrow as pa
+
     from storage.integrity import check_store
-    st = _store(store)
+    st = store_at(store)
     res = check_store(st, trace)
     problems = res["problems"]
     scope = f"trace {trace!r}" if trace else f"store {st.path}"
-    checked = f"{_plural(res['files'], 'layer file')} of {_plural(res['traces'], 'trace')} ({res['bytes']:,} bytes)"
+    checked = f"{plural(res['files'], 'layer file')} of {plural(res['traces'], 'trace')} ({res['bytes']:,} bytes)"
     if not problems:
         record = {"command": "check", "ok": True, **{k: res[k] for k in ("traces", "files", "bytes")}}
         render.report(record, f"{scope}: {checked} checked, no damage found", out, output)
         return
     schema = pa.schema([("trace", pa.string()), ("file", pa.string()), ("problem", pa.string())])
     render.table(pa.Table.from_pylist(problems, schema=schema), out, output, title=f"damage in {scope}")
-    render.error(f"{scope} is damaged: {_plural(len(problems), 'problem')} in {checked}")
+    render.error(f"{scope} is damaged: {plural(len(problems), 'problem')} in {checked}")
     raise typer.Exit(EXIT_CORRUPT)

@@ -8,6 +8,9 @@ Importing ``ops.dataflow.builder`` does not import pyspark (declaring a pipeline
 from __future__ import annotations
 
 import inspect
+import sys
+
+from ddcli.app import EXIT_CODES_HELP, help_app
 
 # (heading, class, how a call is written)
 SECTIONS = [("The builder p", "Pipeline", "p"), ("Operators of a collection c", "Collection", "c")]
@@ -70,3 +73,14 @@ def render_text() -> str:
             lines += [("    " + ln).rstrip() for ln in (doc or "(no description)").splitlines()]
             lines.append("")
     return "\n".join(lines)
+
+
+@help_app.command("operators", epilog=EXIT_CODES_HELP)
+def help_operators() -> None:
+    """Every pipeline operator with its arguments, from the docstrings of ops/dataflow/builder.py.
+
+    Example:
+
+        ddcli help operators | less
+    """
+    sys.stdout.write(render_text() + "\n")

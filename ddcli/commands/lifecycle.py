@@ -11,7 +11,8 @@ from typing import Annotated
 import typer
 
 from ddcli import render
-from ddcli.cli import (DEFAULT_STORE, EXIT_CODES_HELP, FormatOpt, JsonOpt, OutputOpt, StoreOpt, _store, app)
+from ddcli.app import EXIT_CODES_HELP, app
+from ddcli.options import DEFAULT_STORE, FormatOpt, JsonOpt, OutputOpt, StoreOpt, store_at
 
 PIPELINE_COLUMNS = [("pipeline", "string"), ("file", "string"), ("file_hash", "string"), ("runs", "int64"),
                     ("frontier", "string"), ("inputs", "string"), ("holds", "string"), ("outputs", "string"),
@@ -41,7 +42,7 @@ def pipelines_(
     import pyarrow as pa
 
     from storage.writes.lifecycle import pipeline_rows
-    st = _store(store)
+    st = store_at(store)
     schema = pa.schema([(n, pa.type_for_alias(t)) for n, t in PIPELINE_COLUMNS])
     render.table(pa.Table.from_pylist(pipeline_rows(st.state()), schema=schema), out, output,
                  title=f"pipelines in {st.path}")
@@ -72,7 +73,7 @@ def drop(
     """
     out = render.choose_format(fmt, json_, output)
     from storage.writes.lifecycle import drop_pipeline
-    res = drop_pipeline(_store(store), pipeline, keep_outputs=keep_outputs)
+    res = drop_pipeline(store_at(store), pipeline, keep_outputs=keep_outputs)
     gone = res["removed_outputs"] + res["removed_state"]
     msg = (f"pipeline {pipeline!r} dropped: released its holds on {', '.join(res['released_holds']) or 'nothing'}; "
            f"removed {', '.join(gone) or 'nothing'}"

@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 import typer
 
 from ddcli import render
-from ddcli.cli import (DEFAULT_STORE, EXIT_CODES_HELP, FormatOpt, JsonOpt, OutputOpt, StoreOpt, WhereOpt,
-                       _store, app)
+from ddcli.app import EXIT_CODES_HELP, app
+from ddcli.options import DEFAULT_STORE, FormatOpt, JsonOpt, OutputOpt, StoreOpt, WhereOpt, store_at
 
 # ---------------------------------------------------------------- reading
 
@@ -47,10 +47,10 @@ def query(
     from storage.lattice import format_time, parse_time
     from storage.sql.query import as_of as as_of_
     from storage.sql.query import default_time
-    st = _store(store)
+    st = store_at(store)
     if as_of is not None:
+        from storage.errors import StoreError
         from storage.state.complete import incomplete
-        from storage.state.trace import StoreError
         tr = st.trace(trace)
         why = incomplete(tr, parse_time(as_of, tr.d))
         if why and strict:
@@ -85,7 +85,7 @@ def history(
     """
     out = render.choose_format(fmt, json_, output)
     from storage.sql.query import history as history_
-    tbl = history_(_store(store), trace, where)
+    tbl = history_(store_at(store), trace, where)
     render.table(tbl, out, output, title=f"{trace} history")
 
 
@@ -111,7 +111,7 @@ def sql(
     """
     out = render.choose_format(fmt, json_, output)
     from storage.sql.query import sql as sql_
-    tbl = sql_(_store(store), query_text)
+    tbl = sql_(store_at(store), query_text)
     render.table(tbl, out, output)
 
 
@@ -148,12 +148,14 @@ def status(
         ddcli status --lag --format csv
     """
     out = render.choose_format(fmt, json_, output)
+    from ddcli.status_rows import pipelines_table, short_columns
     from storage.sql.query import status as status_
-    st = _store(store)
+    from storage.state.lag import lag_table
+    st = store_at(store)
     state = st.state()
-    traces, pipes = status_(st, trace, internal=all_)
+    traces = status_(st, trace, internal=all_)
+    pipes = pipelines_table(state.pipelines if trace is None else {})
     if out == "table":  # a wide schema on one line; --json keeps every column
-        from ddcli.status_rows import short_columns
         i = traces.schema.get_field_index("columns")
         traces = traces.set_column(i, "columns", [[short_columns(c) for c in traces.column(i).to_pylist()]])
     lags = lag_table(state, trace)
@@ -167,63 +169,3 @@ def status(
     if out == "table" and output is None:  # where the store lives, e.g. an object store's endpoint
         render.report({}, f"store: {st.path} ({st.blobs.where()})", out)
     render.tables(parts, out, output)
-
-
-LAG_COLUMNS = [("pipeline", "string"), ("input", "string"), ("behind", "bool"), ("consumed", "string"),
-               ("upper", "string"), ("layers", "int64"), ("updates", "int64"), ("pending", "int64"),
-               ("consumed_seq", "int64"), ("input_seq", "int64"), ("frontier", "string"),
-               ("holds_back", "bool"), ("behind_by", "int64")]
-
-
-def lag_rows(state, trace: str | None = None) -> list[dict]:
-    """How far each pipeline is behind each of its inputs, from one store state.
-
-    For every pipeline that has run and every input it reads: ``consumed`` is the input's
-    upper when the pipeline last ran, ``upper`` the input's upper now; ``layers`` and
-    ``updates`` are what the next run would read (the input's layers sealed after the
-    position the pipeline holds it at), ``pending`` the updates ingested beyond the upper
-    (a run cannot read them until ``advance --upper`` seals them); ``consumed_seq`` and
-    ``input_seq`` are the positions in the input's sequence of seals. ``frontier`` is
-    the pipeline's own frontier: its outputs are complete up to it. ``holds_back`` is true
-    for an input whose upper is behind another input's (the pipeline waits for it; a
-    dimension table that is complete for good is sealed with ``advance --seal``), and
-    ``behind_by`` says by how much (one-dimensional times).
-    """
-    from storage.lattice import Frontier, format_frontier
-    from storage.state.seal import hold_back
-    rows = []
-    for name, rec in sorted(state.pipelines.items()):
-        if not isinstance(rec, dict):
-            continue
-        d = rec.get("d", 1)
-        frontier = format_frontier(Frontier.from_json(rec["frontier"], d)) if "frontier" in rec else None
-        waits = hold_back({inp: state.traces[inp].upper for inp in (rec.get("inputs") or {})
-                           if inp in state.traces})
-        for inp, pos in sorted((rec.get("inputs") or {}).items()):
-            if trace is not None and trace not in (inp, name):
-                continue
-            t = state.traces.get(inp)
-            if t is None:
-                continue
-            hold = t.holds.get(name)
-            seq = hold.seq if hold is not None else int(pos.get("seq", 0))
-            new = [l for l in t.layers if l.seq_lo >= seq]
-            consumed = Frontier.from_json(pos["upper"], t.d) if "upper" in pos else None
-            rows.append({
-                "pipeline": name, "input": inp,
-                "behind": bool(new) or (consumed is not None and consumed != t.upper),
-                "consumed": format_frontier(consumed) if consumed is not None else None,
-                "upper": format_frontier(t.upper),
-                "layers": len(new), "updates": sum(l.rows for l in new),
-                "pending": sum(l.rows for l in t.pending),
-                "consumed_seq": seq, "input_seq": t.next_seq, "frontier": frontier,
-                "holds_back": waits[inp][0], "behind_by": waits[inp][1],
-            })
-    return rows
-
-
-def lag_table(state, trace: str | None = None):
-    """:func:`lag_rows` as an Arrow table (an empty one has the same columns)."""
-    import pyarrow as pa
-    schema = pa.schema([(n, pa.type_for_alias(t)) for n, t in LAG_COLUMNS])
-    return pa.Table.from_pylist(lag_rows(state, trace), schema=schema)

@@ -11,8 +11,9 @@ from typing import Annotated, Optional
 import typer
 
 from ddcli import render
-from ddcli.cli import (DEFAULT_STORE, EXIT_CODES_HELP, FormatOpt, InputFormat, JsonOpt, OutputOpt, StoreOpt,
-                       StrictNoopOpt, _done, _plural, _store, app)
+from ddcli.app import EXIT_CODES_HELP, app
+from ddcli.options import (DEFAULT_STORE, FormatOpt, InputFormat, JsonOpt, OutputOpt, StoreOpt, StrictNoopOpt, finish,
+                           plural, store_at)
 
 # ---------------------------------------------------------------- ingest
 
@@ -70,7 +71,7 @@ def ingest(
     """
     out = render.choose_format(fmt, json_, output)
     from storage.lattice import format_frontier, parse_time
-    st = _store(store)
+    st = store_at(store)
     t = parse_time(time) if time is not None else None
     keys = [k.strip() for k in key.split(",") if k.strip()] if key is not None else None
     from storage.writes.retractions import checker
@@ -103,18 +104,18 @@ def ingest(
                f"({', '.join(res.skipped)}); re-ingesting a file is a no-op")
     else:
         msg = (f"{'created trace' if res.created else 'trace'} {trace!r}: ingested "
-               f"{_plural(res.rows, 'update')} from {_plural(len(res.files), 'file')}; "
+               f"{plural(res.rows, 'update')} from {plural(len(res.files), 'file')}; "
                f"upper is {format_frontier(tr.upper)}")
         if by_key is not None:
-            msg += (f" ({_plural(by_key[1].rows, 'row')} {'upserted' if upsert else 'deleted'} by key, "
-                    f"{_plural(by_key[1].retracted, 'live row')} retracted)")
+            msg += (f" ({plural(by_key[1].rows, 'row')} {'upserted' if upsert else 'deleted'} by key, "
+                    f"{plural(by_key[1].retracted, 'live row')} retracted)")
         if res.skipped:
             msg += f" (skipped, already ingested: {', '.join(res.skipped)})"
         if pending:
-            msg += (f"; {_plural(pending, 'update')} beyond the upper wait to be sealed "
+            msg += (f"; {plural(pending, 'update')} beyond the upper wait to be sealed "
                     f"(ddcli advance {trace} --upper F)")
     render.report(record, msg, out, output)
-    _done(noop, strict_noop)
+    finish(noop, strict_noop)
 
 
 def _by_key_step(st, upsert: str | None, delete: str | None):
@@ -170,7 +171,7 @@ def advance(
     """
     out = render.choose_format(fmt, json_, output)
     from storage.lattice import format_frontier
-    st = _store(store)
+    st = store_at(store)
     before = st.trace(trace)
     if seal:
         from storage.state.seal import sealed_frontier
@@ -194,9 +195,9 @@ def advance(
         if after.since != before.since:
             moves.append(f"since {format_frontier(before.since)} -> {format_frontier(after.since)}")
         msg = (f"trace {trace!r}: {', '.join(moves)}; "
-               f"{_plural(len(after.layers), 'layer')}, {_plural(after.rows(), 'update')}")
+               f"{plural(len(after.layers), 'layer')}, {plural(after.rows(), 'update')}")
     render.report(record, msg, out, output)
-    _done(noop, strict_noop)
+    finish(noop, strict_noop)
 
 
 # ---------------------------------------------------------------- compact
@@ -224,17 +225,17 @@ def compact(
         ddcli compact words --full --grace 0
     """
     out = render.choose_format(fmt, json_, output)
-    st = _store(store)
+    st = store_at(store)
     n = 1 if trace else len(st.state().traces)
     with render.progress(max(n, 1), "compact") as step:
         res = st.compact(trace, full=full, grace_seconds=grace, progress=step)
     noop = not res.get("merges") and not res.get("removed_files")
     record = {"command": "compact", "trace": trace, "noop": noop, **res}
-    scope = f"trace {trace!r}" if trace else _plural(res.get("traces", 0), "trace")
+    scope = f"trace {trace!r}" if trace else plural(res.get("traces", 0), "trace")
     if noop:
         msg = f"nothing to do: {scope} already compact, no garbage older than {grace:g}s"
     else:
-        msg = (f"compacted {scope}: {_plural(res.get('merges', 0), 'merge')}, "
-               f"removed {_plural(res.get('removed_files', 0), 'unreferenced file')}")
+        msg = (f"compacted {scope}: {plural(res.get('merges', 0), 'merge')}, "
+               f"removed {plural(res.get('removed_files', 0), 'unreferenced file')}")
     render.report(record, msg, out, output)
-    _done(noop, strict_noop)
+    finish(noop, strict_noop)

@@ -14,48 +14,13 @@ Each node remembers the line of the pipeline file that declared it, for error me
 
 from __future__ import annotations
 
-import inspect
-import os
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
-from ops.reduce import kernel as rk
+from ops.dataflow.calculus import MOMENTS, ORDINARY, domain, require_domain
+from ops.dataflow.graph import Node, column_list, declared_at
+from ops.dataflow.reducers import Count, CountDistinct, Max, Min, PerKey, Reducer, Sum, TopK
+from ops.errors import PipelineError
 from storage.state.trace import NAME_RE
-
-
-class PipelineError(Exception):
-    """A mistake in a pipeline: one clear line, raised before Spark does any work."""
-
-
-@dataclass(eq=False)
-class Node:
-    """One operator in the graph. ``inputs`` are upstream nodes; ``args`` its parameters."""
-
-    op: str
-    inputs: list["Node"]
-    args: dict[str, Any] = field(default_factory=dict)
-    where: str = ""  # "file.py:line" of the declaration
-    id: int = 0
-    name: str = ""  # e.g. "reduce_3"; used for state traces
-    scope: "Scope | None" = None  # the loop the node lives in (None: the pipeline itself)
-
-    def describe(self) -> str:
-        return f"{self.op} ({self.where})" if self.where else self.op
-
-
-def _caller() -> str:
-    """The first frame outside ops/: the user's pipeline file and line."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # ops/
-    for fr in inspect.stack()[2:]:
-        if not os.path.abspath(fr.filename).startswith(here):
-            return f"{os.path.basename(fr.filename)}:{fr.lineno}"
-    return ""
-
-
-def _cols(v) -> list[str]:
-    if v is None:
-        return []
-    return [v] if isinstance(v, str) else list(v)
 
 
 class Collection:
@@ -72,7 +37,7 @@ class Collection:
     def _new(self, op: str, inputs: list["Collection"], **args) -> "Collection":
         for c in inputs:
             if not isinstance(c, Collection) or c._p is not self._p:
-                raise PipelineError(f"{op} ({_caller()}): expects a collection of this pipeline, got {c!r}")
+                raise PipelineError(f"{op} ({declared_at()}): expects a collection of this pipeline, got {c!r}")
         scope = _innermost([c.scope for c in inputs], op)
         nodes = [scope.enter(c).node if scope is not None and c.scope is not scope else c.node for c in inputs]
         return self._p._add(op, nodes, args, scope)
@@ -81,7 +46,7 @@ class Collection:
     def select(self, *columns, **exprs) -> "Collection":
         """Keep/compute columns: ``select("a", b="a + 1")`` (strings are SQL expressions)."""
         if not columns and not exprs:
-            raise PipelineError(f"select ({_caller()}): give at least one column")
+            raise PipelineError(f"select ({declared_at()}): give at least one column")
         return self._new("select", [self], columns=list(columns), exprs=dict(exprs))
 
     map = select
@@ -111,49 +76,49 @@ class Collection:
     # ---- join family
     def join(self, other: "Collection", on) -> "Collection":
         """Inner join on key columns: diffs multiply, times join."""
-        return self._new("join", [self, other], on=_cols(on))
+        return self._new("join", [self, other], on=column_list(on))
 
     def semijoin(self, other: "Collection", on) -> "Collection":
         """Rows of ``self`` whose key is in ``other`` (multiplied by its multiplicity there)."""
-        return self._new("semijoin", [self, other], on=_cols(on))
+        return self._new("semijoin", [self, other], on=column_list(on))
 
     def antijoin(self, other: "Collection", on) -> "Collection":
         """Rows of ``self`` whose key is not in ``other``: ``self - self.semijoin(other)``."""
         return self.concat(self.semijoin(other, on).negate())
 
     # ---- reduce family
-    def reduce(self, by, reducer: rk.Reducer) -> "Collection":
+    def reduce(self, by, reducer: Reducer) -> "Collection":
         """Per key: output ``reducer(input accumulated at t)`` at every time where it changes."""
-        return self._new("reduce", [self], key=_cols(by), reducer=reducer)
+        return self._new("reduce", [self], key=column_list(by), reducer=reducer)
 
     def count(self, by) -> "Collection":
         """Per key (``by``: a column or a list): the number of rows present, column ``count``."""
-        return self.reduce(by, rk.Count())
+        return self.reduce(by, Count())
 
     def sum(self, by, column: str, name: str | None = None) -> "Collection":
         """Per key: the sum of ``column`` (times multiplicity), named ``name`` (default ``sum``)."""
-        return self.reduce(by, rk.Sum(column, name=name))
+        return self.reduce(by, Sum(column, name=name))
 
     def min(self, by, column: str, name: str | None = None) -> "Collection":
         """Per key: the smallest value of ``column``, named ``name`` (default ``min``)."""
-        return self.reduce(by, rk.Min(column, name=name))
+        return self.reduce(by, Min(column, name=name))
 
     def max(self, by, column: str, name: str | None = None) -> "Collection":
         """Per key: the largest value of ``column``, named ``name`` (default ``max``)."""
-        return self.reduce(by, rk.Max(column, name=name))
+        return self.reduce(by, Max(column, name=name))
 
     def count_distinct(self, by, name: str = "distinct") -> "Collection":
         """Per key: the number of distinct rows present, named ``name``."""
-        return self.reduce(by, rk.CountDistinct(name=name))
+        return self.reduce(by, CountDistinct(name=name))
 
     def avg(self, by, column: str, name: str | None = None) -> "Collection":
         """Per key: the mean of ``column`` over the rows present (nulls left out), a double
         named ``name`` (default ``avg``). Built as a sum and a count joined by key."""
-        keys = _cols(by)
+        keys = column_list(by)
         name = name or "avg"
         values = self.filter(f"`{column}` IS NOT NULL")
         total = values.sum(keys, column, name="__avg_sum")
-        n = values.reduce(keys, rk.Count(name="__avg_n"))
+        n = values.reduce(keys, Count(name="__avg_n"))
         return total.join(n, on=keys).select(*keys, **{name: "CAST(__avg_sum AS DOUBLE) / __avg_n"})
 
     def mean(self, by, column: str, name: str | None = None) -> "Collection":
@@ -171,7 +136,7 @@ class Collection:
     def top_k(self, by, k: int, order_by, descending: bool = False) -> "Collection":
         """Per key: the ``k`` rows first in ``order_by`` (a column or a list; largest first with
         ``descending=True``), with their multiplicities."""
-        return self.reduce(by, rk.TopK(k, _cols(order_by), descending=descending))
+        return self.reduce(by, TopK(k, column_list(order_by), descending=descending))
 
     def reduce_per_key(self, by, fn: Callable) -> "Collection":
         """User logic per key: ``fn(pa.Table of the key's rows with _count) -> pa.Table``.
@@ -181,35 +146,41 @@ class Collection:
         optional; default 1). It must be a pure function of its input: it is called at
         every time where the key's input changes.
         """
-        return self.reduce(by, rk.PerKey(fn))
+        return self.reduce(by, PerKey(fn))
 
-    # ---- calculus (issue 5): ops/dataflow/calculus.py, ops/operators/asof.py, ops/operators/delta_join.py
+    # ---- calculus: moment time (ops/dataflow/calculus.py), as-of joins (ops/operators/asof.py)
     def differentiate(self) -> "Collection":
         """This collection's changes, each only at the moment it happens (in moment time)."""
-        from ops.dataflow import calculus
-        return calculus.differentiate(self)
+        require_domain("differentiate", [self.node], ORDINARY)
+        return self._new("differentiate", [self])
 
     def integrate(self) -> "Collection":
         """A differentiated collection back in ordinary time: ``integrate(differentiate(c)) == c``."""
-        from ops.dataflow import calculus
-        return calculus.integrate(self)
+        require_domain("integrate", [self.node], MOMENTS)
+        return self._new("integrate", [self])
 
     def moments(self, neu: bool = False) -> "Collection":
         """This collection in moment time, to combine with differentiated ones (``neu``: one moment later)."""
-        from ops.dataflow import calculus
-        return calculus.moments(self, neu)
+        require_domain("moments", [self.node], ORDINARY)
+        return self._new("moments", [self], neu=bool(neu))
 
     def as_of_join(self, other: "Collection", on) -> "Collection":
         """Each update joined with ``other`` as it was at the update's time; later changes of
         ``other`` never change past results."""
-        from ops.dataflow import calculus
-        return calculus.as_of_join(self, other, on)
-    # ---- end calculus (issue 5)
+        if not isinstance(other, Collection):
+            raise PipelineError(f"as_of_join ({declared_at()}): expects a collection to look values up in, "
+                                f"got {other!r}")
+        on = column_list(on)
+        if not on:
+            raise PipelineError(f"as_of_join ({declared_at()}): give the key columns to join on")
+        require_domain("as_of_join", [self.node, other.node], ORDINARY)
+        pending = self._new("as_of_pending", [self], on=on)
+        return pending._new("as_of_join", [pending, other], on=on)
 
     # ---- arrangements
     def arrange(self, by) -> "Collection":
         """One indexed copy of this collection, shared by every operator that uses it."""
-        return self._new("arrange", [self], key=_cols(by))
+        return self._new("arrange", [self], key=column_list(by))
 
     # ---- iteration
     def iterate(self, body: Callable[["Collection"], "Collection"], *, max_rounds: int = 10_000,
@@ -231,7 +202,7 @@ class Collection:
         """
         loop = self._p.loop(max_rounds=max_rounds, name=name, parent=self.scope)
         if partition_by is not None:
-            loop.node.args["partition_by"] = _cols(partition_by)
+            loop.node.args["partition_by"] = column_list(partition_by)
         x = loop.variable(self, priority=priority)
         x.set(body(x))
         return loop.leave(x)
@@ -246,25 +217,25 @@ class Collection:
         integer) instead of 0: differential dataflow's ``enter_at``, for prioritized loops."""
         scope = loop.scope if isinstance(loop, Collection) else loop
         if not isinstance(scope, Scope):
-            raise PipelineError(f"enter_at ({_caller()}): expects a loop variable or a loop, got {loop!r}")
+            raise PipelineError(f"enter_at ({declared_at()}): expects a loop variable or a loop, got {loop!r}")
         return scope.enter_at(self, iteration)
 
     def leave(self) -> "Collection":
         """This collection brought out of its loop (iteration coordinates are summed away)."""
         if self.scope is None:
-            raise PipelineError(f"leave ({_caller()}): the collection is not inside a loop")
+            raise PipelineError(f"leave ({declared_at()}): the collection is not inside a loop")
         return self.scope.leave(self)
 
     def set(self, result: "Collection") -> None:
         """Define a loop variable: its next value is ``result`` (mutual recursion allowed)."""
         if self.node.op != "variable":
-            raise PipelineError(f"set ({_caller()}): only a loop variable can be set")
+            raise PipelineError(f"set ({declared_at()}): only a loop variable can be set")
         if self.node.args.get("result") is not None:
-            raise PipelineError(f"set ({_caller()}): variable {self.node.name} is already set")
+            raise PipelineError(f"set ({declared_at()}): variable {self.node.name} is already set")
         if result.scope is not self.scope:
             result = self.scope.enter(result) if _is_ancestor(result.scope, self.scope) else result
             if result.scope is not self.scope:
-                raise PipelineError(f"set ({_caller()}): the result lives in a different loop than the variable")
+                raise PipelineError(f"set ({declared_at()}): the result lives in a different loop than the variable")
         self.node.args["result"] = result.node
 
 
@@ -278,7 +249,7 @@ class Pipeline:
         self.outputs: dict[str, Node] = {}
 
     def _add(self, op: str, inputs: list[Node], args: dict, scope: "Scope | None" = None) -> Collection:
-        node = Node(op, inputs, args, _caller(), len(self.nodes), scope=scope)
+        node = Node(op, inputs, args, declared_at(), len(self.nodes), scope=scope)
         node.name = f"{op}_{node.id}"
         self.nodes.append(node)
         return Collection(self, node)
@@ -293,7 +264,7 @@ class Pipeline:
     def input(self, trace: str) -> Collection:
         """An existing trace of the store (already an arrangement by its key)."""
         if not isinstance(trace, str) or not NAME_RE.match(trace):
-            raise PipelineError(f"input ({_caller()}): bad trace name {trace!r}: use letters, digits and _, "
+            raise PipelineError(f"input ({declared_at()}): bad trace name {trace!r}: use letters, digits and _, "
                                 f"not starting with a digit")
         if trace in self.inputs:
             return Collection(self, self.inputs[trace])
@@ -304,24 +275,59 @@ class Pipeline:
     def output(self, name: str, collection: Collection, key=None) -> None:
         """Write ``collection`` to the output trace ``name`` (created on the first run)."""
         if not isinstance(name, str) or not NAME_RE.match(name):
-            raise PipelineError(f"output ({_caller()}): bad trace name {name!r}: use letters, digits and _, "
+            raise PipelineError(f"output ({declared_at()}): bad trace name {name!r}: use letters, digits and _, "
                                 f"not starting with a digit")
         if not isinstance(collection, Collection):
-            raise PipelineError(f"output {name!r} ({_caller()}): expects a collection, got {collection!r}")
+            raise PipelineError(f"output {name!r} ({declared_at()}): expects a collection, got {collection!r}")
         if name in self.outputs:
-            raise PipelineError(f"output {name!r} ({_caller()}) is declared twice")
+            raise PipelineError(f"output {name!r} ({declared_at()}) is declared twice")
         if name in self.inputs:
-            raise PipelineError(f"output {name!r} ({_caller()}) clashes with an input of the same name")
-        out = self._add("output", [collection.node], {"trace": name, "key": _cols(key)})
+            raise PipelineError(f"output {name!r} ({declared_at()}) clashes with an input of the same name")
+        out = self._add("output", [collection.node], {"trace": name, "key": column_list(key)})
         self.outputs[name] = out.node
 
-    # ---- calculus (issue 5): ops/operators/delta_join.py
     def delta_join(self, relations) -> Collection:
         """The natural join of ``relations`` on shared variables, keeping no intermediate results:
         each item is a collection, ``(collection, "a", "b", ...)`` or ``(collection, {"a": "col"})``."""
-        from ops.operators.delta_join import declare
-        return declare(self, relations)
-    # ---- end calculus (issue 5)
+        where = declared_at()
+        if not isinstance(relations, (list, tuple)) or len(relations) < 2:
+            raise PipelineError(f"delta_join ({where}): give a list of at least two relations")
+        colls, specs = [], []
+        for i, r in enumerate(relations, 1):
+            coll, spec = _relation(r, i, where)
+            if coll._p is not self:
+                raise PipelineError(f"delta_join ({where}): relation {i} is a collection of another pipeline")
+            colls.append(coll)
+            specs.append(spec)
+        if len({domain(c.node) for c in colls}) > 1:
+            raise PipelineError(f"delta_join ({where}): combines differentiated collections with ordinary ones; "
+                                f"bring the ordinary ones into moment time with .moments()")
+        return colls[0]._new("delta_join", colls, relations=specs)
+
+
+def _relation(r, i: int, where: str) -> tuple[Collection, tuple]:
+    """Relation ``i`` of a delta join (ops/operators/delta_join.py): its collection, and how
+    its columns bind variables: ``("all", None)``, ``("positional", [variables])`` or
+    ``("mapping", {variable: column})``."""
+    if isinstance(r, Collection):
+        return r, ("all", None)
+    if not (isinstance(r, tuple) and r and isinstance(r[0], Collection)):
+        raise PipelineError(f"delta_join ({where}): relation {i} is not a collection or "
+                            f"(collection, variables...), got {r!r}")
+    coll, rest = r[0], r[1:]
+    if len(rest) == 1 and isinstance(rest[0], dict):
+        mapping = rest[0]
+        if not mapping or not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
+            raise PipelineError(f"delta_join ({where}): relation {i}: the mapping must name "
+                                f"variables as columns, e.g. {{'a': 'src'}}")
+        return coll, ("mapping", dict(mapping))
+    if rest and all(isinstance(v, str) for v in rest):
+        if len(set(rest)) != len(rest):
+            raise PipelineError(f"delta_join ({where}): relation {i} binds a variable twice "
+                                f"({', '.join(rest)}); filter on equal columns instead")
+        return coll, ("positional", list(rest))
+    raise PipelineError(f"delta_join ({where}): relation {i}: give (collection, 'var', ...) "
+                        f"or (collection, {{'var': 'column'}})")
 
 
 class Scope:
@@ -345,7 +351,7 @@ class Scope:
         if c.scope is self:
             return c
         if not _is_ancestor(c.scope, self):
-            raise PipelineError(f"enter ({_caller()}): the collection is not from an enclosing scope of loop {self.name}")
+            raise PipelineError(f"enter ({declared_at()}): the collection is not from an enclosing scope of loop {self.name}")
         outer = self.parent.enter(c) if c.scope is not self.parent else c
         node = self._entered.get(outer.node.id)
         if node is None:
@@ -360,7 +366,7 @@ class Scope:
         if iteration is None:
             return self.enter(c)
         if c.scope is self or not _is_ancestor(c.scope, self):
-            raise PipelineError(f"enter_at ({_caller()}): the collection is not from an enclosing scope "
+            raise PipelineError(f"enter_at ({declared_at()}): the collection is not from an enclosing scope "
                                 f"of loop {self.name}")
         outer = self.parent.enter(c) if c.scope is not self.parent else c
         node = self._p._add("enter", [outer.node], {"priority": iteration}, self).node
@@ -371,7 +377,7 @@ class Scope:
         """A loop variable starting from ``initial``; with ``priority``, prioritized (see
         :meth:`Collection.iterate`)."""
         if priority is not None and initial.scope is self:
-            raise PipelineError(f"variable ({_caller()}): a priority needs an initial collection from outside "
+            raise PipelineError(f"variable ({declared_at()}): a priority needs an initial collection from outside "
                                 f"loop {self.name}")
         inner = self.enter_at(initial, priority) if initial.scope is not self else initial
         v = self._p._add("variable", [inner.node], {"result": None, "priority": priority}, self)
@@ -380,7 +386,7 @@ class Scope:
 
     def leave(self, c: Collection) -> Collection:
         if c.scope is not self:
-            raise PipelineError(f"leave ({_caller()}): the collection is not in loop {self.name}")
+            raise PipelineError(f"leave ({declared_at()}): the collection is not in loop {self.name}")
         return self._p._add("leave", [self.node, c.node], {}, self.parent)
 
 
@@ -402,5 +408,5 @@ def _innermost(scopes: list, op: str) -> "Scope | None":
         if _is_ancestor(inner, s):
             inner = s
         else:
-            raise PipelineError(f"{op} ({_caller()}): combines collections of two unrelated loops")
+            raise PipelineError(f"{op} ({declared_at()}): combines collections of two unrelated loops")
     return inner

@@ -67,22 +67,11 @@ orders not yet older than the frontier, ``delta_join`` only its inputs' arrangem
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-
-from ops.operators.context import AT, EvalContext
-from ops.dataflow.builder import Node, PipelineError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ops.run.evaluate import Runtime
-    from ops.dataflow.builder import Collection
+from ops.dataflow.graph import Node, declared_at
+from ops.errors import PipelineError
 
 ORDINARY, MOMENTS = "ordinary", "moments"
-
-# the operators this module evaluates (ops/run/evaluate.py dispatches them here)
-CALCULUS_OPS = {"differentiate", "integrate", "moments", "as_of_pending", "as_of_join", "delta_join"}
 
 # times must stay below this for 2t + 1 to fit in int64
 MAX_TIME = 2**62 - 1
@@ -129,7 +118,7 @@ def altneu_join(a: tuple[int, bool], b: tuple[int, bool]) -> tuple[int, bool]:
     return t, (a[1] and a[0] == t) or (b[1] and b[0] == t)
 
 
-# ------------------------------------------------------------------ declaring (pipeline.py calls these)
+# ------------------------------------------------------------------ the time domain of a node
 
 
 def domain(node: Node, _memo: dict | None = None) -> str:
@@ -151,47 +140,15 @@ def domain(node: Node, _memo: dict | None = None) -> str:
     return out
 
 
-def _where() -> str:
-    from ops.dataflow.builder import _caller
-    return _caller()
-
-
-def _require(op: str, colls: list["Collection"], want: str) -> None:
-    for c in colls:
-        if domain(c.node) != want:
+def require_domain(op: str, nodes: list[Node], want: str) -> None:
+    """Refuse ``op`` on collections in the other time domain, naming the line that declares it."""
+    for n in nodes:
+        if domain(n) != want:
             if want == ORDINARY:
-                raise PipelineError(f"{op} ({_where()}): the collection is already differentiated "
+                raise PipelineError(f"{op} ({declared_at()}): the collection is already differentiated "
                                     f"(in moment time); integrate() it first")
-            raise PipelineError(f"{op} ({_where()}): the collection is not differentiated; "
+            raise PipelineError(f"{op} ({declared_at()}): the collection is not differentiated; "
                                 f"integrate() undoes differentiate() (or moments())")
-
-
-def differentiate(c: "Collection") -> "Collection":
-    _require("differentiate", [c], ORDINARY)
-    return c._new("differentiate", [c])
-
-
-def moments(c: "Collection", neu: bool = False) -> "Collection":
-    _require("moments", [c], ORDINARY)
-    return c._new("moments", [c], neu=bool(neu))
-
-
-def integrate(c: "Collection") -> "Collection":
-    _require("integrate", [c], MOMENTS)
-    return c._new("integrate", [c])
-
-
-def as_of_join(orders: "Collection", prices: "Collection", on) -> "Collection":
-    from ops.dataflow.builder import Collection, _cols
-
-    if not isinstance(prices, Collection):
-        raise PipelineError(f"as_of_join ({_where()}): expects a collection to look values up in, got {prices!r}")
-    on = _cols(on)
-    if not on:
-        raise PipelineError(f"as_of_join ({_where()}): give the key columns to join on")
-    _require("as_of_join", [orders, prices], ORDINARY)
-    pending = orders._new("as_of_pending", [orders], on=on)
-    return pending._new("as_of_join", [pending, prices], on=on)
 
 
 # ------------------------------------------------------------------ checking a whole pipeline
@@ -219,75 +176,3 @@ def check_domains(p) -> None:
                                 f"ordinary one; bring the ordinary one into moment time with .moments(), "
                                 f"or integrate() the other first")
     _checked.add(p)
-
-
-# ------------------------------------------------------------------ evaluating
-
-
-def evaluate_calculus(n: Node, ctx: EvalContext, ins: list, runtime: "Runtime") -> DataFrame | None:
-    """The changes of a calculus node (dispatched from ops/run/evaluate.py ``_evaluate_node``)."""
-    check_domains(runtime.p)
-    if n.op == "delta_join":
-        from ops.operators.delta_join import evaluate_delta_join
-        return evaluate_delta_join(n, ctx, ins, runtime)
-    _need_d1(n, ctx)
-    if n.op in ("as_of_pending", "as_of_join"):
-        from ops.operators import asof
-        if n.op == "as_of_pending":
-            return asof.pending(n, ctx, ins[0])
-        return asof.evaluate_as_of_join(n, ctx, ins, runtime)
-    df = ins[0]
-    if n.op == "differentiate":
-        refuse_from_scratch(n, ctx, "a differentiated collection")
-        if df is None:
-            return None
-        return differentiate_frame(df)
-    if df is None:
-        return None
-    if n.op == "moments":
-        return moments_frame(df, n.args.get("neu", False))
-    if n.op == "integrate":
-        return integrate_frame(df)
-    raise PipelineError(f"{n.describe()}: unknown operator {n.op!r}")
-
-
-def _need_d1(n: Node, ctx: EvalContext) -> None:
-    if ctx.d != 1:
-        what = "as_of_join" if n.op.startswith("as_of") else "differentiate"
-        inside = " (inside a loop, times gain an iteration coordinate)" if n.scope is not None else ""
-        raise PipelineError(f"{n.describe()}: {what} needs d = 1 (times of one coordinate); "
-                            f"this collection's times have {ctx.d} coordinates{inside}")
-
-
-def refuse_from_scratch(n: Node, ctx: EvalContext, what: str) -> None:
-    """verify evaluates every time from the inputs' collections at that time alone."""
-    if AT in ctx.extra:
-        raise PipelineError(f"{n.describe()}: verify cannot recompute {what} from scratch: it depends on when "
-                            f"each input change happened, not only on the inputs at each time")
-
-
-def _checked_time(col) -> "F.Column":
-    return F.when(col > F.lit(MAX_TIME), F.raise_error(F.lit(
-        f"a time is {MAX_TIME + 1} or more: too large for moment time (differentiate doubles times)"))
-    ).otherwise(col)
-
-
-def differentiate_frame(df: DataFrame) -> DataFrame:
-    """Each update at its ``alt`` moment, and retracted at its ``neu`` moment."""
-    t = _checked_time(F.col("time"))
-    cols = [c for c in df.columns if c not in ("time", "diff")]
-    alt = df.select(*cols, (t * 2).alias("time"), F.col("diff"))
-    neu = df.select(*cols, (t * 2 + 1).alias("time"), (-F.col("diff")).alias("diff"))
-    return alt.unionByName(neu)
-
-
-def moments_frame(df: DataFrame, neu: bool) -> DataFrame:
-    """An ordinary collection in moment time: every update at its ``alt`` (or ``neu``) moment."""
-    t = _checked_time(F.col("time")) * 2 + (1 if neu else 0)
-    return df.withColumn("time", t).select(*df.columns)
-
-
-def integrate_frame(df: DataFrame) -> DataFrame:
-    """Keep the updates at ``alt`` moments, at their time; drop those at ``neu`` moments."""
-    kept = df.filter(F.col("time").bitwiseAND(F.lit(1)) == 0)
-    return kept.withColumn("time", F.shiftright(F.col("time"), 1)).select(*df.columns)

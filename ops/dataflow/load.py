@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import traceback
 
-from ops.dataflow.builder import Pipeline, PipelineError
+from ops.dataflow.builder import Pipeline
+from ops.errors import PipelineError
 from storage.state.trace import MAX_NAME_LENGTH, NAME_RE
 
 

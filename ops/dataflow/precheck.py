@@ -16,8 +16,10 @@ import re
 
 import pyarrow as pa
 
-from ops.reduce import kernel as rk
-from ops.dataflow.builder import Node, Pipeline, PipelineError
+from ops.dataflow import reducers
+from ops.dataflow.builder import Pipeline
+from ops.dataflow.graph import Node
+from ops.errors import PipelineError
 
 Columns = dict  # column name -> pa.DataType, or None when only the name is known
 
@@ -40,19 +42,19 @@ def _reduce(n: Node, cols: Columns) -> Columns | None:
     reducer = n.args["reducer"]
     values = [c for c in cols if c not in key]
     named = getattr(reducer, "col", None)
-    if isinstance(reducer, (rk.Sum, rk.Min, rk.Max)) and named not in values:
+    if isinstance(reducer, (reducers.Sum, reducers.Min, reducers.Max)) and named not in values:
         raise PipelineError(f"{n.describe()}: column {named!r} is not a value column (value columns: {values})")
-    if isinstance(reducer, rk.TopK):
+    if isinstance(reducer, reducers.TopK):
         for c in reducer.order_by:
             if c not in values:
                 raise PipelineError(f"{n.describe()}: column {c!r} is not a value column (value columns: {values})")
         return dict(cols)
     out = {k: cols[k] for k in key}
-    if isinstance(reducer, (rk.Count, rk.CountDistinct)):
+    if isinstance(reducer, (reducers.Count, reducers.CountDistinct)):
         out[reducer.name] = pa.int64()
-    elif isinstance(reducer, rk.Sum):
+    elif isinstance(reducer, reducers.Sum):
         out[reducer.name] = None
-    elif isinstance(reducer, (rk.Min, rk.Max)):
+    elif isinstance(reducer, (reducers.Min, reducers.Max)):
         out[reducer.name] = cols[named]
     else:
         return None  # a user's per-key function: its columns come from calling it

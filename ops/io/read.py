@@ -11,7 +11,7 @@ from __future__ import annotations
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from storage.blobs.base import for_path
+from storage.blobs.resolve import for_path
 
 
 def read_layers(spark, paths: list[str], schema) -> DataFrame:
@@ -34,7 +34,7 @@ def read_layers(spark, paths: list[str], schema) -> DataFrame:
 def layer_table(path: str, schema: pa.Schema) -> pa.Table:
     """One layer file's updates as ``schema`` (an Arrow schema), read with pyarrow wherever
     the store lives: inside a task, without a Spark job."""
-    from storage.blobs.base import read_table
+    from storage.blobs.resolve import read_table
 
     table = read_table(path, page_checksum_verification=True).replace_schema_metadata(None)
     return table.select(schema.names).cast(schema)

@@ -2,7 +2,7 @@
 
 A run writes every output and the state of every arranged operator. Written one job per
 trace, a loop's run paid a job (and its Python worker round trip) for each of four small
-traces: 28% of a reach run (``docs/bench/reach_loop_profile.md``). Here the traces'
+traces: 28% of a reach run (measured with ``ddcli bench reach --loop-paths``). Here the traces'
 frames travel as one wide frame (``ops/io/wide_frame.py``), dealt to tasks by a hash of each
 trace's key columns, so one trace's key still lands in one task; each task writes, per
 trace it holds rows of, the same files ``ops/io/write.py`` writes. Only the files' metadata

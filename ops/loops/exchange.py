@@ -10,8 +10,7 @@ agree, once a round, on the next iteration and on whether to stop.
 The exchange goes through a folder every task sees (in local mode the machine's temporary
 folder, on a cluster one under the store, whose filesystem every executor shares; see
 ``ops/loops/local.py``): measured here, a round trip between 2 tasks takes 1-3 ms, where
-``BarrierTaskContext.allGather`` took a second a call
-(``docs/bench/loop_exchange_spike_s15.md``). Exchange ``k`` of sender ``i`` is Arrow IPC
+``BarrierTaskContext.allGather`` took a second a call. Exchange ``k`` of sender ``i`` is Arrow IPC
 files ``k.i.j`` (to task ``j``, written under a temporary name and renamed), then a note
 ``k.i.done`` (JSON: the tasks it wrote to, and what it says to all). Every task makes the
 same exchanges in the same order, so ``k`` numbers them. A task that fails leaves

@@ -44,20 +44,23 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from ops.operators.context import EvalContext
+from ops.dataflow.builder import Pipeline
+from ops.dataflow.graph import Node, reduce_spec, scope_nodes
+from ops.errors import PipelineError
 from ops.io.read import layer_table
-from ops.loops.exchange import Exchange, ExchangeAborted, Router, read_keys
 from ops.io.wide_frame import pack_frames, pack_tables, unpack_frame, unpack_table, wide_schema
+from ops.loops.exchange import Exchange, ExchangeAborted, Router, read_keys
 from ops.loops.plan import LoopPlan, loop_path, portable_sql
-from ops.loops.task import Body, TaskNode, fixed_point, update_schema
-from ops.dataflow.builder import Node, Pipeline, PipelineError
 from ops.loops.priority import check_iteration, node_priority
+from ops.loops.task import Body, TaskNode, fixed_point, update_schema
+from ops.operators.context import EvalContext
+from ops.spark.session import partitions
 
 BROADCAST_ROWS = 500_000  # rows (old + new) up to which an entered collection is broadcast
 #: Rows (state + new) up to which a loop without partition columns runs in one task. Above
@@ -98,7 +101,6 @@ class TaskStats(AccumulatorParam):
 def build_body(p: Pipeline, loop_node: Node, plan: LoopPlan, schemas: dict, arranged: dict, d: int) -> Body | str:
     """The body as the tasks run it, or a reason it cannot run there (an expression that
     DuckDB would not evaluate exactly as Spark does)."""
-    from ops.run.evaluate import reduce_spec, scope_nodes
 
     scope = loop_node.args["scope"]
     nodes = []
@@ -155,9 +157,6 @@ def _duck_type(sql: str, schema: pa.Schema) -> pa.DataType | None:
 def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalContext, entered: dict, runtime) -> dict | None:
     """The leaves' frames of one batch of ``loop_node``, computed partition-locally; None
     when the loop must run round by round after all (the reason is reported)."""
-    from ops.run.evaluate import scope_nodes
-    from ops.spark.session import partitions
-
     scope = loop_node.args["scope"]
     schemas, spark = runtime.schemas, ictx.spark
     if runtime.loop_paths.get(plan.loop, {}).get("path") == "round":  # refused earlier in this run
@@ -181,16 +180,73 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
                                   f"more than {ONE_TASK_ROWS:,} rows a task for {max(1, tasks)} "
                                   f"task{'s' if tasks > 1 else ''} ({plan.unpartitioned})")
             return None
-    tags: dict[tuple[str, int], int] = {}
-    parts, bparts, in_schemas = {}, {}, {}
-    # tag -> stored layer files the tasks read themselves (without a job that ships their
-    # rows through Spark, which cost cc's tasks 3.3 s of a 9 s batch for 1.1 M rows): when
-    # one task takes every row, or resident tasks each a share (they route rows anyway)
-    layer_files: dict[int, list[str]] = {}
+    ins = _task_inputs(nodes, plan, ictx, entered, runtime, tasks)
+    if not ins.parts:  # nothing dealt by P: no variable state and nothing entering it
+        return {l: None for l, _ in body.leaves}
+    bc, rows = _broadcast(ins, spark) if ins.bparts else (None, 0)
+    if isinstance(bc, str):
+        report(runtime, plan, bc)
+        return None
+    v0 = scope.variables[0]
+    pfields = [] if tasks else [schemas[v0.id].field(c) for c in plan.by]
+    outs = _task_outputs(body, schemas, ictx.d)
+    acc = spark.sparkContext.accumulator(None, TaskStats())
+    folder = os.path.join(res.root, f"ddcli-loop-{os.getpid()}-{time.time_ns()}") if tasks else None
+    task = _task_function(body, ins, outs, bc, acc, wide_schema({t: ins.schemas[t] for t in ins.parts}, pfields),
+                          tasks=tasks, keys=res.keys if tasks else None, folder=folder,
+                          row_limit=ONE_TASK_ROWS if not plan.by and limited else None,
+                          floor=runtime.record_floor)  # the processed updates leave the task advanced to it
+    packed = pack_frames(ins.parts, {t: ins.schemas[t] for t in ins.parts}, pfields)
+    if tasks:  # dealt any way: each task routes its rows to their owners first
+        out = _resident_job(packed, tasks, task, outs.wide, folder)
+        if isinstance(out, str):  # nothing was broadcast: every row was dealt
+            report(runtime, plan, out)
+            return None
+    else:
+        dealt = packed.repartition(partitions(spark), *[f"_p{j}" for j in range(len(pfields))]) if pfields \
+            else packed.coalesce(1)
+        out = dealt.mapInArrow(task, from_arrow_schema(outs.wide)).localCheckpoint(eager=True)
+    if bc is not None:
+        bc.unpersist()
+    if not _finished(loop_node, plan, body, nodes, acc, tasks, rows, res, started, runtime):
+        return None
+    by_id = {n.id: n for n in nodes}
+    for (kind, nid), tag in outs.tags.items():
+        if kind == "rec":
+            runtime.arrangement(by_id[nid]).record(unpack_frame(out, tag, outs.schemas[tag]))
+    for n in nodes:
+        if n.op == "enter" and runtime.live.get(n.id) is not None:
+            runtime.live[n.id].forget_processed()
+    return {nid: unpack_frame(out, tag, outs.schemas[tag]) for (kind, nid), tag in outs.tags.items() if kind == "leave"}
+
+
+@dataclass
+class TaskInputs:
+    """What a loop's tasks receive, each frame under a tag of the wide frame: ``tags``
+    (kind, node id) -> tag, kind ``old`` (stored and processed updates) or ``new`` (entered
+    this batch); the frames dealt to tasks (``parts``) and broadcast (``bparts``), each
+    ``(frame, placement columns)``; the update schema of each tag; and the stored layer
+    files the tasks read themselves."""
+
+    tags: dict[tuple[str, int], int] = field(default_factory=dict)
+    parts: dict[int, tuple] = field(default_factory=dict)
+    bparts: dict[int, tuple] = field(default_factory=dict)
+    schemas: dict[int, pa.Schema] = field(default_factory=dict)
+    layer_files: dict[int, list[str]] = field(default_factory=dict)
+
+
+def _task_inputs(nodes: list[Node], plan: LoopPlan, ictx: EvalContext, entered: dict, runtime,
+                 tasks: int) -> TaskInputs:
+    """Every arranged node's old updates and every entered node's new ones, tagged."""
+    ins = TaskInputs()
+    spark = ictx.spark
     for n in nodes:
         frames, files = [], []
-        schema = update_schema(schemas[n.id], ictx.d)
+        schema = update_schema(runtime.schemas[n.id], ictx.d)
         if n.id in runtime.arranged:
+            # stored layer files the tasks read themselves (without a job that ships their
+            # rows through Spark, which cost cc's tasks 3.3 s of a 9 s batch for 1.1 M rows):
+            # when one task takes every row, or resident tasks each a share (they route rows anyway)
             a = runtime.arrangement(n)
             files, old = a.for_tasks(ictx) if tasks or not plan.by else ([], a.whole(ictx))
             frames.append(("old", old if old is not None or not files else
@@ -200,49 +256,58 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
         for kind, df in frames:
             if df is None:
                 continue
-            tag = tags[(kind, n.id)] = len(tags) + 1
-            in_schemas[tag] = schema
+            tag = ins.tags[(kind, n.id)] = len(ins.tags) + 1
+            ins.schemas[tag] = schema
             cols = plan.placed[n.id]
-            (bparts if cols is None and not tasks else parts)[tag] = (df.select(*in_schemas[tag].names), cols)
+            (ins.bparts if cols is None and not tasks else ins.parts)[tag] = (df.select(*schema.names), cols)
             if kind == "old" and files:
-                layer_files[tag] = files
-    if not parts:  # nothing dealt by P: no variable state and nothing entering it
-        return {l: None for l, _ in body.leaves}
+                ins.layer_files[tag] = files
+    return ins
 
-    bc, rows = None, 0
-    if bparts:
-        small = pack_frames(bparts, {t: in_schemas[t] for t in bparts})
-        table = small.limit(BROADCAST_ROWS + 1).toArrow() if loop_path() != "local" else small.toArrow()
-        rows = table.num_rows
-        if rows > BROADCAST_ROWS and loop_path() != "local":
-            report(runtime, plan, f"its broadcast collections hold more than {BROADCAST_ROWS:,} rows")
-            return None
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as w:
-            w.write_table(table)
-        bc = spark.sparkContext.broadcast(sink.getvalue().to_pybytes())
 
-    v0 = scope.variables[0]
-    pfields = [] if tasks else [schemas[v0.id].field(c) for c in plan.by]
-    in_wide = wide_schema({t: in_schemas[t] for t in parts}, pfields)
-    out_tags: dict[tuple[str, int], int] = {}
+def _broadcast(ins: TaskInputs, spark) -> tuple[object, int]:
+    """The collections every task needs whole, broadcast as one Arrow stream, and their
+    rows; or why they cannot be (too many rows)."""
+    small = pack_frames(ins.bparts, {t: ins.schemas[t] for t in ins.bparts})
+    table = small.limit(BROADCAST_ROWS + 1).toArrow() if loop_path() != "local" else small.toArrow()
+    if table.num_rows > BROADCAST_ROWS and loop_path() != "local":
+        return f"its broadcast collections hold more than {BROADCAST_ROWS:,} rows", table.num_rows
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return spark.sparkContext.broadcast(sink.getvalue().to_pybytes()), table.num_rows
+
+
+@dataclass
+class TaskOutputs:
+    """What a loop's tasks return in one wide frame: each leave's changes and each arranged
+    node's processed updates (``tags``: (kind, node id) -> tag, kind ``leave`` or ``rec``)."""
+
+    tags: dict[tuple[str, int], int]
+    schemas: dict[int, pa.Schema]
+    wide: pa.Schema
+
+
+def _task_outputs(body: Body, schemas: dict, d: int) -> TaskOutputs:
+    tags: dict[tuple[str, int], int] = {}
     out_schemas: dict[int, pa.Schema] = {}
     for l, _ in body.leaves:
-        out_tags[("leave", l)] = len(out_tags)
-        out_schemas[out_tags[("leave", l)]] = update_schema(schemas[l], ictx.d - 1)
+        tags[("leave", l)] = len(tags)
+        out_schemas[tags[("leave", l)]] = update_schema(schemas[l], d - 1)
     for t in body.nodes:
         if t.arranged and t.op != "enter":
-            out_tags[("rec", t.id)] = len(out_tags)
-            out_schemas[out_tags[("rec", t.id)]] = update_schema(schemas[t.id], ictx.d)
-    out_wide = wide_schema(out_schemas)
+            tags[("rec", t.id)] = len(tags)
+            out_schemas[tags[("rec", t.id)]] = update_schema(schemas[t.id], d)
+    return TaskOutputs(tags, out_schemas, wide_schema(out_schemas))
 
-    in_wide_tags = set(parts)
-    acc = spark.sparkContext.accumulator(None, TaskStats())
-    row_limit = ONE_TASK_ROWS if not plan.by and limited else None
+
+def _task_function(body: Body, ins: TaskInputs, outs: TaskOutputs, bc, acc, in_wide: pa.Schema, *, tasks: int,
+                   keys, folder: str | None, row_limit: int | None, floor):
+    """The function each Spark task runs over its batches (pickled by value with what it
+    closes over): the loop's rounds to the fixed point, its statistics into ``acc``."""
     row_budget = task_rows()
-    floor = runtime.record_floor  # the processed updates leave the task advanced to it
-    keys = res.keys if tasks else None
-    folder = os.path.join(res.root, f"ddcli-loop-{os.getpid()}-{time.time_ns()}") if tasks else None
+    in_wide_tags = set(ins.parts)
+    tags, in_schemas, layer_files = ins.tags, ins.schemas, ins.layer_files
 
     def task(batches):
         ex = None
@@ -290,32 +355,29 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
         bad = got.refused or (None, None)
         acc.add((got.rounds, got.updates, TOO_BIG if got.too_big else int(got.converged), got.held, bad[1], bad[0]))
         out = {}
-        for (kind, nid), tag in out_tags.items():
+        for (kind, nid), tag in outs.tags.items():
             if kind == "leave" and nid in got.leaves:
                 out[tag] = got.leaves[nid]
             elif kind == "rec" and nid in got.records:
                 out[tag] = got.records[nid]
-        wide = pack_tables(out, out_wide)
+        wide = pack_tables(out, outs.wide)
         if wide is not None:
             yield from wide.to_batches()
 
-    packed = pack_frames(parts, {t: in_schemas[t] for t in parts}, pfields)
-    if tasks:  # dealt any way: each task routes its rows to their owners first
-        out = _resident_job(packed, tasks, task, out_wide, folder)
-        if isinstance(out, str):  # nothing was broadcast: every row was dealt
-            report(runtime, plan, out)
-            return None
-    else:
-        dealt = packed.repartition(partitions(spark), *[f"_p{j}" for j in range(len(pfields))]) if pfields \
-            else packed.coalesce(1)
-        out = dealt.mapInArrow(task, from_arrow_schema(out_wide)).localCheckpoint(eager=True)
+    return task
+
+
+def _finished(loop_node: Node, plan: LoopPlan, body: Body, nodes: list[Node], acc, tasks: int, rows: int, res,
+              started: float, runtime) -> bool:
+    """Read the tasks' statistics: False (reported) when the tasks refused their rows,
+    an error when the loop did not converge or a priority was bad; else report the path
+    taken and its figures."""
+    scope = loop_node.args["scope"]
     # the accumulator holds the statistics of the job's successful tasks; a stage Spark had
     # to run again could count a task twice, which only the sum ``updates`` (a figure for
     # reports) would show: max, min and least are idempotent
     stats = dict(zip(("rounds", "updates", "converged", "held", "refused_iteration", "refused_node"),
                      acc.value or (0, 0, 1, 0, None, None)))
-    if bc is not None:
-        bc.unpersist()
     if stats["refused_iteration"] is not None:  # a record's priority is null or negative
         check_iteration(stats["refused_iteration"], scope.name, {n.id: n for n in nodes}[stats["refused_node"]])
     if stats["converged"] == TOO_BIG:
@@ -323,10 +385,10 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
             why = f"no columns deal it to tasks, and it holds more than {ONE_TASK_ROWS:,} rows a task for " \
                   f"{max(1, tasks)} task{'s' if tasks > 1 else ''} ({plan.unpartitioned})"
         else:
-            why = f"a task held {stats['held']:,} rows after a round, more than {row_budget:,} " \
+            why = f"a task held {stats['held']:,} rows after a round, more than {task_rows():,} " \
                   f"(DDCLI_LOOP_TASK_ROWS)"
         report(runtime, plan, why)
-        return None
+        return False
     report(runtime, plan, "", rows, res)
     if stats["converged"] == 0:
         raise PipelineError(f"loop {scope.name} ({loop_node.where}) did not reach a fixed point within "
@@ -342,14 +404,7 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
                                        "seconds": round(time.monotonic() - started, 3)})
         inside = f"{tasks} resident tasks" if tasks else "tasks"
         runtime.progress(f"loop {scope.name}: {rounds} rounds inside {inside} in {time.monotonic() - started:.2f} s")
-    by_id = {n.id: n for n in nodes}
-    for (kind, nid), tag in out_tags.items():
-        if kind == "rec":
-            runtime.arrangement(by_id[nid]).record(unpack_frame(out, tag, out_schemas[tag]))
-    for n in nodes:
-        if n.op == "enter" and runtime.live.get(n.id) is not None:
-            runtime.live[n.id].forget_processed()
-    return {nid: unpack_frame(out, tag, out_schemas[tag]) for (kind, nid), tag in out_tags.items() if kind == "leave"}
+    return True
 
 
 @dataclass

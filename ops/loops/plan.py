@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from ops.dataflow.builder import Node, Pipeline
+from ops.dataflow.builder import Pipeline
+from ops.dataflow.graph import Node, arranged_nodes, scope_nodes
 
 #: operators the in-task evaluator (ops/loops/task.py) knows
 LOCAL_OPS = {"enter", "variable", "select", "filter", "negate", "concat", "consolidate", "arrange",
@@ -74,7 +75,6 @@ class LoopPlan:
 
 def plan_loop(p: Pipeline, loop_node: Node, schemas: dict[int, pa.Schema] | None) -> LoopPlan:
     """The partition-local plan of ``loop_node``, or a plan whose ``reason`` says why not."""
-    from ops.run.evaluate import scope_nodes
 
     scope = loop_node.args["scope"]
     plan = LoopPlan(scope.name)
@@ -176,7 +176,6 @@ def _place(nodes: list[Node], variables: list[Node], by: list[str], schemas, p: 
             if src is None or not set(src) <= set(key):
                 return placed, f"{n.describe()} groups by {', '.join(key)}, not by the partition columns"
             placed[n.id] = src
-    from ops.run.evaluate import arranged_nodes
     arranged = arranged_nodes(p)
     for n in nodes:
         if n.op != "enter" and n.id in arranged and placed.get(n.id) is None:

@@ -27,8 +27,9 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from ops.dataflow.graph import Node
+from ops.errors import PipelineError
 from ops.operators.linear import expr
-from ops.dataflow.builder import Node, PipelineError
 
 NULL_MARK = -(2 ** 63)  # the iteration of a record whose priority is null
 INTEGRAL = {"tinyint", "smallint", "int", "bigint"}

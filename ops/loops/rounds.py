@@ -17,7 +17,7 @@ when nothing is pending: a fixed point. Collections entered at a priority (``ent
 ``iterate(priority=…)``, see ``ops/loops/priority.py``) are pools of pending updates too, so rounds
 go from one iteration holding pending updates to the next, skipping empty ones.
 
-Two paths (issue 14): a loop whose body only combines rows that agree on some columns
+Two paths: a loop whose body only combines rows that agree on some columns
 (reachability and hop counts by ``root``, with the edges broadcast) runs each batch's
 whole fixed point inside Spark tasks, one job for every round (``ops/loops/plan.py`` decides,
 ``ops/loops/local.py`` and ``ops/loops/task.py`` run it); every other loop runs round by
@@ -33,15 +33,19 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Callable
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from ops.dataflow.builder import Pipeline
+from ops.dataflow.graph import Node, scope_nodes
+from ops.errors import PipelineError
+from ops.loops.local import evaluate_local, report
+from ops.loops.priority import check_iteration, delay_at, enter_at_frame, node_priority
 from ops.operators import linear
 from ops.operators.context import EvalContext
-from ops.dataflow.builder import Node, Pipeline, PipelineError
-from ops.loops.priority import check_iteration, delay_at, enter_at_frame, node_priority
 from storage.lattice import time_columns
 
 
@@ -93,10 +97,12 @@ def delay(df: DataFrame, last: str) -> DataFrame:
     return df.withColumn(last, F.col(last) + 1)
 
 
-def evaluate_loop(p: Pipeline, loop_node: Node, ctx: EvalContext, frames: dict, runtime) -> dict:
-    """Run a loop to its fixed point for one batch; returns the frames of its ``leave`` nodes."""
-    from ops.run.evaluate import evaluate_scope, scope_nodes
+def evaluate_loop(p: Pipeline, loop_node: Node, ctx: EvalContext, frames: dict, runtime,
+                  evaluate_scope: Callable) -> dict:
+    """Run a loop to its fixed point for one batch; returns the frames of its ``leave`` nodes.
 
+    ``evaluate_scope(p, scope, ctx, frames, runtime, preset)`` evaluates the loop's body
+    (ops/run/evaluate.py passes itself: a loop's body may hold loops)."""
     scope = loop_node.args["scope"]
     ictx = dataclasses.replace(ctx, d=ctx.d + 1)
     last = ictx.tcols[-1]
@@ -112,26 +118,23 @@ def evaluate_loop(p: Pipeline, loop_node: Node, ctx: EvalContext, frames: dict, 
         return {l.id: None for l in leaves}
     if runtime.planning:  # one pass of the body on empty frames, only to check it
         inner: dict[int, DataFrame | None] = {}
-        evaluate_scope(p, scope, dataclasses.replace(ictx, floor=ctx.floor + (0,)), inner, {}, runtime, entered)
+        evaluate_scope(p, scope, dataclasses.replace(ictx, floor=ctx.floor + (0,)), inner, runtime, entered)
         _check_variables(scope, variables, inner, ictx)
         return {l.id: (leave_frame(inner[l.inputs[1].id]) if inner.get(l.inputs[1].id) is not None else None)
                 for l in leaves}
 
     if not ctx.extra:  # the path: the whole fixed point inside tasks, or round by round
-        from ops.loops.local import evaluate_local, report
         plan = runtime.loop_plan(loop_node)
         local = evaluate_local(p, loop_node, plan, ictx, entered, runtime) if plan.local else None
         if local is not None:
             return local
         report(runtime, plan, "")
-    return _rounds(p, loop_node, ctx, ictx, entered, leaves, runtime)
+    return _rounds(p, loop_node, ctx, ictx, entered, leaves, runtime, evaluate_scope)
 
 
 def _rounds(p: Pipeline, loop_node: Node, ctx: EvalContext, ictx: EvalContext, entered: dict,
-            leaves: list[Node], runtime) -> dict:
+            leaves: list[Node], runtime, evaluate_scope: Callable) -> dict:
     """The fixed point of one batch, round by round on the driver (see the module's docstring)."""
-    from ops.run.evaluate import evaluate_scope, scope_nodes
-
     scope = loop_node.args["scope"]
     last = ictx.tcols[-1]
     nodes = scope_nodes(p, scope)
@@ -167,7 +170,7 @@ def _rounds(p: Pipeline, loop_node: Node, ctx: EvalContext, ictx: EvalContext, e
                 pending[v.id] = pending[v.id].filter(F.col(last) > iteration)
         inner = {}
         rctx = dataclasses.replace(ictx, floor=ctx.floor + (iteration,))
-        evaluate_scope(p, scope, rctx, inner, {}, runtime, preset)
+        evaluate_scope(p, scope, rctx, inner, runtime, preset)
         for v in variables:
             result, initial = inner.get(v.args["result"].id), inner.get(v.inputs[0].id)
             change = linear.union_all([result, None if initial is None else linear.negate(ictx, initial)])

@@ -300,72 +300,14 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
         return _refused(mins, iteration)
     while True:
         r.iteration = iteration
-        fr: dict[int, pa.Table | None] = {}
-        for n in body.nodes:
-            ins = [fr.get(i) for i in n.inputs]
-            out = None
-            if n.op == "enter":
-                if n.id in pools:
-                    p = pools[n.id]
-                    if p is not None:
-                        at = pc.equal(p.column(last), iteration)
-                        out = _present(p.filter(at))
-                        pools[n.id] = _present(p.filter(pc.invert(at)))
-                else:
-                    out = _present(entered.get(n.id)) if first else None
-            elif n.op == "variable":
-                p = pending[n.id]
-                fb = None
-                if p is not None:
-                    at = pc.equal(p.column(last), iteration)
-                    fb = _present(p.filter(at))
-                    pending[n.id] = _present(p.filter(pc.invert(at)))
-                out = _union([ins[0], fb], r.schemas[n.id])
-            elif n.op in ("join", "semijoin"):
-                if ins[0] is not None or ins[1] is not None:
-                    out = r.join(n, ins[0], ins[1])
-            elif n.op == "concat":
-                out = _union(ins, r.schemas[n.id])
-            elif ins[0] is not None:
-                if n.op == "select":
-                    out = r.select(n, ins[0])
-                elif n.op == "filter":
-                    out = r.filter(n, ins[0])
-                elif n.op == "negate":
-                    out = ins[0].set_column(ins[0].schema.get_field_index("diff"), "diff", pc.negate(ins[0].column("diff")))
-                elif n.op in ("consolidate", "arrange"):
-                    out = consolidate(ins[0]) if n.op == "consolidate" else ins[0]
-                elif n.op in ("reduce", "distinct", "threshold"):
-                    out = r.reduce(n, ins[0])
-                else:
-                    raise ValueError(f"operator {n.op} cannot run inside a task")
-            out = _present(out if out is None else conform(out, r.schemas[n.id]))
-            # routed by every task alike; a collection entered whole has nothing after round 0
-            if router is not None and n.id in router.keys and (first or n.op != "enter" or n.id in pools):
-                out = router.route(r.con, n.id, out, r.schemas[n.id])
-            if out is not None and n.arranged and n.op not in ("enter", "variable"):
-                out = _present(consolidate(out))
-            fr[n.id] = out
+        fr = _evaluate_round(r, body, entered, pools, pending, first, iteration, router)
         for n in body.nodes:  # processed: old for later rounds
             t = fr[n.id]
             if t is not None and n.arranged:
                 r.arr[n.id].add(t)
                 if n.id in records:
                     records[n.id].add(t)
-        for v, init, result in body.variables:
-            res, ini = fr.get(result), fr.get(init)
-            neg = None if ini is None else ini.set_column(ini.schema.get_field_index("diff"), "diff",
-                                                          pc.negate(ini.column("diff")))
-            change = _union([res, neg], r.schemas[v])
-            if change is not None:
-                if by_id[v].priority is None:
-                    change = change.set_column(change.schema.get_field_index(last), last,
-                                               pc.add(change.column(last), 1))
-                else:
-                    change = r.delay_at(change, by_id[v].priority)
-                updates += change.num_rows
-            merged = _union([pending[v], change], r.schemas[v])
-            pending[v] = None if merged is None else _present(consolidate(merged))
+        updates += _feed_back(r, body, fr, pending, by_id, last)
         for l, inner in body.leaves:
             if fr.get(inner) is not None:
                 collected[l].append(fr[inner])
@@ -390,6 +332,98 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
             r.con.close()
             return Outcome({}, {}, rounds, updates, False)
         first, iteration = False, following
+    leaves = _leaves(r, body, collected, router)
+    recs = {nid: _present(consolidate(_floored(s.whole(), r.tcols[0], record_floor)))
+            for nid, s in records.items() if s.batches}
+    r.con.close()
+    return Outcome({k: v for k, v in leaves.items() if v is not None}, {k: v for k, v in recs.items() if v is not None},
+                   rounds + 1, updates, True, held=peak)
+
+
+def _evaluate_round(r: _Round, body: Body, entered: dict[int, pa.Table], pools: dict, pending: dict,
+                    first: bool, iteration: int, router) -> dict[int, pa.Table | None]:
+    """Every node's changes in one round (``first``: the round that presents the collections
+    entered plainly); the entered pools and the variables' pending updates of this
+    iteration are taken out of ``pools`` and ``pending``."""
+    last = r.tcols[-1]
+    fr: dict[int, pa.Table | None] = {}
+    for n in body.nodes:
+        ins = [fr.get(i) for i in n.inputs]
+        out = None
+        if n.op == "enter":
+            if n.id in pools:
+                p = pools[n.id]
+                if p is not None:
+                    at = pc.equal(p.column(last), iteration)
+                    out = _present(p.filter(at))
+                    pools[n.id] = _present(p.filter(pc.invert(at)))
+            else:
+                out = _present(entered.get(n.id)) if first else None
+        elif n.op == "variable":
+            p = pending[n.id]
+            fb = None
+            if p is not None:
+                at = pc.equal(p.column(last), iteration)
+                fb = _present(p.filter(at))
+                pending[n.id] = _present(p.filter(pc.invert(at)))
+            out = _union([ins[0], fb], r.schemas[n.id])
+        elif n.op in ("join", "semijoin"):
+            if ins[0] is not None or ins[1] is not None:
+                out = r.join(n, ins[0], ins[1])
+        elif n.op == "concat":
+            out = _union(ins, r.schemas[n.id])
+        elif ins[0] is not None:
+            out = _linear_or_reduce(r, n, ins[0])
+        out = _present(out if out is None else conform(out, r.schemas[n.id]))
+        # routed by every task alike; a collection entered whole has nothing after round 0
+        if router is not None and n.id in router.keys and (first or n.op != "enter" or n.id in pools):
+            out = router.route(r.con, n.id, out, r.schemas[n.id])
+        if out is not None and n.arranged and n.op not in ("enter", "variable"):
+            out = _present(consolidate(out))
+        fr[n.id] = out
+    return fr
+
+
+def _linear_or_reduce(r: _Round, n: TaskNode, t: pa.Table) -> pa.Table | None:
+    """A node of one input with changes ``t``: a linear operator, or a reduce."""
+    if n.op == "select":
+        return r.select(n, t)
+    if n.op == "filter":
+        return r.filter(n, t)
+    if n.op == "negate":
+        return t.set_column(t.schema.get_field_index("diff"), "diff", pc.negate(t.column("diff")))
+    if n.op in ("consolidate", "arrange"):
+        return consolidate(t) if n.op == "consolidate" else t
+    if n.op in ("reduce", "distinct", "threshold"):
+        return r.reduce(n, t)
+    raise ValueError(f"operator {n.op} cannot run inside a task")
+
+
+def _feed_back(r: _Round, body: Body, fr: dict, pending: dict, by_id: dict, last: str) -> int:
+    """Each variable's change in this round (its result minus its initial value), delayed
+    to the next iteration (or to its priority) and added to its pending updates; returns
+    how many updates were fed back."""
+    updates = 0
+    for v, init, result in body.variables:
+        res, ini = fr.get(result), fr.get(init)
+        neg = None if ini is None else ini.set_column(ini.schema.get_field_index("diff"), "diff",
+                                                      pc.negate(ini.column("diff")))
+        change = _union([res, neg], r.schemas[v])
+        if change is not None:
+            if by_id[v].priority is None:
+                change = change.set_column(change.schema.get_field_index(last), last,
+                                           pc.add(change.column(last), 1))
+            else:
+                change = r.delay_at(change, by_id[v].priority)
+            updates += change.num_rows
+        merged = _union([pending[v], change], r.schemas[v])
+        pending[v] = None if merged is None else _present(consolidate(merged))
+    return updates
+
+
+def _leaves(r: _Round, body: Body, collected: dict[int, list[pa.Table]], router) -> dict[int, pa.Table]:
+    """Each leave's changes over every round, out of the loop (the iteration summed away)."""
+    last = r.tcols[-1]
     outer = time_columns(body.d - 1)
     leaves = {}
     for l, inner in body.leaves:
@@ -402,11 +436,7 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
         t = t.drop_columns([last])
         t = t.rename_columns([c for c in t.column_names[:len(t.column_names) - len(outer) - 1]] + outer + ["diff"])
         leaves[l] = _present(consolidate(t))
-    recs = {nid: _present(consolidate(_floored(s.whole(), r.tcols[0], record_floor)))
-            for nid, s in records.items() if s.batches}
-    r.con.close()
-    return Outcome({k: v for k, v in leaves.items() if v is not None}, {k: v for k, v in recs.items() if v is not None},
-                   rounds + 1, updates, True, held=peak)
+    return leaves
 
 
 def _held_rows(*held: dict) -> int:

@@ -26,8 +26,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ops.operators.context import EvalContext
 from ops.io.read import read_layers
+from ops.operators.context import EvalContext
 from ops.operators.linear import advance_and_sum, union_all, union_coalesced
 
 KEY_LOOKUP_LIMIT = 50_000  # touched keys up to which a keyed DuckDB read pays
@@ -95,7 +95,7 @@ def keyed_read_sql(files: list[str], keys: pa.Table, key: list[str]) -> str:
 
 
 def duckdb_keyed_read(files: list[str], keys: pa.Table, key: list[str]) -> pa.Table:
-    from storage.blobs.base import duckdb_connect
+    from storage.blobs.resolve import duckdb_connect
 
     con = duckdb_connect(files)  # the files may be on an object store
     try:

@@ -48,8 +48,9 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ops.dataflow.builder import Node, PipelineError
-from ops.dataflow.calculus import refuse_from_scratch
+from ops.dataflow.graph import Node
+from ops.errors import PipelineError
+from ops.operators.calculus import check_moment_time, refuse_from_scratch
 from ops.operators.context import EvalContext
 from ops.operators.join import sweep_pairs
 from ops.operators.linear import union_all
@@ -69,8 +70,10 @@ def _need(n: Node, ctx: EvalContext, df: DataFrame, cols: list[str], side: str) 
                                 f"columns: {', '.join(have)})")
 
 
-def pending(n: Node, ctx: EvalContext, orders: DataFrame | None) -> DataFrame | None:
+def pending_changes(n: Node, ctx: EvalContext, ins: list, runtime) -> DataFrame | None:
     """Every new order update as a blip: ``+δ`` at ``s`` and ``-δ`` at ``s + 1``, ``s`` kept."""
+    check_moment_time(n, ctx, runtime)
+    orders = ins[0]
     if orders is None:
         return None
     _need(n, ctx, orders, n.args["on"], "orders side")
@@ -95,7 +98,10 @@ def _half_join(ctx: EvalContext, orders: DataFrame, prices: list[DataFrame], on:
     return sweep_pairs(ctx, on, [(orders, True)], [(p, False) for p in prices], half=True)
 
 
-def evaluate_as_of_join(n: Node, ctx: EvalContext, ins: list, runtime) -> DataFrame | None:
+def as_of_join_changes(n: Node, ctx: EvalContext, ins: list, runtime) -> DataFrame | None:
+    """Each blip joined with the prices at or before its time; each new price with the
+    blips still pending at its time."""
+    check_moment_time(n, ctx, runtime)
     blips, prices = ins
     on = n.args["on"]
     refuse_from_scratch(n, ctx, "an as-of join")

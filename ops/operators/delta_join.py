@@ -50,57 +50,14 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ops.dataflow.builder import Node, PipelineError
+from ops.dataflow.calculus import check_domains
+from ops.dataflow.graph import Node
+from ops.errors import PipelineError
 from ops.operators.context import AT, EvalContext
 from ops.operators.join import sweep_pairs
 from ops.operators.linear import union_all
 
 RESOLVED = "_resolved"  # node.args key: [(variables, {variable: column})] once known
-
-
-# ------------------------------------------------------------------ declaring
-
-
-def declare(p, relations) -> "Collection":  # noqa: F821
-    """``p.delta_join(relations)``: validate the shape of the relations, add the node."""
-    from ops.dataflow import calculus
-    from ops.dataflow.builder import Collection, _caller
-
-    where = _caller()
-    if not isinstance(relations, (list, tuple)) or len(relations) < 2:
-        raise PipelineError(f"delta_join ({where}): give a list of at least two relations")
-    colls, specs = [], []
-    for i, r in enumerate(relations, 1):
-        if isinstance(r, Collection):
-            coll, spec = r, ("all", None)
-        elif isinstance(r, tuple) and r and isinstance(r[0], Collection):
-            coll, rest = r[0], r[1:]
-            if len(rest) == 1 and isinstance(rest[0], dict):
-                mapping = rest[0]
-                if not mapping or not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
-                    raise PipelineError(f"delta_join ({where}): relation {i}: the mapping must name "
-                                        f"variables as columns, e.g. {{'a': 'src'}}")
-                spec = ("mapping", dict(mapping))
-            elif rest and all(isinstance(v, str) for v in rest):
-                if len(set(rest)) != len(rest):
-                    raise PipelineError(f"delta_join ({where}): relation {i} binds a variable twice "
-                                        f"({', '.join(rest)}); filter on equal columns instead")
-                spec = ("positional", list(rest))
-            else:
-                raise PipelineError(f"delta_join ({where}): relation {i}: give (collection, 'var', ...) "
-                                    f"or (collection, {{'var': 'column'}})")
-        else:
-            raise PipelineError(f"delta_join ({where}): relation {i} is not a collection or "
-                                f"(collection, variables...), got {r!r}")
-        if coll._p is not p:
-            raise PipelineError(f"delta_join ({where}): relation {i} is a collection of another pipeline")
-        colls.append(coll)
-        specs.append(spec)
-    doms = {calculus.domain(c.node) for c in colls}
-    if len(doms) > 1:
-        raise PipelineError(f"delta_join ({where}): combines differentiated collections with ordinary ones; "
-                            f"bring the ordinary ones into moment time with .moments()")
-    return colls[0]._new("delta_join", colls, relations=specs)
 
 
 # ------------------------------------------------------------------ resolving variables
@@ -167,7 +124,9 @@ def _as_variables(ctx: EvalContext, df: DataFrame, mapping: dict[str, str]) -> D
 # ------------------------------------------------------------------ evaluating
 
 
-def evaluate_delta_join(n: Node, ctx: EvalContext, ins: list, runtime) -> DataFrame | None:
+def delta_join_changes(n: Node, ctx: EvalContext, ins: list, runtime) -> DataFrame | None:
+    """One rule per input with changes, each joining them with the other inputs (see above)."""
+    check_domains(runtime.p)
     rels = _resolve(n, ctx, ins)
     if rels is None:
         # only from scratch (verify plans nothing): a relation without updates is empty, so is the join

@@ -38,14 +38,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ops.columnar import exclusive_cumsum, row_ids
+from ops.dataflow.reducers import Distinct, Threshold
+from ops.errors import KeyTooLarge
 from ops.reduce import kernel as rk
 from ops.reduce.held_rows import TABLE, HeldRows
 from ops.reduce.old_updates import OldLookup
-from ops.dataflow.reducers import Distinct, Threshold
 from ops.reduce.summary import accumulate_old_rows, old_summary
-from ops.columnar import exclusive_cumsum, row_ids
 from storage.lattice import time_columns
-from storage.sql.query import quote
+from storage.sql.duck import quote
 
 #: Rows a reduce task brings into Arrow at once (``DDCLI_REDUCE_TASK_ROWS``): old updates
 #: looked up, or its input held: about the sweeps' measured ~0.3 GB for a key of 10^6
@@ -252,7 +253,7 @@ def _refuse_oversized(counts: pa.Table, key: list[str], reducer: rk.Reducer, wha
     if n.size and n.max() > cells:
         big = int(np.argmax(n))
         shown = {c: counts.column(c)[big].as_py() for c in key}
-        raise rk.KeyTooLarge(f"{reducer!r}: key {shown} holds {int(n[big]):,} {what}, over the budget of "
+        raise KeyTooLarge(f"{reducer!r}: key {shown} holds {int(n[big]):,} {what}, over the budget of "
                              f"{int(cells):,} cells (DDCLI_REDUCE_MEMORY); split the key or raise the budget")
 
 

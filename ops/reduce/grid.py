@@ -1,4 +1,4 @@
-"""The grid kernel: ``f`` evaluated on each key's grid of times (DESIGN.md §4's note).
+"""The grid kernel: ``f`` evaluated on each key's grid of times (docs/architecture.md: reduce).
 
 For a key, the accumulated input only changes on the key's *grid* (the product of the
 distinct values each time coordinate takes among the key's updates), so ``F(g) = f(input
@@ -17,18 +17,16 @@ allowed to take a worker's memory down.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
 
 from ops.columnar import (COUNT, GROUP, exclusive_cumsum, group_sum, lex_order, new_flags, np_int, row_ids,
-                              seg_cumsum_any_)
+                          seg_cumsum_any_)
+from ops.errors import KeyTooLarge
 from storage.lattice import time_columns
-
-
-class KeyTooLarge(ValueError):
-    """One key's dense grid exceeds the cell budget."""
 
 
 def grid_cells(table: pa.Table, kid: np.ndarray, K: int, values: list[str], d: int,
@@ -148,19 +146,61 @@ def grid_delta(table: pa.Table, key: list[str], values: list[str], d: int, reduc
 def _reduce_keys(ctx, sel, kid, kv, ncoord, kv_key, kv_rep, key_rep, k0):
     """reduce_delta for the keys ``k0 ..`` whose rows are ``sel``; ids here are chunk-local."""
     d, table = ctx.d, ctx.table
-    K, P = len(key_rep), len(kv_rep)
-    diff, new = ctx.diff[sel], ctx.new[sel]
+    g = _grid(d, ncoord, len(key_rep))
+    cells = _accumulated_cells(ctx, sel, kid, kv, kv_key, len(kv_rep), g)
+    changed = _changed_points(ctx, g, cells, kv_rep)
+    if changed is None:
+        return None
+    rin, point_ids = changed
+    rout = ctx.reducer(rin)
+    outcols = ctx.out_schema.names
+    for c in [GROUP, COUNT] + outcols:
+        if c not in rout.column_names:
+            raise ValueError(f"reducer {ctx.reducer!r} returned no column {c!r}")
+    if rout.num_rows == 0:
+        return None
+    z = _output_changes(rout, outcols, point_ids, g, ncoord, d)
+    if z is None:
+        return None
+    z_pt, z_rep, z_cnt = z
 
-    # mixed-radix layout of each key's grid, last coordinate fastest; per grid point its
-    # key, coordinates, and (for the axis permutations) its index with coordinate i last
+    # back to columns: key values, output values, grid coordinates -> times
+    zkey = g.gkey[z_pt]
+    cols = {}
+    ktake, otake = pa.array(key_rep[zkey]), pa.array(z_rep)
+    for c in ctx.key:
+        cols[c] = table.column(c).take(ktake)
+    for f in ctx.out_schema:
+        cols[f.name] = rout.column(f.name).take(otake).cast(f.type)
+    for i, c in enumerate(time_columns(d)):
+        cols[c] = pa.array(ctx.tvals[i][ctx.tstart[i][zkey + k0] + g.gcoord[i][z_pt]], pa.int64())
+    cols["diff"] = pa.array(z_cnt, pa.int64())
+    return pa.table(cols, schema=ctx.result_schema)
+
+
+@dataclass
+class _Grid:
+    """The mixed-radix layout of a chunk's keys' grids, last coordinate fastest: each key's
+    grid size and first point, and per grid point its key, its coordinates and (for the axis
+    permutations) its index within the key's grid with coordinate ``i`` last."""
+
+    strides: list
+    gsize: np.ndarray
+    gbase: np.ndarray
+    gkey: np.ndarray
+    gcoord: list
+    gperm: list
+
+
+def _grid(d: int, ncoord: list, keys: int) -> _Grid:
     strides = [None] * d
-    s = np.ones(K, np.int64)
+    s = np.ones(keys, np.int64)
     for i in reversed(range(d)):
         strides[i] = s
         s = s * ncoord[i]
     gsize = s
     gbase = exclusive_cumsum(gsize)
-    gkey = np.repeat(np.arange(K, dtype=np.int64), gsize)
+    gkey = np.repeat(np.arange(keys, dtype=np.int64), gsize)
     glocal = np.arange(len(gkey), dtype=np.int64) - gbase[gkey]
     gcoord, gperm = [], []
     for i in range(d):
@@ -169,26 +209,45 @@ def _reduce_keys(ctx, sel, kid, kv, ncoord, kv_key, kv_rep, key_rep, k0):
         r_i = q % n_i
         gcoord.append(r_i)
         gperm.append(((q // n_i) * st_i + (glocal - q * st_i)) * n_i + r_i)
-    del glocal
+    return _Grid(strides, gsize, gbase, gkey, gcoord, gperm)
 
-    # dense cells: one copy of its key's grid per (key, value row), blocks in kv order
-    cell_count = gsize[kv_key]
+
+@dataclass
+class _Cells:
+    """One copy of its key's grid per (key, value row), blocks in value-row order: each
+    cell's value row and grid point, and the input accumulated there (in total, and of the
+    new updates; a sum's weight in total and of the old updates)."""
+
+    kv: np.ndarray
+    gid: np.ndarray
+    total: np.ndarray
+    fresh: np.ndarray
+    wtotal: np.ndarray | None
+    wold: np.ndarray | None
+
+
+def _accumulated_cells(ctx, sel, kid, kv, kv_key, value_rows: int, g: _Grid) -> _Cells:
+    """The dense cells of the chunk, each holding the input accumulated at its grid point."""
+    d = ctx.d
+    diff, new = ctx.diff[sel], ctx.new[sel]
+    cell_count = g.gsize[kv_key]
     cbase = exclusive_cumsum(cell_count)
     C = int(cell_count.sum())
-    cell_kv = np.repeat(np.arange(P, dtype=np.int64), cell_count)
+    cell_kv = np.repeat(np.arange(value_rows, dtype=np.int64), cell_count)
     base = cbase[cell_kv]
     gid = np.arange(C, dtype=np.int64)
     gid -= base
-    gid += gbase[kv_key][cell_kv]  # the cell's grid point
+    gid += g.gbase[kv_key][cell_kv]  # the cell's grid point
 
     at = cbase[kv]
     for i in range(d):
-        at += ctx.ranks[i][sel] * strides[i][kid]
+        at += ctx.ranks[i][sel] * g.strides[i][kid]
     total = np.zeros(C, np.int64)
     fresh = np.zeros(C, np.int64)
     np.add.at(total, at, diff)
     np.add.at(fresh, at, np.where(new, diff, 0))
     sums = [total, fresh]
+    wtotal = wold = None
     if ctx.weight is not None:  # the total weight and the old updates' own (not total - new: floats)
         w = ctx.w[sel]
         wtotal, wold = np.zeros(C, w.dtype), np.zeros(C, w.dtype)
@@ -198,7 +257,7 @@ def _reduce_keys(ctx, sel, kid, kv, ncoord, kv_key, kv_rep, key_rep, k0):
 
     # accumulate: prefix sum along each coordinate within each block
     for i in range(d):
-        first = gcoord[i][gid] == 0
+        first = g.gcoord[i][gid] == 0
         if i == d - 1:  # contiguous runs already
             idx = np.flatnonzero(first)
             lens = np.diff(np.append(idx, C))
@@ -206,7 +265,7 @@ def _reduce_keys(ctx, sel, kid, kv, ncoord, kv_key, kv_rep, key_rep, k0):
                 seg_cumsum_any_(a, idx, lens)
             continue
         # move coordinate i last: a permutation within the block, no sort needed
-        pos = base + gperm[i][gid]
+        pos = base + g.gperm[i][gid]
         start = np.empty(C, bool)
         start[pos] = first
         idx = np.flatnonzero(start)
@@ -217,45 +276,49 @@ def _reduce_keys(ctx, sel, kid, kv, ncoord, kv_key, kv_rep, key_rep, k0):
             seg_cumsum_any_(tr, idx, lens)
             a[:] = tr[pos]
         del pos, start, tr
-    del base
+    return _Cells(cell_kv, gid, total, fresh, wtotal, wold)
 
-    # grid points where the new updates change the accumulated input: E = F_total - F_old
+
+def _changed_points(ctx, g: _Grid, cells: _Cells, kv_rep) -> tuple[pa.Table, np.ndarray] | None:
+    """The reducer's input at the grid points where the new updates change the accumulated
+    input (``E = F_total - F_old``: group ``2p`` the total at point ``p``, ``2p + 1`` the
+    old), and those points; None when there are none."""
+    total, fresh = cells.total, cells.fresh
     touched, has_t, has_o = fresh != 0, total != 0, total != fresh
     if ctx.weight is not None:
-        touched |= wtotal != wold
-        has_t |= wtotal != 0
-        has_o |= wold != 0
-    changed = np.zeros(len(gkey), bool)
-    changed[gid[touched]] = True
+        touched |= cells.wtotal != cells.wold
+        has_t |= cells.wtotal != 0
+        has_o |= cells.wold != 0
+    changed = np.zeros(len(g.gkey), bool)
+    changed[cells.gid[touched]] = True
     point_ids = np.flatnonzero(changed)
     compact = np.cumsum(changed) - 1
-    in_pt = changed[gid]
+    in_pt = changed[cells.gid]
     cells_t = np.flatnonzero(in_pt & has_t)
     cells_o = np.flatnonzero(in_pt & has_o)
-    group = np.concatenate([2 * compact[gid[cells_t]], 2 * compact[gid[cells_o]] + 1])
+    group = np.concatenate([2 * compact[cells.gid[cells_t]], 2 * compact[cells.gid[cells_o]] + 1])
     if len(group) == 0:
         return None
     count = np.concatenate([total[cells_t], total[cells_o] - fresh[cells_o]])
-    take = pa.array(kv_rep[cell_kv[np.concatenate([cells_t, cells_o])]])
+    take = pa.array(kv_rep[cells.kv[np.concatenate([cells_t, cells_o])]])
     weights = {} if ctx.weight is None else \
-        {ctx.weight: pa.array(np.concatenate([wtotal[cells_t], wold[cells_o]]))}
-    del gid, cell_kv, total, fresh, in_pt, sums
+        {ctx.weight: pa.array(np.concatenate([cells.wtotal[cells_t], cells.wold[cells_o]]))}
     rin = pa.table(
         {
             GROUP: pa.array(group, pa.int64()),
-            **{c: table.column(c).take(take) for c in ctx.values},
+            **{c: ctx.table.column(c).take(take) for c in ctx.values},
             COUNT: pa.array(count, pa.int64()),
             **weights,
         }
     )
+    return rin, point_ids
 
-    rout = ctx.reducer(rin)
-    outcols = ctx.out_schema.names
-    for c in [GROUP, COUNT] + outcols:
-        if c not in rout.column_names:
-            raise ValueError(f"reducer {ctx.reducer!r} returned no column {c!r}")
-    if rout.num_rows == 0:
-        return None
+
+def _output_changes(rout: pa.Table, outcols: list[str], point_ids: np.ndarray, g: _Grid, ncoord: list,
+                    d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The output's changes from the reducer's output at the changed points: ``E``
+    consolidated, then its finite differences (each ``E`` row shifted to its successors
+    with a sign). Per change its grid point, its row of ``rout`` and its count."""
     og = np_int(rout.column(GROUP))
     e_cnt = np_int(rout.column(COUNT)) * np.where(og % 2 == 1, -1, 1)
     e_pt = point_ids[og // 2]
@@ -263,55 +326,39 @@ def _reduce_keys(ctx, sel, kid, kv, ncoord, kv_key, kv_rep, key_rep, k0):
     # differences are summed per grid point in dense arrays, not sorted
     dense = not outcols
     ocode = np.zeros(len(og), np.int64) if dense else row_ids(rout, outcols)[0]
-
-    # consolidate E, then finite differences: shift each E row to successors with sign
     if dense:
-        e_pt, e_cnt = _dense_sum(e_pt, e_cnt, len(gkey))
+        e_pt, e_cnt = _dense_sum(e_pt, e_cnt, len(g.gkey))
         rep = np.zeros(len(e_pt), np.int64)
     else:
         rep, e_cnt = group_sum([e_pt, ocode], e_cnt)
         keep = e_cnt != 0
         rep, e_cnt = rep[keep], e_cnt[keep]
         e_pt = e_pt[rep]
-    pkey = gkey[e_pt]
+    pkey = g.gkey[e_pt]
     z_pt, z_rep, z_cnt = [], [], []
     for S in range(1 << d):
         ok = np.ones(len(e_pt), bool)
         shift = np.zeros(len(e_pt), np.int64)
         for i in range(d):
             if S >> i & 1:
-                ok &= gcoord[i][e_pt] < ncoord[i][pkey] - 1
-                shift += strides[i][pkey]
+                ok &= g.gcoord[i][e_pt] < ncoord[i][pkey] - 1
+                shift += g.strides[i][pkey]
         sign = -1 if bin(S).count("1") % 2 else 1
         z_pt.append((e_pt + shift)[ok])
         z_rep.append(rep[ok])
         z_cnt.append(sign * e_cnt[ok])
     z_pt, z_rep, z_cnt = (np.concatenate(a) for a in (z_pt, z_rep, z_cnt))
     if dense:
-        z_pt, z_cnt = _dense_sum(z_pt, z_cnt, len(gkey))
+        z_pt, z_cnt = _dense_sum(z_pt, z_cnt, len(g.gkey))
         if not len(z_pt):
             return None
-        z_rep = np.zeros(len(z_pt), np.int64)
-    else:
-        r2, z_cnt = group_sum([z_pt, ocode[z_rep]], z_cnt)
-        keep = z_cnt != 0
-        if not keep.any():
-            return None
-        r2, z_cnt = r2[keep], z_cnt[keep]
-        z_pt, z_rep = z_pt[r2], z_rep[r2]
-
-    # back to columns: key values, output values, grid coordinates -> times
-    zkey = gkey[z_pt]
-    cols = {}
-    ktake, otake = pa.array(key_rep[zkey]), pa.array(z_rep)
-    for c in ctx.key:
-        cols[c] = table.column(c).take(ktake)
-    for f in ctx.out_schema:
-        cols[f.name] = rout.column(f.name).take(otake).cast(f.type)
-    for i, c in enumerate(time_columns(d)):
-        cols[c] = pa.array(ctx.tvals[i][ctx.tstart[i][zkey + k0] + gcoord[i][z_pt]], pa.int64())
-    cols["diff"] = pa.array(z_cnt, pa.int64())
-    return pa.table(cols, schema=ctx.result_schema)
+        return z_pt, np.zeros(len(z_pt), np.int64), z_cnt
+    r2, z_cnt = group_sum([z_pt, ocode[z_rep]], z_cnt)
+    keep = z_cnt != 0
+    if not keep.any():
+        return None
+    r2, z_cnt = r2[keep], z_cnt[keep]
+    return z_pt[r2], z_rep[r2], z_cnt
 
 
 def _dense_sum(point: np.ndarray, count: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:

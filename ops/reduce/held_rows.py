@@ -16,7 +16,7 @@ from typing import Iterable
 import pyarrow as pa
 
 from ops.reduce.old_updates import limit_memory
-from storage.sql.query import quote
+from storage.sql.duck import quote
 
 TABLE = "held_rows"
 INSERT_ROWS = 1 << 17  # spilled rows move into DuckDB in chunks of about this many

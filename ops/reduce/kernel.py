@@ -20,7 +20,7 @@ Which kernel computes it depends on the reducer and the time dimension:
 
 Memory: keys are processed in chunks of about ``max_rows`` updates (sweeps) or
 ``max_cells`` dense cells (grid); a key is never split across chunks, and a grid key over
-the memory budget is refused with a clear error (:class:`~ops.reduce.grid.KeyTooLarge`).
+the memory budget is refused with a clear error (:class:`~ops.errors.KeyTooLarge`).
 """
 
 from __future__ import annotations
@@ -30,23 +30,14 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from ops.reduce import slabs as rf
-from ops.reduce import builtin_grid as lattice
-from ops.reduce import sweep as sw
-from ops.reduce.grid import KeyTooLarge, grid_cells, grid_delta
 from ops.columnar import COUNT, GROUP, empty_table, group_sum, lex_order, new_flags, np_int, row_ids
-from ops.dataflow.reducers import (  # noqa: F401 - the reducers are part of this module's interface
-    Count,
-    CountDistinct,
-    Distinct,
-    Max,
-    Min,
-    PerKey,
-    Reducer,
-    Sum,
-    Threshold,
-    TopK,
-)
+from ops.dataflow.reducers import (Count,  # noqa: F401 - the reducers are part of this module's interface
+                                   CountDistinct, Distinct, Max, Min, PerKey, Reducer, Sum, Threshold, TopK)
+from ops.errors import KeyTooLarge
+from ops.reduce import builtin_grid as lattice
+from ops.reduce import slabs as rf
+from ops.reduce import sweep as sw
+from ops.reduce.grid import grid_cells, grid_delta
 from storage.lattice import time_columns
 
 __all__ = [

@@ -43,7 +43,7 @@ class OldLookup:
     shared_task: bool = False
 
     def __init__(self, files: list[str], keys: pa.Table, key: list[str], values: list[str]):
-        from storage.blobs.base import duckdb_connect
+        from storage.blobs.resolve import duckdb_connect
         self.what, self.keys, self.accumulated = (tuple(files), tuple(key), tuple(values)), keys, False
         self.con = limit_memory(duckdb_connect(files))  # the files may be on an object store
         self.con.register("touched_keys", keys)

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from ops.dataflow.reducers import Count, Max, Min, Reducer, Sum, TopK
-from storage.sql.query import quote
+from storage.sql.duck import quote
 
 
 def summarisable(reducer: Reducer, values_schema: pa.Schema, d: int, extra: bool) -> bool:

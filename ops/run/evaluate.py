@@ -15,101 +15,23 @@ from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame
 
-from ops.operators import join as join_ops
-from ops.operators import linear
-from ops.reduce import kernel as rk
+from ops.dataflow.builder import Pipeline
+from ops.dataflow.graph import STATEFUL, Node, arranged_nodes, reduce_spec, scope_nodes, uses
+from ops.errors import PipelineError
+from ops.loops.plan import plan_loop
+from ops.loops.rounds import entering, evaluate_loop
+from ops.operators import calculus, linear
 from ops.operators.arrangement import Arrangement, LiveArrangement
+from ops.operators.asof import as_of_join_changes, pending_changes
 from ops.operators.context import RESERVED, EvalContext
-from ops.dataflow.builder import Node, Pipeline, PipelineError, Scope
-from ops.run.progress import RunProgress
-from ops.reduce.operator import SPLIT_ROWS, reduce_changes, two_stage
+from ops.operators.delta_join import delta_join_changes
+from ops.operators.join import join_changes
 from ops.reduce.budget import task_rows
-from ops.dataflow.calculus import CALCULUS_OPS, evaluate_calculus  # issue 5
-
-
-STATEFUL = {"join", "semijoin", "reduce", "distinct", "threshold",
-            "as_of_join", "delta_join"}  # issue 5: calculus operators whose inputs are arranged
-
-
-def arranged_nodes(p: Pipeline) -> dict[int, Node]:
-    """Nodes whose old updates some stateful operator reads (by node id).
-
-    A collection entered into a loop reads its old updates from the outer collection, so
-    arranging an ``enter`` node arranges its source too.
-    """
-    out: dict[int, Node] = {}
-
-    def mark(n: Node) -> None:
-        if n.id in out:
-            return
-        out[n.id] = n
-        if n.op == "enter":
-            mark(n.inputs[0])
-
-    for n in p.nodes:
-        if n.op in STATEFUL:
-            for i in n.inputs:
-                mark(i)
-    return out
-
-
-def uses(p: Pipeline) -> dict[int, int]:
-    count: dict[int, int] = {}
-    for n in p.nodes:
-        for i in n.inputs:
-            count[i.id] = count.get(i.id, 0) + 1
-        if n.op == "variable" and n.args.get("result") is not None:
-            r = n.args["result"]
-            count[r.id] = count.get(r.id, 0) + 1
-    return count
-
-
-def scope_nodes(p: Pipeline, scope: Scope | None) -> list[Node]:
-    """The nodes of ``scope`` in an order where every node follows its inputs."""
-    members = [n for n in p.nodes if n.scope is scope]
-    ids = {n.id for n in members}
-    done: set[int] = set()
-    order: list[Node] = []
-
-    def visit(n: Node) -> None:
-        if n.id in done:
-            return
-        done.add(n.id)
-        for i in n.inputs:
-            if i.id in ids:
-                visit(i)
-        order.append(n)
-
-    for n in members:
-        visit(n)
-    return order
-
-
-def node_key(n: Node, columns: list[str]) -> list[str]:
-    """The key an operator's output is naturally arranged (and stored) by."""
-    if n.op in ("reduce", "arrange"):
-        return list(n.args["key"])
-    if n.op in ("join", "semijoin"):
-        return list(n.args["on"])
-    if n.op == "output" and n.args.get("key"):
-        return list(n.args["key"])
-    if n.op in ("output", "enter", "variable"):
-        return node_key(n.inputs[0], columns)
-    if n.op == "leave":
-        return node_key(n.inputs[1], columns)
-    return columns[:1]
-
-
-def reduce_spec(n: Node, columns: list[str]) -> tuple[list[str], rk.Reducer]:
-    if n.op == "reduce":
-        return list(n.args["key"]), n.args["reducer"]
-    if n.op == "distinct":
-        return columns, rk.Threshold(lambda c: (np.asarray(c) > 0).astype(np.int64))
-    return columns, rk.Threshold(n.args["fn"])
+from ops.reduce.operator import SPLIT_ROWS, reduce_changes, two_stage
+from ops.run.progress import RunProgress
 
 
 class Runtime:
@@ -134,6 +56,7 @@ class Runtime:
         self.uses = uses(p)
         self.live: dict[int, LiveArrangement] = {}
         self.stored = stored
+        self.sources: dict[str, DataFrame | None] = {}  # input trace -> this batch's new updates
         self.feedback: dict[int, DataFrame | None] = {}  # loop variable -> this round's fed-back updates
         self.planned: dict[int, DataFrame | None] = {}  # planning: every node's (empty) frame
         self.key_partitioned: dict[int, list[str]] = {}  # frames hash-partitioned by these columns
@@ -149,7 +72,6 @@ class Runtime:
     def loop_plan(self, loop_node: Node):
         """How ``loop_node`` runs (ops/loops/plan.py), planned once per run."""
         if loop_node.id not in self.loop_plans:
-            from ops.loops.plan import plan_loop
             self.loop_plans[loop_node.id] = plan_loop(self.p, loop_node, self.schemas)
         return self.loop_plans[loop_node.id]
 
@@ -158,7 +80,6 @@ class Runtime:
             return None
         if node.id not in self.live:
             if node.op == "enter":
-                from ops.loops.rounds import entering
                 self.live[node.id] = LiveArrangement(base=self.arrangement(node.inputs[0]), enter=entering(node))
             else:
                 stored = self.stored(node)
@@ -186,30 +107,27 @@ class Runtime:
 def evaluate(p: Pipeline, ctx: EvalContext, sources: dict[str, DataFrame | None], runtime: Runtime) -> dict[int, DataFrame | None]:
     """Each node's changes for one batch of the pipeline's inputs (``sources`` by trace name)."""
     frames: dict[int, DataFrame | None] = {}
-    evaluate_scope(p, None, ctx, frames, sources, runtime)
+    runtime.sources = sources
+    evaluate_scope(p, None, ctx, frames, runtime)
     return frames
 
 
-def evaluate_scope(p: Pipeline, scope: Scope | None, ctx: EvalContext, frames: dict,
-                   sources: dict, runtime: Runtime, preset: dict[int, DataFrame | None] | None = None) -> None:
-    """Evaluate the nodes of ``scope`` into ``frames``; ``preset`` fixes some nodes' frames."""
-    from ops.loops.rounds import evaluate_loop
-
+def evaluate_scope(p: Pipeline, scope, ctx: EvalContext, frames: dict, runtime: Runtime,
+                   preset: dict[int, DataFrame | None] | None = None) -> None:
+    """Evaluate the nodes of ``scope`` (None: the pipeline itself, else a loop's Scope) into
+    ``frames``; ``preset`` fixes some nodes' frames. A loop evaluates its body with this same
+    function, which it receives as a parameter: the one recursion of the evaluator."""
     nodes = scope_nodes(p, scope)
     for n in nodes:
         if preset is not None and n.id in preset:
             frames[n.id] = preset[n.id]
             continue
         if n.op == "loop":
-            frames.update(evaluate_loop(p, n, ctx, frames, runtime))
+            frames.update(evaluate_loop(p, n, ctx, frames, runtime, evaluate_scope))
             continue
         if n.op == "leave":
             continue  # filled in by its loop
-        try:
-            frames[n.id] = _evaluate_node(n, ctx, frames, sources, runtime)
-        except AnalysisException as e:
-            msg = str(e).splitlines()[0]
-            raise PipelineError(f"{n.describe()}: {msg}") from None
+        frames[n.id] = _evaluate_node(n, ctx, frames, runtime)
         df = frames[n.id]
         if df is not None and scope is not None and not runtime.planning and n.id in runtime.arranged \
                 and n.op not in ("enter", "variable"):
@@ -220,16 +138,32 @@ def evaluate_scope(p: Pipeline, scope: Scope | None, ctx: EvalContext, frames: d
             # updates: 41 s -> 32-38 s), and Spark sums them before its shuffle.
             df = frames[n.id] = linear.consolidate(ctx, df).localCheckpoint(eager=False)
         if df is not None:
-            seen: set[str] = set()
-            bad = [c for c in df.columns if c in seen or seen.add(c)]  # e.g. a user column named diff
-            bad += [c for c in ctx.data_columns(df) if c in RESERVED or c.startswith("time_")]
-            if bad:
-                raise PipelineError(f"{n.describe()}: column name {bad[0]!r} is reserved; choose another")
+            _check_column_names(n, ctx, df)
             if scope is None and not runtime.planning and n.op in STATEFUL:
                 runtime.ran.append(n)  # reported with the writes that compute it (ops/run/progress.py)
     if runtime.planning:
         runtime.planned.update({n.id: frames.get(n.id) for n in nodes if n.op != "loop"})
     runtime.record(frames, nodes)
+
+
+def _evaluate_node(n: Node, ctx: EvalContext, frames: dict, runtime: Runtime) -> DataFrame | None:
+    """One node's changes, by its operator's entry in :data:`EVALUATORS`."""
+    evaluator = EVALUATORS.get(n.op)
+    if evaluator is None:
+        raise PipelineError(f"{n.describe()}: unknown operator {n.op!r}")
+    try:
+        return evaluator(n, ctx, [frames.get(i.id) for i in n.inputs], runtime)
+    except AnalysisException as e:
+        msg = str(e).splitlines()[0]
+        raise PipelineError(f"{n.describe()}: {msg}") from None
+
+
+def _check_column_names(n: Node, ctx: EvalContext, df: DataFrame) -> None:
+    seen: set[str] = set()
+    bad = [c for c in df.columns if c in seen or seen.add(c)]  # e.g. a user column named diff
+    bad += [c for c in ctx.data_columns(df) if c in RESERVED or c.startswith("time_")]
+    if bad:
+        raise PipelineError(f"{n.describe()}: column name {bad[0]!r} is reserved; choose another")
 
 
 def _need_columns(n: Node, df: DataFrame, cols: list[str], ctx: EvalContext, what: str) -> None:
@@ -239,57 +173,75 @@ def _need_columns(n: Node, df: DataFrame, cols: list[str], ctx: EvalContext, wha
             raise PipelineError(f"{n.describe()}: unknown column {c!r} in {what} (columns: {', '.join(have)})")
 
 
-def _evaluate_node(n: Node, ctx: EvalContext, out: dict, sources: dict, runtime: Runtime) -> DataFrame | None:
-    ins = [out.get(i.id) for i in n.inputs]
-    a = n.args
-    if n.op in CALCULUS_OPS:  # issue 5: ops/dataflow/calculus.py
-        return evaluate_calculus(n, ctx, ins, runtime)
-    if n.op == "input":
-        return sources.get(a["trace"])
-    if n.op in ("output", "arrange"):
-        if n.op == "arrange" and ins[0] is not None:
-            _need_columns(n, ins[0], a["key"], ctx, "arrange key")
-        if n.inputs[0].id in runtime.key_partitioned:
-            runtime.key_partitioned[n.id] = runtime.key_partitioned[n.inputs[0].id]
-        return ins[0]
-    if n.op == "concat":
-        present = [f for f in ins if f is not None]
-        if present:
-            names = [sorted(ctx.data_columns(f)) for f in present]
-            if any(x != names[0] for x in names):
-                raise PipelineError(f"{n.describe()}: collections to concat have different columns: {names}")
-        return linear.concat(ctx, [f.select(*present[0].columns) for f in present]) if present else None
-    if n.op in ("join", "semijoin"):
-        return _join(n, ctx, ins, runtime)
-    if n.op in ("reduce", "distinct", "threshold"):
-        return _reduce(n, ctx, ins[0], runtime)
-    if n.op == "enter":
-        return ins[0]  # loops preset entered frames
-    if n.op == "variable":  # this round's initial updates plus the loop's feedback
-        fb = runtime.feedback.get(n.id)
-        if ins[0] is None or fb is None:
-            return ins[0] if fb is None else fb
-        return ins[0].unionByName(fb.select(*ins[0].columns))
-    df = ins[0]
+# ---------------------------------------------------------------- the operators without a module of their own
+
+
+def _input(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame | None:
+    return runtime.sources.get(n.args["trace"])
+
+
+def _passed_on(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame | None:
+    """``output`` and ``arrange``: the input's changes, as they are."""
+    if n.op == "arrange" and ins[0] is not None:
+        _need_columns(n, ins[0], n.args["key"], ctx, "arrange key")
+    if n.inputs[0].id in runtime.key_partitioned:
+        runtime.key_partitioned[n.id] = runtime.key_partitioned[n.inputs[0].id]
+    return ins[0]
+
+
+def _concat(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame | None:
+    present = [f for f in ins if f is not None]
+    if not present:
+        return None
+    names = [sorted(ctx.data_columns(f)) for f in present]
+    if any(x != names[0] for x in names):
+        raise PipelineError(f"{n.describe()}: collections to concat have different columns: {names}")
+    return linear.concat(ctx, [f.select(*present[0].columns) for f in present])
+
+
+def _entered(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame | None:
+    return ins[0]  # loops preset entered frames
+
+
+def _variable(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame | None:
+    """A loop variable: this round's initial updates plus the loop's feedback."""
+    fb = runtime.feedback.get(n.id)
+    if ins[0] is None or fb is None:
+        return ins[0] if fb is None else fb
+    return ins[0].unionByName(fb.select(*ins[0].columns))
+
+
+def _select(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame | None:
+    df, a = ins[0], n.args
     if df is None:
         return None
-    if n.op == "select":
-        _need_columns(n, df, [c for c in a["columns"] if isinstance(c, str)], ctx, "select")
-        return linear.select(ctx, df, a["columns"], a["exprs"])
-    if n.op == "filter":
-        return linear.filter_(ctx, df, a["condition"])
-    if n.op == "flat_map":
-        if a["keep"] is not None:
-            _need_columns(n, df, a["keep"], ctx, "flat_map keep")
-        return linear.flat_map(ctx, df, a["column"], a["expr"], a["keep"])
-    if n.op == "negate":
-        return linear.negate(ctx, df)
-    if n.op == "consolidate":
-        return linear.consolidate(ctx, df)
-    raise PipelineError(f"{n.describe()}: unknown operator {n.op!r}")
+    _need_columns(n, df, [c for c in a["columns"] if isinstance(c, str)], ctx, "select")
+    return linear.select(ctx, df, a["columns"], a["exprs"])
+
+
+def _flat_map(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame | None:
+    df, a = ins[0], n.args
+    if df is None:
+        return None
+    if a["keep"] is not None:
+        _need_columns(n, df, a["keep"], ctx, "flat_map keep")
+    return linear.flat_map(ctx, df, a["column"], a["expr"], a["keep"])
+
+
+def _filter(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame | None:
+    return None if ins[0] is None else linear.filter_(ctx, ins[0], n.args["condition"])
+
+
+def _negate(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame | None:
+    return None if ins[0] is None else linear.negate(ctx, ins[0])
+
+
+def _consolidate(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame | None:
+    return None if ins[0] is None else linear.consolidate(ctx, ins[0])
 
 
 def _join(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame | None:
+    """``join`` and ``semijoin``: their inputs' changes against each other's arrangements."""
     on = n.args["on"]
     left, right = ins
     if left is not None and right is not None:
@@ -304,7 +256,7 @@ def _join(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame |
         left_arr = right_arr = None
     if not ctx.extra:
         runtime.key_partitioned[n.id] = list(on)
-    return join_ops.join_changes(ctx, on, left, right, left_arr, right_arr, semi=semi, small=_small(ctx))
+    return join_changes(ctx, on, left, right, left_arr, right_arr, semi=semi, small=_small(ctx))
 
 
 def _check_join_keys(n: Node, ctx: EvalContext, left: DataFrame, right: DataFrame, on: list[str]) -> None:
@@ -326,7 +278,9 @@ def _small(ctx: EvalContext) -> bool:
     return ctx.delta_rows is not None and ctx.delta_rows < SPLIT_ROWS and ctx.delta_rows <= task_rows()
 
 
-def _reduce(n: Node, ctx: EvalContext, df: DataFrame | None, runtime: Runtime) -> DataFrame | None:
+def _reduce(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame | None:
+    """``reduce``, ``distinct`` and ``threshold``: the changes of their output (ops/reduce/)."""
+    df = ins[0]
     if df is None:
         return None
     key, reducer = reduce_spec(n, ctx.data_columns(df))
@@ -343,3 +297,34 @@ def _reduce(n: Node, ctx: EvalContext, df: DataFrame | None, runtime: Runtime) -
                               old_partitioned=arr is not None and arr.viewable(ctx))
     except (KeyError, ValueError, TypeError) as e:
         raise PipelineError(f"{n.describe()}: {e}") from None
+
+
+Evaluator = Callable[[Node, EvalContext, list, Runtime], "DataFrame | None"]
+
+#: Every operator a pipeline can declare, and the function that turns its inputs' changes
+#: (``None``: no changes) into its own. ``loop`` and ``leave`` are evaluated by the loop
+#: itself (ops/loops/rounds.py).
+EVALUATORS: dict[str, Evaluator] = {
+    "input": _input,
+    "output": _passed_on,
+    "arrange": _passed_on,
+    "select": _select,
+    "filter": _filter,
+    "flat_map": _flat_map,
+    "concat": _concat,
+    "negate": _negate,
+    "consolidate": _consolidate,
+    "join": _join,
+    "semijoin": _join,
+    "reduce": _reduce,
+    "distinct": _reduce,
+    "threshold": _reduce,
+    "enter": _entered,
+    "variable": _variable,
+    "differentiate": calculus.differentiate_changes,
+    "moments": calculus.moments_changes,
+    "integrate": calculus.integrate_changes,
+    "as_of_pending": pending_changes,
+    "as_of_join": as_of_join_changes,
+    "delta_join": delta_join_changes,
+}

@@ -26,6 +26,7 @@ stays one commit, and its cost grows linearly with its size.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -33,24 +34,27 @@ from typing import Callable
 
 import pyarrow as pa
 
-from ops.operators.arrangement import Arrangement
-from ops.operators.context import EvalContext
-from ops.run.evaluate import Runtime, evaluate, node_key
-from ops.io.read import read_layers
-from ops.operators.linear import union_coalesced
+from ops.dataflow.builder import Pipeline
+from ops.dataflow.graph import Node, node_key
 from ops.dataflow.load import load_pipeline
-from ops.dataflow.builder import Node, Pipeline, PipelineError
-from ops.run.progress import RunProgress, cone_of, updates
-from ops.reduce.shared_shuffle import shared_token, write_shared
+from ops.dataflow.precheck import precheck
+from ops.errors import PipelineError
+from ops.io.read import read_layers
 from ops.io.write import write_layer, write_sealed_and_pending
 from ops.io.write_many import LayerWrite, write_layers
-from storage import faults
-from storage.blobs.local import LocalBlobs
+from ops.operators.arrangement import Arrangement
+from ops.operators.context import EvalContext
+from ops.operators.linear import union_coalesced
+from ops.reduce.shared_shuffle import shared_token, write_shared
+from ops.run.evaluate import Runtime, evaluate
+from ops.run.progress import RunProgress, cone_of, updates
+from ops.spark.session import check_interrupt, get_spark, no_interrupts, partitions, size_partitions
+from storage.errors import Conflict
 from storage.lattice import Frontier, time_columns
 from storage.layer import Layer
-from storage.log.commit import Conflict
-from storage.store import State, Store
 from storage.state.trace import Trace, check_new_name
+from storage.state.transitions import RunCommit, State, append_run, loop_frontier
+from storage.store import Store
 
 
 @dataclass
@@ -134,11 +138,6 @@ def _record_floor(d: int, hi: int | None, frontier: Frontier) -> int | None:
     return p if hi is None else min(hi, p)
 
 
-def loop_frontier(f: Frontier, depth: int) -> Frontier:
-    """A frontier of outer times moved into loops: iteration coordinates stay at 0."""
-    return Frontier([t + (0,) * depth for t in f], f.d + depth)
-
-
 def check_pipeline(spark, p: Pipeline, views: dict[str, InputView], d: int) -> dict[int, pa.Schema]:
     """Validate the whole graph on empty frames (no Spark job); the data schema of each node."""
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -167,7 +166,7 @@ def time_batches(store: Store, views: dict[str, InputView], d: int,
     in each (read with DuckDB). One batch, unbounded, when that is all it takes."""
     import numpy as np
 
-    from storage.blobs.base import duckdb_connect
+    from storage.blobs.resolve import duckdb_connect
 
     col = time_columns(d)[0]
     firsts: dict[str, np.ndarray] = {}
@@ -201,13 +200,26 @@ def _between(df, col: str, lo: int | None, hi: int | None):
     return df
 
 
-def run_pipeline(store: Store, path: str, *, name: str | None = None, master: str | None = None,
-                 progress: Callable[[str], None] | RunProgress | None = None, batch_times: int | None = None,
-                 loop_stats: list | None = None, rebuild: bool = False) -> RunResult:
-    """One run (see the module's docstring). ``loop_stats`` (a list) receives each loop's
-    rounds and updates. ``rebuild``: recompute the pipeline from its inputs' since, as if it
-    had never run, and replace its state and outputs in the run's one commit (for an edited
-    pipeline file; the old outputs stay readable until then)."""
+@dataclass
+class RunPlan:
+    """What one run will do, decided from the store's state before Spark starts."""
+
+    p: Pipeline
+    path: str
+    state: State
+    views: dict[str, InputView]
+    d: int
+    record: dict | None  # the pipeline's record as its last run left it
+    fingerprint: str
+    rebuild: bool
+    frontier: Frontier  # the pipeline's frontier after this run
+    old_frontier: Frontier  # and before it
+    nothing_to_do: bool
+
+
+def plan_run(store: Store, path: str, *, name: str | None = None, rebuild: bool = False) -> RunPlan:
+    """Load the pipeline and decide what its run reads, writes and may refuse: its inputs'
+    old and new layers, its frontiers before and after, the clashes and edits that stop it."""
     p = load_pipeline(path, name)
     state = store.state()
     views = input_views(store, state, p, fresh=rebuild)
@@ -228,18 +240,54 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
         if t is not None and t.owner != p.name:
             who = f"pipeline {t.owner!r}" if t.owner else "ingest"
             raise PipelineError(f"output {out!r} of pipeline {p.name!r} clashes with trace {out!r} written by {who}")
-
     new_frontier = pipeline_frontier(views)
     old_frontier = Frontier.from_json(record["frontier"], d) if record and not rebuild else Frontier.minimum(d)
     has_new = any(v.new for v in views.values())
-    if not has_new and record and new_frontier == old_frontier and not rebuild:
-        return RunResult(p.name, True, new_frontier)
+    idle = not has_new and bool(record) and new_frontier == old_frontier and not rebuild
+    return RunPlan(p, path, state, views, d, record, fp, rebuild, new_frontier, old_frontier, idle)
 
-    from ops.dataflow.precheck import precheck
-    precheck(p, {n: v.trace.schema for n, v in views.items()})  # column mistakes, before the JVM
 
-    from ops.spark.session import check_interrupt, get_spark, no_interrupts, partitions, size_partitions
+def run_pipeline(store: Store, path: str, *, name: str | None = None, master: str | None = None,
+                 progress: Callable[[str], None] | RunProgress | None = None, batch_times: int | None = None,
+                 loop_stats: list | None = None, rebuild: bool = False) -> RunResult:
+    """One run (see the module's docstring): plan, evaluate, write and commit.
+    ``loop_stats`` (a list) receives each loop's rounds and updates. ``rebuild``: recompute
+    the pipeline from its inputs' since, as if it had never run, and replace its state and
+    outputs in the run's one commit (for an edited pipeline file; the old outputs stay
+    readable until then)."""
+    plan = plan_run(store, path, name=name, rebuild=rebuild)
+    if plan.nothing_to_do:
+        return RunResult(plan.p.name, True, plan.frontier)
+    precheck(plan.p, {n: v.trace.schema for n, v in plan.views.items()})  # column mistakes, before the JVM
     progress = progress if isinstance(progress, RunProgress) else RunProgress(progress)
+    ev = evaluate_batches(store, plan, master=master, progress=progress, batch_times=batch_times,
+                          loop_stats=loop_stats)
+    targets = run_targets(plan, ev.runtime)
+    written = store.write_and_commit(
+        "run", lambda registry: write_targets(store, plan, ev, targets, registry, progress),
+        lambda s, w: _run_change(store, plan, targets, w)(s), merge=list(targets), guard=_committing)
+    return RunResult(plan.p.name, False, plan.frontier,
+                     {o: (written.sealed[o].rows if written.sealed[o] else 0) for o in plan.p.outputs},
+                     {n: len(v.new) for n, v in plan.views.items()}, rows_in=ev.delta_rows, steps=progress.steps,
+                     spark_jobs=progress.jobs_so_far())
+
+
+@dataclass
+class Evaluation:
+    """A run's changes, evaluated: every batch's output frames and the operators' state."""
+
+    spark: object
+    runtime: Runtime
+    schemas: dict[int, pa.Schema]  # node id -> data schema
+    batch_frames: list[dict]  # per batch: output node id -> its changes
+    delta_rows: int  # new input updates the run reads
+
+
+def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progress: RunProgress,
+                     batch_times: int | None, loop_stats: list | None) -> Evaluation:
+    """Start Spark and evaluate the pipeline on its inputs' new updates, in batches of times
+    when it has loops (see the module's docstring)."""
+    p, views, d = plan.p, plan.views, plan.d
     progress("starting Spark")
     with progress.step("spark_start") as started:
         spark = get_spark(master)
@@ -248,20 +296,9 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     delta_rows = sum(l.rows for v in views.values() for l in v.new)
     size_partitions(spark, delta_rows, single_ok=not any(n.op == "loop" for n in p.nodes))
     schemas = check_pipeline(spark, p, views, d)
-    runs = record["runs"] if record else 0
-
-    def stored(node: Node) -> Arrangement | None:
-        if node.op == "input":
-            v = views[node.args["trace"]]
-            return Arrangement(store.read_paths(v.trace, v.old), update_schema(v.trace.schema, d),
-                               sum(l.rows for l in v.old))
-        st = None if rebuild else state.traces.get(state_trace_name(p.name, node))
-        files = store.read_paths(st) if st else []
-        return Arrangement(files, update_schema(schemas[node.id], node_dim(d, node)), st.rows() if st else 0)
-
-    runtime = Runtime(p, stored, progress=progress, loop_stats=loop_stats, schemas=schemas)
-    if isinstance(store.blobs, LocalBlobs):  # on a cluster the store's folder is one every executor sees
-        runtime.exchange_root = store.blobs.join(store.path, "exchange")
+    runtime = Runtime(p, _stored_arrangements(store, plan, schemas), progress=progress, loop_stats=loop_stats,
+                      schemas=schemas)
+    runtime.exchange_root = store.exchange_folder()
     ctx = EvalContext(spark, d, delta_rows=delta_rows)
     sources = {}
     for n, v in views.items():
@@ -280,7 +317,7 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
             if i:  # the state of earlier batches, advanced to this batch's first time
                 runtime.compact_to(lo)
         batch_sources = {n: _between(df, first, lo, hi) for n, df in sources.items() if n in inside}
-        runtime.record_floor = _record_floor(d, hi, new_frontier)
+        runtime.record_floor = _record_floor(d, hi, plan.frontier)
         with progress.step("batch", batch=i + 1):
             frames = evaluate(p, ctx, batch_sources, runtime)
             outs = {node.id: frames.get(node.id) for node in p.outputs.values()}
@@ -288,161 +325,180 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
                 outs = {k: (f.localCheckpoint(eager=True) if f is not None else None) for k, f in outs.items()}
         batch_frames.append(outs)
         del frames
+    return Evaluation(spark, runtime, schemas, batch_frames, delta_rows)
 
-    # what this run writes: every output, and the arrangement of every derived collection
-    targets: dict[str, tuple[Node, bool]] = {}
-    for out, node in p.outputs.items():
-        targets[out] = (node, False)
+
+def _stored_arrangements(store: Store, plan: RunPlan, schemas: dict[int, pa.Schema]):
+    """``stored(node)``: the arrangement earlier runs left for a node (an input's old layers,
+    or the node's state trace)."""
+    d, state = plan.d, plan.state
+
+    def stored(node: Node) -> Arrangement | None:
+        if node.op == "input":
+            v = plan.views[node.args["trace"]]
+            return Arrangement(store.read_paths(v.trace, v.old), update_schema(v.trace.schema, d),
+                               sum(l.rows for l in v.old))
+        st = None if plan.rebuild else state.traces.get(state_trace_name(plan.p.name, node))
+        files = store.read_paths(st) if st else []
+        return Arrangement(files, update_schema(schemas[node.id], node_dim(d, node)), st.rows() if st else 0)
+
+    return stored
+
+
+def run_targets(plan: RunPlan, runtime: Runtime) -> dict[str, tuple[Node, bool]]:
+    """What a run writes: every output, and the arrangement of every derived collection
+    (trace name -> (node, is it operator state))."""
+    targets: dict[str, tuple[Node, bool]] = {out: (node, False) for out, node in plan.p.outputs.items()}
     for node in runtime.arranged.values():
         if node.op not in ("input", "enter"):
-            targets[state_trace_name(p.name, node)] = (node, True)
-    written: dict[str, Layer | None] = {}
-    held: dict[str, Layer | None] = {}  # output -> its changes beyond the frontier, pending
-    protos: dict[str, Trace] = {}
+            targets[state_trace_name(plan.p.name, node)] = (node, True)
+    return targets
+
+
+@dataclass
+class RunWrites:
+    """The layers a run wrote, by trace, and the traces as the run found (or created) them."""
+
+    sealed: dict[str, Layer | None] = field(default_factory=dict)
+    held: dict[str, Layer | None] = field(default_factory=dict)  # output -> its changes beyond the frontier
+    protos: dict[str, Trace] = field(default_factory=dict)
+
+
+def write_targets(store: Store, plan: RunPlan, ev: Evaluation, targets: dict[str, tuple[Node, bool]],
+                  registry, progress: RunProgress) -> RunWrites:
+    """Write one layer to every target (outputs also their pending changes beyond the
+    frontier), each registered with the store's ``registry`` of written files. Traces
+    whose frames are already partitioned by their key are written by a job of their own
+    (or of the shuffle their reduces share); the rest together, in one job."""
+    out = RunWrites()
     writes: dict[str, dict] = {}  # trace -> its write step
     grouped: dict[str, LayerWrite] = {}  # trace -> its share of the one job writing the rest
     shared: dict[object, dict[str, LayerWrite]] = {}  # reduces' outputs by the shuffle they share
-    ran = {n.id for n in runtime.ran}
+    ran = {n.id for n in ev.runtime.ran}
     for tname, (node, is_state) in targets.items():
-        schema = schemas[node.id]
-        nd = node_dim(d, node)
-        depth = nd - d
-        existing = None if rebuild else state.traces.get(tname)
-        key = existing.key if existing else node_key(node, schema.names)
-        since = loop_frontier(new_frontier, depth) if is_state else (existing.since if existing else Frontier.minimum(d))
-        proto = existing or Trace(tname, schema, key, nd, since, loop_frontier(old_frontier, depth), owner=p.name)
-        protos[tname] = proto
-        if is_state:
-            live = runtime.live.get(node.id)
-            df = live.processed_union() if live is not None else None
-            one_frame = live is not None and len(live.processed) == 1
+        job = _target_write(store, plan, ev, tname, node, is_state, out)
+        if job is None:
+            continue
+        kind, write = job
+        if kind == "grouped":
+            grouped[tname] = write
+        elif kind == "shared":
+            shared.setdefault(shared_token(write.df), {})[tname] = write
         else:
-            present = [f[node.id] for f in batch_frames if f.get(node.id) is not None]
-            if proto.pending:  # what waited beyond the old frontier: sealed now, or waits on
-                present.append(read_layers(spark, store.layer_paths(proto, proto.pending),
-                                           _empty_frame(spark, update_schema(schema, nd)).schema))
-            df = union_coalesced(present) if present else None
-            one_frame = len(present) == 1
-        if df is None:
-            written[tname] = None
-            continue
-        layout = dict(directory=store.trace_dir(tname), schema=update_schema(schema, nd), key=key, d=nd,
-                      lower=loop_frontier(old_frontier, depth), upper=loop_frontier(new_frontier, depth),
-                      seq=proto.next_seq, partitions=partitions(spark),
-                      partitioned=one_frame and runtime.key_partitioned.get(node.id) == key)
-        if not layout["partitioned"]:  # written together below, in one job
-            grouped[tname] = LayerWrite(df, layout["directory"], layout["schema"], key, nd, layout["lower"],
-                                        layout["upper"], since if is_state else proto.effective_since(),
-                                        layout["seq"], split=not is_state, precombine=is_state and not one_frame)
-            continue
-        token = None if is_state else shared_token(df)
-        if token is not None:  # a reduce's output: others may share its shuffle (ops/reduce/shared_shuffle.py)
-            shared.setdefault(token, {})[tname] = LayerWrite(df, layout["directory"], layout["schema"], key, nd,
-                                                             layout["lower"], layout["upper"],
-                                                             proto.effective_since(), layout["seq"], split=True)
-            continue
-        with progress.step("write", trace=tname, state=is_state) as w:
-            if is_state:
-                written[tname] = write_layer(df, since=since, precombine=not one_frame, **layout)
-            else:
-                written[tname], held[tname] = write_sealed_and_pending(df, since=proto.effective_since(), **layout)
-            _describe_write(w, tname, targets, written, held, protos, ran)
-        writes[tname] = w
-        _report_write(progress, w)
+            with progress.step("write", trace=tname, state=is_state) as w:
+                sealed, held = write()
+                out.sealed[tname] = registry.add(tname, sealed)
+                if not is_state:
+                    out.held[tname] = registry.add(tname, held)
+                _describe_write(w, tname, targets, out.sealed, out.held, out.protos, ran)
+            writes[tname] = w
+            _report_write(progress, w)
     together = [(shared_writes, write_shared) for shared_writes in shared.values()]  # one job per shuffle
     if grouped:
-        together.append((grouped, lambda ws: write_layers(ws, partitions=partitions(spark))))
+        together.append((grouped, lambda ws: write_layers(ws, partitions=partitions(ev.spark))))
     for group, write_all in together:
-        names = list(group)
-        with progress.step("write", trace=names[0], state=targets[names[0]][1], together=names) as w:
-            layers = write_all(list(group.values()))
-            for tname, (sealed, pending) in zip(names, layers):
-                written[tname] = sealed
-                if group[tname].split:
-                    held[tname] = pending
-        for i, tname in enumerate(names):  # one step per trace, the job and seconds on the first
-            rec = w if i == 0 else {"step": "write", "trace": tname, "state": targets[tname][1],
-                                    "seconds": w["seconds"], "jobs": 0, "together": names}
-            _describe_write(rec, tname, targets, written, held, protos, ran)
-            if i > 0:
-                progress.steps.append(rec)
-            writes[tname] = rec
-            _report_write(progress, rec)
-    progress.operators(list({n.id: n for n in runtime.ran}.values()), writes,
-                       lambda t: cone_of(targets[t][0], ran), _counted(p, runtime, writes))
+        _write_together(group, write_all, targets, out, registry, writes, ran, progress)
+    progress.operators(list({n.id: n for n in ev.runtime.ran}.values()), writes,
+                       lambda t: cone_of(targets[t][0], ran), _counted(plan.p, ev.runtime, writes))
+    return out
 
-    result = RunResult(p.name, False, new_frontier,
-                       {o: (written[o].rows if written[o] else 0) for o in p.outputs},
-                       {n: len(v.new) for n, v in views.items()}, rows_in=delta_rows, steps=progress.steps,
-                       spark_jobs=progress.jobs_so_far())
 
+def _target_write(store: Store, plan: RunPlan, ev: Evaluation, tname: str, node: Node, is_state: bool,
+                  out: RunWrites):
+    """How one target is written: ``("grouped" | "shared", LayerWrite)`` to write with others,
+    ``("own", write)`` for a job of its own, None when it has no changes."""
+    d, schema = plan.d, ev.schemas[node.id]
+    nd = node_dim(d, node)
+    depth = nd - d
+    existing = None if plan.rebuild else plan.state.traces.get(tname)
+    key = existing.key if existing else node_key(node, schema.names)
+    since = (loop_frontier(plan.frontier, depth) if is_state
+             else (existing.since if existing else Frontier.minimum(d)))
+    proto = existing or Trace(tname, schema, key, nd, since, loop_frontier(plan.old_frontier, depth),
+                              owner=plan.p.name)
+    out.protos[tname] = proto
+    if is_state:
+        live = ev.runtime.live.get(node.id)
+        df = live.processed_union() if live is not None else None
+        one_frame = live is not None and len(live.processed) == 1
+    else:
+        present = [f[node.id] for f in ev.batch_frames if f.get(node.id) is not None]
+        if proto.pending:  # what waited beyond the old frontier: sealed now, or waits on
+            present.append(read_layers(ev.spark, store.layer_paths(proto, proto.pending),
+                                       _empty_frame(ev.spark, update_schema(schema, nd)).schema))
+        df = union_coalesced(present) if present else None
+        one_frame = len(present) == 1
+    if df is None:
+        out.sealed[tname] = None
+        return None
+    layout = dict(directory=store.trace_dir(tname), schema=update_schema(schema, nd), key=key, d=nd,
+                  lower=loop_frontier(plan.old_frontier, depth), upper=loop_frontier(plan.frontier, depth),
+                  seq=proto.next_seq, partitions=partitions(ev.spark),
+                  partitioned=one_frame and ev.runtime.key_partitioned.get(node.id) == key)
+    if not layout["partitioned"]:  # written together, in one job
+        return "grouped", LayerWrite(df, layout["directory"], layout["schema"], key, nd, layout["lower"],
+                                     layout["upper"], since if is_state else proto.effective_since(),
+                                     layout["seq"], split=not is_state, precombine=is_state and not one_frame)
+    if not is_state and shared_token(df) is not None:  # a reduce's output: others may share its shuffle
+        return "shared", LayerWrite(df, layout["directory"], layout["schema"], key, nd, layout["lower"],
+                                    layout["upper"], proto.effective_since(), layout["seq"], split=True)
+    if is_state:
+        return "own", lambda: (write_layer(df, since=since, precombine=not one_frame, **layout), None)
+    return "own", lambda: write_sealed_and_pending(df, since=proto.effective_since(), **layout)
+
+
+def _write_together(group: dict[str, LayerWrite], write_all, targets: dict, out: RunWrites, registry,
+                    writes: dict, ran: set, progress: RunProgress) -> None:
+    """One job writing the layers of several traces; a progress step for each trace."""
+    names = list(group)
+    with progress.step("write", trace=names[0], state=targets[names[0]][1], together=names) as w:
+        layers = write_all(list(group.values()))
+        for tname, (sealed, pending) in zip(names, layers):
+            out.sealed[tname] = registry.add(tname, sealed)
+            if group[tname].split:
+                out.held[tname] = registry.add(tname, pending)
+    for i, tname in enumerate(names):  # one step per trace, the job and seconds on the first
+        rec = w if i == 0 else {"step": "write", "trace": tname, "state": targets[tname][1],
+                                "seconds": w["seconds"], "jobs": 0, "together": names}
+        _describe_write(rec, tname, targets, out.sealed, out.held, out.protos, ran)
+        if i > 0:
+            progress.steps.append(rec)
+        writes[tname] = rec
+        _report_write(progress, rec)
+
+
+def _run_change(store: Store, plan: RunPlan, targets: dict[str, tuple[Node, bool]], w: RunWrites):
+    """The run's change of the store's metadata (:func:`storage.state.transitions.append_run`),
+    after checking that the input layers it read are still there."""
+    p, views = plan.p, plan.views
     # inputs this pipeline held before the run: their history stayed exact for it; the
     # others (a first run) may have been compacted up to their effective since (the
     # since met with other readers' holds), and the outputs cannot know more
-    unheld = [n for n, v in views.items() if rebuild or p.name not in v.trace.holds]
+    unheld = [n for n, v in views.items() if plan.rebuild or p.name not in v.trace.holds]
+    commit = RunCommit(
+        pipeline=p.name, runs=plan.record["runs"] if plan.record else 0, frontier=plan.frontier, d=plan.d,
+        record={"file": os.path.abspath(plan.path), "fingerprint": plan.fingerprint,
+                "runs": (plan.record["runs"] if plan.record else 0) + 1,
+                "frontier": plan.frontier.to_json(), "d": plan.d,
+                "inputs": {n: {"seq": v.seq, "upper": v.trace.upper.to_json()} for n, v in views.items()},
+                "outputs": sorted(p.outputs), "state": sorted(t for t, (_, st) in targets.items() if st)},
+        inputs={n: v.seq for n, v in views.items()}, targets={t: st for t, (_, st) in targets.items()},
+        protos=w.protos, written=w.sealed, held=w.held, unheld=unheld, rebuild=plan.rebuild)
 
     def change(s: State) -> State:
-        cur = s.pipelines.get(p.name)
-        if (cur["runs"] if cur else 0) != runs:
-            raise Conflict(f"another run of pipeline {p.name!r} committed first; nothing was written by this one")
-        _check_files_exist(store, views, written, held)
-        compacted_to = {}  # how far each input's history may be compacted now (before our hold)
-        for n, v in views.items():
-            t = s.traces.get(n)
-            if t is None:
-                raise Conflict(f"input trace {n!r} was removed during the run")
-            compacted_to[n] = t.effective_since()
-            if any(l.seq_lo < v.seq < l.seq_hi for l in t.layers):
-                raise Conflict(f"input trace {n!r} was compacted across this run's position; run again")
-            s.traces[n] = Store.with_hold(t, p.name, new_frontier, v.seq)
-        for tname, (node, is_state) in targets.items():
-            t = s.traces.get(tname)
-            if t is not None and rebuild and t.owner == p.name:
-                t = None  # replaced by its recomputation
-            if t is None:
-                t = protos[tname]
-            elif t.owner != p.name or t.next_seq != protos[tname].next_seq:
-                raise Conflict(f"trace {tname!r} changed during the run; run again")
-            layer = written[tname]
-            depth = t.d - d
-            t = t.with_(layers=t.layers + ([layer] if layer else []), upper=loop_frontier(new_frontier, depth),
-                        next_seq=t.next_seq + 1)
-            if is_state:
-                t = t.with_(since=loop_frontier(new_frontier, depth))
-            else:
-                if [l.id for l in t.pending] != [l.id for l in protos[tname].pending]:
-                    raise Conflict(f"trace {tname!r} changed during the run; run again")
-                if tname in held:
-                    t = t.with_(pending=[held[tname]] if held[tname] else [])
-                for n in unheld:  # an output never answers a time its inputs cannot tell apart
-                    t = t.with_(since=t.since.join(compacted_to[n]))
-            s.traces[tname] = t
-        if rebuild:  # state of the old version that the new one does not have
-            for old in [n for n, t in s.traces.items() if t.owner == p.name and "." in n and n not in targets]:
-                del s.traces[old]
-        s.pipelines[p.name] = {
-            "file": os.path.abspath(path), "fingerprint": fp, "runs": runs + 1,
-            "frontier": new_frontier.to_json(), "d": d,
-            "inputs": {n: {"seq": v.seq, "upper": v.trace.upper.to_json()} for n, v in views.items()},
-            "outputs": sorted(p.outputs), "state": sorted(t for t, (_, st) in targets.items() if st),
-        }
-        return s
+        _check_inputs_exist(store, views)
+        return append_run(s, commit)
 
-    # from here Ctrl-C waits: cut short, the user could not tell whether the run committed
+    return change
+
+
+@contextlib.contextmanager
+def _committing():
+    """From the commit on, Ctrl-C waits: cut short, the user could not tell whether the run
+    committed; pressed before, nothing of the run stays."""
     with no_interrupts():
-        try:
-            check_interrupt()
-            faults.point("run.before_commit")
-            store.commit(change)
-        except (Conflict, KeyboardInterrupt):  # lost a race, or Ctrl-C before: nothing of this run stays
-            for tname, layer in list(written.items()) + list(held.items()):
-                if layer:
-                    store.discard(tname, [layer])
-            raise
-        faults.point("run.after_commit")
-        for tname in targets:
-            store._maintain_quietly(tname)
-    return result
+        check_interrupt()
+        yield
 
 
 def _describe_write(w: dict, tname: str, targets: dict, written: dict, held: dict, protos: dict, ran: set) -> None:
@@ -482,22 +538,14 @@ def _counted(p: Pipeline, runtime, writes: dict[str, dict]):
     return counted
 
 
-def _check_files_exist(store: Store, views: dict[str, InputView], written: dict, held: dict) -> None:
-    """A commit re-checks what it references: the layers it wrote (garbage collection with
-    a short grace may have taken them as orphans) and the input layers it read."""
+def _check_inputs_exist(store: Store, views: dict[str, InputView]) -> None:
+    """A commit re-checks the input layers it read (garbage collection with a short grace
+    may have taken them)."""
     for n, v in views.items():
         for path in store.layer_paths(v.trace, v.old + v.new):
             if not store.blobs.exists(path):
                 raise Conflict(f"input trace {n!r}: layer file {path} was removed during the run (garbage "
                                f"collection with a short grace period?); nothing was written, run again")
-    for tname, layer in list(written.items()) + list(held.items()):
-        if layer is None:
-            continue
-        for f in layer.files:
-            path = store.blobs.join(store.trace_dir(tname), f.name)
-            if not store.blobs.exists(path):
-                raise Conflict(f"layer file {path} was removed before it was committed (garbage collection "
-                               f"with a short grace period?); nothing was written, run again")
 
 
 def _check_rebuild(state: State, p: Pipeline) -> None:

@@ -1,4 +1,4 @@
-"""One quiet Spark session per command, tuned for small machines (see shared/SPARK_NOTES.md).
+"""One quiet Spark session per command, tuned for small machines (docs/architecture.md says what Spark costs).
 
 Local mode by default (an embedded engine: nothing to start); ``--master`` or
 ``DDCLI_SPARK_MASTER`` points at a cluster, with the store on a shared filesystem.
@@ -26,8 +26,8 @@ import shutil
 import tempfile
 import warnings
 
-from ops.spark import class_archive
-from ops.spark import code_zip
+from ops.errors import SparkSetupError
+from ops.spark import class_archive, code_zip
 
 _LOG4J = """\
 rootLogger.level = error
@@ -47,11 +47,6 @@ _session = None
 _archive = class_archive.Plan("")  # the class archive this process's JVM maps or writes
 
 LOOPBACK = "127.0.0.1"
-
-
-class SparkSetupError(Exception):
-    """Spark could not be set up as asked (an unreachable master, executors that cannot run
-    ddcli's code): a user's configuration to fix, reported as one line."""
 
 
 def master_url(master: str | None = None) -> str:

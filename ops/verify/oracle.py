@@ -3,10 +3,10 @@ with plain Spark DataFrame operations.
 
 ``ddcli run`` turns changes into changes (ops/run/evaluate.py, the reducers, the join and
 iterate drivers). A bug in that code would be invisible to a check that reuses it, so
-this module shares nothing with it but the pipeline's graph (ops/dataflow/builder.py): each node
+this module shares nothing with it but the pipeline's graph (ops/dataflow/graph.py): each node
 is evaluated on *collections* — rows with a multiplicity, one collection per checked
 time, told apart by the column ``_at`` — with joins, group-bys, window functions and a
-plain driver loop for fixed points. It follows DESIGN.md's definitions, not the engine:
+plain driver loop for fixed points. It follows the model's definitions (docs/architecture.md), not the engine:
 
 * a collection is consolidated: one row per distinct (``_at``, data) with a non-zero
   multiplicity ``_m``;
@@ -31,7 +31,9 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from ops.dataflow.builder import Node, Pipeline, PipelineError
+from ops.dataflow.builder import Pipeline
+from ops.dataflow.graph import Node
+from ops.errors import PipelineError
 
 AT = "_at"  # which checked time a row belongs to
 M = "_m"  # the row's multiplicity in the collection at that time

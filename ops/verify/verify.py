@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from pyspark.sql import functions as F
 
-from ops.io.read import read_layers
 from ops.dataflow.load import load_pipeline
-from ops.verify.oracle import AT, M, Oracle, check_supported, consolidated
-from ops.dataflow.builder import PipelineError
+from ops.errors import PipelineError
+from ops.io.read import read_layers
 from ops.run.run import update_schema
+from ops.verify.oracle import AT, M, Oracle, check_supported, consolidated
 from storage.lattice import Frontier, Time, format_frontier, format_time, time_columns
 from storage.store import Store
 

@@ -1,11 +1,11 @@
 """The storage interface: where a store's files live, a local folder or an object store.
 
 Everything in ``storage/`` and ``ops/`` that touches a store's files goes through a
-:class:`Blobs` (one per location), chosen here and nowhere else: ``s3://bucket/prefix``
-is :class:`storage.blobs.s3.S3Blobs`, anything else a local folder
+:class:`Blobs` (one per location), chosen in one place (storage/blobs/resolve.py):
+``s3://bucket/prefix`` is :class:`storage.blobs.s3.S3Blobs`, anything else a local folder
 (:class:`storage.blobs.local.LocalBlobs`). Paths are plain strings, full paths or
-``s3://`` URLs, so a path alone says which implementation reads it (:func:`for_path`),
-also inside a Spark task.
+``s3://`` URLs, so a path alone says which implementation reads it, also inside a Spark
+task.
 
 What the store needs of its storage, and nothing more:
 
@@ -19,20 +19,8 @@ What the store needs of its storage, and nothing more:
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Callable
-
-
-
-class StoreUnreachable(Exception):
-    """The store's location cannot be used: a missing bucket, credentials refused, an
-    endpoint that does not answer. A user error (exit 2): one line; nothing was changed."""
-
-
-class Ambiguous(Exception):
-    """A write whose outcome is unknown (a timeout after the request was sent): the
-    caller reads the object back to find out, it never guesses."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +37,7 @@ class Blobs:
 
     root: str                    # the store's location, normalised
     spark_reads_files = True     # Spark can read its Parquet paths itself (no object-store jars)
+    is_folder = False            # a filesystem folder (local or shared): tasks can exchange files in it
     counts_requests = False      # object stores count the requests they send (for the bench)
     requests = 0
 
@@ -103,56 +92,3 @@ class Blobs:
             return self.stat(path).ident
         except FileNotFoundError:
             return None
-
-
-_cache: dict[tuple, Blobs] = {}
-_lock = threading.Lock()
-
-
-def is_object_store(location: str) -> bool:
-    return location.startswith("s3://")
-
-
-def for_path(location: str) -> Blobs:
-    """The storage a store location or any path inside one lives on (cached per process
-    and bucket, so a Spark task builds its client once)."""
-    if is_object_store(location):
-        from storage.blobs.s3 import S3Blobs, bucket_of
-        key = ("s3", bucket_of(location))
-        with _lock:
-            b = _cache.get(key)
-            if b is None:
-                b = _cache[key] = S3Blobs(location)
-        return b
-    from storage.blobs.local import LOCAL
-    return LOCAL
-
-
-def open_store(location: str) -> tuple[Blobs, str]:
-    """``(blobs, root)`` for a store location as the user gave it."""
-    b = for_path(location)
-    return b, b.normalise(location)
-
-
-def read_table(path: str, **options):
-    """``pyarrow.parquet.read_table`` of one file wherever it lives."""
-    import pyarrow.parquet as pq
-    fs, p = for_path(path).arrow(path)
-    if fs is None:
-        return pq.read_table(p, memory_map=True, **options)
-    return pq.read_table(p, filesystem=fs, **options)
-
-
-def read_schema(path: str):
-    import pyarrow.parquet as pq
-    fs, p = for_path(path).arrow(path)
-    return pq.read_schema(p, filesystem=fs) if fs is not None else pq.read_schema(p)
-
-
-def duckdb_connect(paths: list[str]):
-    """A plain DuckDB connection that can read ``paths`` wherever they live."""
-    import duckdb
-    con = duckdb.connect()
-    if paths:
-        for_path(paths[0]).prepare_duckdb(con)
-    return con

@@ -13,11 +13,12 @@ import uuid
 
 from storage import faults
 from storage.blobs.base import Blobs, Stat
-from storage.integrity import file_checksums
+from storage.blobs.checksums import handle_checksums
 
 
 class LocalBlobs(Blobs):
     spark_reads_files = True
+    is_folder = True
 
     def __init__(self):
         self.root = ""
@@ -82,7 +83,8 @@ class LocalBlobs(Blobs):
                 fh.flush()
                 faults.point("layer.before_fsync")
                 os.fsync(fh.fileno())
-            sums = file_checksums(tmp)  # read back from the page cache: what is on disk now
+            with open(tmp, "rb") as written:  # read back from the page cache: what is on disk now
+                sums = handle_checksums(written)
             faults.point("layer.before_rename")
             os.rename(tmp, path)
         except BaseException:

@@ -37,8 +37,9 @@ import tempfile
 import threading
 
 from storage import faults
-from storage.blobs.base import Ambiguous, Blobs, Stat, StoreUnreachable
-from storage.integrity import bytes_checksums
+from storage.blobs.base import Blobs, Stat
+from storage.blobs.checksums import bytes_checksums
+from storage.errors import Ambiguous, StoreUnreachable
 
 _NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
 _TAKEN = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}

@@ -18,15 +18,11 @@ import stat
 
 import pyarrow as pa
 
-from storage.state.trace import StoreError
+from storage.errors import DiffOverflow
 
 MAX_COLUMNS = 1_000
 MAX_HEADER_BYTES = 16 << 20  # how much of a file is looked at to count its columns
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-
-class DiffOverflow(StoreError):
-    """Diffs that would sum beyond int64."""
 
 
 def regular_file_problem(path: str) -> str | None:

@@ -14,25 +14,6 @@ import pyarrow.compute as pc
 _MAX_SHOWN = 60
 
 
-class UpdateFileError(ValueError):
-    """A user error in an update file: one line naming the file, the row and the value."""
-
-    def __init__(self, path: str, detail: str, *, row: int | None = None, column: str | None = None):
-        self.path = path
-        self.row = row  # 1-based data row, when the problem is in one row
-        self.column = column
-        where = []
-        if row is not None:
-            where.append(f"row {row}")
-        if column is not None:
-            where.append(f"column {column}")
-        prefix = f"{path}: " + (", ".join(where) + ": " if where else "")
-        super().__init__(one_line(prefix + detail))
-
-
-def one_line(s: str) -> str:
-    s = " ".join(s.split())
-    return s if len(s) <= 400 else s[:397] + "..."
 
 
 def show(v) -> str:

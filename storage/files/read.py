@@ -14,8 +14,8 @@ import os
 
 import pyarrow as pa
 
+from storage.errors import UpdateFileError
 from storage.files import limits
-from storage.files.messages import UpdateFileError
 from storage.files.sources import FORMATS, CsvSource, JsonSource, ParquetSource, Source, choose_format, read_bytes
 from storage.files.validate import UpdateBatch, validate
 

@@ -19,8 +19,9 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from storage.errors import UpdateFileError, one_line
 from storage.files import limits
-from storage.files.messages import UpdateFileError, first_index, one_line, show
+from storage.files.messages import first_index, show
 
 FORMATS = ("csv", "jsonl", "parquet")
 _EXTENSIONS = {

@@ -16,10 +16,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from storage.errors import TimeSyntaxError
 from storage.files import limits
 from storage.files.messages import first_failure, first_index, show
 from storage.files.sources import JsonSource, Source
-from storage.lattice import INT64_MAX, TimeSyntaxError, format_time, parse_time, time_columns
+from storage.lattice import INT64_MAX, format_time, parse_time, time_columns
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _TIME_NAME = re.compile(r"time_(\d+)\Z", re.IGNORECASE)

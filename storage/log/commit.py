@@ -47,18 +47,14 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from storage import clock, faults
+from storage.blobs.resolve import for_path
+from storage.errors import Ambiguous, Conflict, CorruptionError
 from storage.log import delta as log_delta
-from storage.blobs.base import Ambiguous, for_path
-from storage.integrity import CorruptionError
 
 _VERSION_RE = re.compile(r"^v(\d{12})\.json$")
 CHECKPOINT_EVERY = 16  # a reader applies at most this many deltas after the checkpoint
 HINT_NAME = "_last_checkpoint.json"
 DEFAULT_RETENTION_SECONDS = 3600.0  # = the default grace period of garbage collection
-
-
-class Conflict(Exception):
-    """Another writer changed what this change depends on; nothing was written. Safe to retry."""
 
 
 @dataclass

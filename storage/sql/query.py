@@ -9,7 +9,7 @@ skipped (layers are sorted by key, so a look-up of a few keys reads a few row gr
 * :func:`as_of` — the collection at a time ``t``: data columns plus ``count``.
 * :func:`history` — the consolidated updates ``(data, time, diff)`` ordered by data then time.
 * :func:`sql` — any DuckDB query with every trace available as a view of its updates.
-* :func:`status` — what the store holds: one row per trace, one per pipeline.
+* :func:`status` — what the store holds: one row per trace.
 
 A collection at a time in plain SQL
 -----------------------------------
@@ -32,60 +32,23 @@ They are views too, but only under their quoted name (``SELECT * FROM "wc.count"
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import threading
 
 import pyarrow as pa
 
-from storage.lattice import (Frontier, Time, format_frontier, format_time, join, leq_sql,
-                             parse_time, time_columns)
-from storage.sql import sandbox as sql_guard
-from storage.log.commit import Conflict
-from storage.store import LayerVanished, Store
-from storage.state.trace import StoreError, Trace
+from storage.errors import Conflict, LayerVanished, StoreError
+from storage.lattice import Frontier, Time, format_frontier, format_time, join, leq_sql, parse_time, time_columns
+from storage.sql import sandbox
+from storage.sql.duck import connect, quote
+from storage.sql.trace_at import register_trace_at
+from storage.state.trace import Trace
+from storage.store import Store
 
 _ATTEMPTS = 3  # reads retried when compaction collected the files they were reading
 
-__all__ = ["as_of", "history", "sql", "status", "default_time", "connect", "quote"]
+__all__ = ["as_of", "history", "sql", "status", "default_time"]
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def quote(name: str) -> str:
-    """A DuckDB identifier, quoted (trace and column names may contain dots or be keywords)."""
-    return '"' + name.replace('"', '""') + '"'
-
-
-_BASES: dict = {}
-_BASES_LOCK = threading.Lock()
-_MAX_BASES = 8
-
-
-@contextlib.contextmanager
-def connect(store: Store):
-    """A private DuckDB connection for one read of ``store``, closed afterwards.
-
-    The database may read only the store's ``traces/`` folder (see storage/sql/sandbox.py),
-    so a ``--where`` cannot reach any other file. Opening one costs tens of milliseconds,
-    so one per store and process is kept (lazily: the CLI starts without DuckDB) and every
-    read gets its own cursor on it — a separate connection, safe to use from another
-    thread, whose temporary views and registered tables nobody else sees.
-    """
-    key = (os.getpid(), store.blobs.join(store.path, "traces") + "/")
-    with _BASES_LOCK:
-        base = _BASES.get(key)
-        if base is None:
-            if any(k[0] != key[0] for k in _BASES) or len(_BASES) >= _MAX_BASES:
-                _BASES.clear()  # a forked child must not share its parent's databases
-            base = _BASES[key] = sql_guard.sandbox(directories=store.blobs.read_folders(key[1]),
-                                                       prepare=store.blobs.prepare_duckdb)
-        con = base.cursor()
-    try:
-        yield con
-    finally:
-        con.close()
 
 
 def _one_line(e: Exception) -> str:
@@ -167,7 +130,7 @@ def _explain_failure(store: Store, traces: list[Trace], error: Exception) -> Non
 
 def _refusal(e: Exception) -> str | None:
     """The one line for SQL that tried to read a file it may not read (None otherwise)."""
-    path = sql_guard.refused_file(e)
+    path = sandbox.refused_file(e)
     if path is None:
         return None
     return f"reading {path!r} is refused: SQL in ddcli reads only the store's traces"
@@ -336,7 +299,6 @@ def register_traces(store: Store, con, *, internal: bool = True, state=None) -> 
         con.execute(f"CREATE TEMP VIEW {quote(name)} AS SELECT * FROM {src}")
         names.append(name)
         paths += store.layer_paths(tr)
-    from storage.sql.trace_at import register_trace_at
     register_trace_at(con, {n: state.traces[n] for n in names})
     return paths
 
@@ -351,12 +313,12 @@ def sql(store: Store, query: str) -> pa.Table:
     if not query or not query.strip():
         raise StoreError("give a SQL query, e.g. \"SELECT * FROM words\"")
 
-    sql_guard.check_read_only(query)
+    sandbox.check_read_only(query)
 
     def read() -> pa.Table:
         state = store.state()
         paths = [p for t in state.traces.values() for p in store.layer_paths(t)]
-        with contextlib.closing(sql_guard.sandbox(paths=paths)) as con:
+        with contextlib.closing(sandbox.sandbox(paths=paths)) as con:
             register_traces(store, con, state=state)
             try:
                 rel = con.sql(query)
@@ -404,42 +366,19 @@ def trace_status(tr: Trace) -> dict:
     }
 
 
-def status(store: Store, trace: str | None = None, *, internal: bool = False) -> tuple[pa.Table, pa.Table]:
-    """Two tables: one row per trace and one row per pipeline.
+def status(store: Store, trace: str | None = None, *, internal: bool = False) -> pa.Table:
+    """One row per trace: schema, key, frontiers, layers, size and reader holds.
 
-    With ``trace``, only that trace (internal or not) and no pipelines. Internal traces
-    (pipeline state, names with a dot) are listed only with ``internal=True``.
+    With ``trace``, only that trace (internal or not). Internal traces (pipeline state,
+    names with a dot) are listed only with ``internal=True``.
     """
     state = store.state()
     if trace is not None:
         rows = [trace_status(store.trace(trace, state))]
-        pipes: list[dict] = []
     else:
         rows = [trace_status(t) for n, t in sorted(state.traces.items()) if internal or "." not in n]
-        pipes = []
-        from ddcli.status_rows import pipeline_row
-        pipes = [pipeline_row(name, p) for name, p in sorted(state.pipelines.items())]
     trace_schema = pa.schema([("trace", pa.string()), ("columns", pa.string()), ("key", pa.string()),
                               ("d", pa.int64()), ("since", pa.string()), ("upper", pa.string()),
                               ("layers", pa.int64()), ("pending", pa.int64()), ("rows", pa.int64()),
                               ("bytes", pa.int64()), ("holds", pa.string()), ("owner", pa.string())])
-    traces = pa.Table.from_pylist(rows, schema=trace_schema)
-    pipelines = _pipelines_table(pipes)
-    return traces, pipelines
-
-
-def _pipelines_table(rows: list[dict]) -> pa.Table:
-    if not rows:
-        return pa.table({"pipeline": pa.array([], pa.string())})
-    keys: list[str] = []
-    for r in rows:
-        keys.extend(k for k in r if k not in keys)
-    # a column with mixed kinds of values is shown as text
-    cols = {}
-    for k in keys:
-        vals = [r.get(k) for r in rows]
-        kinds = {type(v) for v in vals if v is not None}
-        if len(kinds) > 1:
-            vals = [None if v is None else (v if isinstance(v, str) else json.dumps(v)) for v in vals]
-        cols[k] = vals
-    return pa.table(cols)
+    return pa.Table.from_pylist(rows, schema=trace_schema)

@@ -15,7 +15,7 @@ A reader's SQL comes from the user, so the DuckDB it runs on is locked down twic
   run. ``EXPLAIN ANALYZE COPY …`` executes the copy, so an ``EXPLAIN``'s body is checked
   as well.
 
-Errors are :class:`storage.state.trace.StoreError` (a user error, exit 2): one line naming the
+Errors are :class:`storage.errors.StoreError` (a user error, exit 2): one line naming the
 statement or the file that was refused.
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-from storage.state.trace import StoreError
+from storage.errors import StoreError
 
 # DuckDB settings applied, in this order, to every reader's database. allowed_paths and
 # allowed_directories can only be set while external access is still on.

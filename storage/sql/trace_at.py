@@ -18,7 +18,7 @@ macro serves every time dimension; a table ``__ddcli_since`` holds each trace's 
 from __future__ import annotations
 
 from storage.lattice import format_frontier, time_columns
-from storage.sql.query import quote
+from storage.sql.duck import quote
 
 _MACROS = [
     # a time written 7, '7' or '(1,2)' as a list of coordinates

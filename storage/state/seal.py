@@ -10,8 +10,9 @@ sealed trace takes no more updates; a new version of the table is a new trace.
 
 from __future__ import annotations
 
+from storage.errors import StoreError
 from storage.lattice import Frontier
-from storage.state.trace import StoreError, Trace
+from storage.state.trace import Trace
 
 
 def is_sealed(trace: Trace) -> bool:

@@ -13,18 +13,15 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-from storage.state import ingested
+from storage.errors import StoreError
 from storage.lattice import Frontier
 from storage.layer import Layer
+from storage.state import ingested
 
 # \A…\Z, not ^…$: "$" also matches before a trailing newline ("w\n" is not a name)
 NAME_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 MAX_NAME_LENGTH = 64  # a name is a folder name and a SQL identifier: short and plain
 RESERVED_COLUMNS = {"diff", "count", "time"}
-
-
-class StoreError(Exception):
-    """A user error: one clear line, nothing changed on disk."""
 
 
 def check_name(name: str, what: str = "trace") -> str:

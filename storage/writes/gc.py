@@ -1,6 +1,6 @@
 """Garbage collection and log retention: remove what no reader can still need.
 
-Split from storage/store.py. A reader that took a version less than ``grace_seconds``
+A reader that took a version less than ``grace_seconds``
 ago still finds every layer file it names: files stay while any version that was the
 newest within the grace period names them, and the log keeps those versions (and the
 checkpoint they are built on) for as long (storage/log/commit.py, ``Log.prune``).
@@ -8,8 +8,9 @@ checkpoint they are built on) for as long (storage/log/commit.py, ``Log.prune``)
 
 from __future__ import annotations
 
-from storage import clock, integrity
-from storage.store import State
+from storage import clock
+from storage.errors import CorruptionError
+from storage.state.transitions import State
 
 
 def collect_garbage(store, grace_seconds: float) -> int:
@@ -26,7 +27,7 @@ def collect_garbage(store, grace_seconds: float) -> int:
     cutoff = clock.now() - grace_seconds
     store.state()
     if store.log.damaged:  # the damaged version may name files no intact one does: keep them
-        raise integrity.CorruptionError(f"no garbage collected: {store.log.damage_note()}")
+        raise CorruptionError(f"no garbage collected: {store.log.damage_note()}")
     referenced: set[str] = set()
     live_traces = set()
     states = [store.state()] + [State.from_json(s.get("version", 0), s) for s in store.log.recent_states(cutoff)]

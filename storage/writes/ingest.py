@@ -1,25 +1,35 @@
 """Ingest: validate update files, write one layer, commit it (or change nothing).
 
-Split from storage/store.py, which keeps the state model, the commit path and compaction.
+Every file is read and validated before anything is written; the new updates (and any
+pending ones the new upper seals) become one layer, committed by the store's one commit
+path with :func:`storage.state.transitions.ingest`. A file already ingested is skipped.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import pyarrow as pa
 
-from storage import faults
-from storage.state import ingested
-from storage.lattice import Frontier, beyond_mask, format_frontier, format_time
+from storage.errors import DiffOverflow, StoreError
+from storage.files.read import read_update_file
+from storage.lattice import Frontier, beyond_mask, format_frontier, format_time, parse_frontier
 from storage.layer import updates_table
-from storage.files.limits import DiffOverflow
-from storage.log.commit import Conflict
+from storage.state import ingested, transitions
 from storage.state.seal import check_open
-from storage.store import (IngestResult, State, _apply_seal, _check_new_layers, _seal_point,
-                           _written_layers)
-from storage.state.trace import StoreError, Trace, check_name, check_new_name
+from storage.state.trace import Trace, check_name, check_new_name
+
+
+@dataclass
+class IngestResult:
+    trace: str
+    rows: int
+    files: list[str]
+    skipped: list[str]
+    upper: Frontier
+    created: bool
 
 
 def ingest(store, name: str, paths: list[str], *, key: list[str] | None = None,
@@ -34,9 +44,6 @@ def ingest(store, name: str, paths: list[str], *, key: list[str] | None = None,
     sees the validated new updates before anything is written and returns the updates
     to write (an upsert adds its retractions, storage/writes/upsert.py) or raises a user error.
     """
-    from storage.files.read import read_update_file
-    from storage.lattice import parse_frontier
-
     check_name(name)
     state = store.state()
     existing = state.traces.get(name)
@@ -52,6 +59,48 @@ def ingest(store, name: str, paths: list[str], *, key: list[str] | None = None,
         time = tuple(int(c) for c in time) if isinstance(time, (tuple, list)) else (int(time),)
     tag = "" if time is None else "@" + format_time(time)
 
+    batches, schema, d = _read_files(name, existing, paths, fmt=fmt, time=time, null=null, columns=columns,
+                                     progress=progress)
+    key = _key(name, existing, key, schema, paths)
+    cur_upper = existing.upper if existing else Frontier.minimum(d)
+    fresh, skipped = _not_ingested(existing, batches, tag)
+    if isinstance(upper, str):
+        upper = parse_frontier(upper, d)
+    new_upper = _given_upper(upper, cur_upper, d)
+    record = existing.ingested if existing else {}
+    for b in fresh:
+        _check_times(name, b, cur_upper, upper, new_upper, record)
+    if upper is None:
+        new_upper = _upper_after(fresh, cur_upper, d)
+    if not fresh:
+        return IngestResult(name, 0, [], skipped, cur_upper, False)
+
+    table = pa.concat_tables([updates_table(b.data, b.times, b.diff, d) for b in fresh])
+    if prepare is not None:
+        table = prepare(existing, table)
+    proto = existing or Trace(name, schema, key, d, Frontier.minimum(d), cur_upper)
+    sealed = upper is not None or d == 1
+    seal_to = new_upper if sealed else cur_upper
+
+    def write(written) -> tuple:
+        try:
+            seal = store.write_seal(proto, table if sealed else None, seal_to, written)
+        except DiffOverflow as e:
+            raise DiffOverflow(f"trace {name!r}: {e}; nothing was ingested") from None
+        pend = [] if sealed else [written.add(name, store.write_layer(proto, table, lower=cur_upper, upper=cur_upper,
+                                                                        seq_lo=-1, seq_hi=-1))]
+        return seal, pend
+
+    files = {b.path: b.sha256 + tag for b in fresh}
+    store.write_and_commit("ingest", write, lambda s, w: transitions.ingest(s, proto, existing, w[0], seal_to,
+                                                                            w[1], files), merge=[name])
+    return IngestResult(name, table.num_rows, [b.path for b in fresh], skipped, seal_to, existing is None)
+
+
+def _read_files(name: str, existing: Trace | None, paths: list[str], *, fmt, time, null, columns,
+                progress) -> tuple[list, pa.Schema, int]:
+    """Every file read and validated against the trace's schema (the first file's, for a
+    new trace): the batches, the schema and the time dimension."""
     batches = []
     schema = existing.schema if existing else None
     d = existing.d if existing else None
@@ -70,21 +119,26 @@ def ingest(store, name: str, paths: list[str], *, key: list[str] | None = None,
         elif b.data.schema != schema:
             b.data = b.data.cast(schema)
         batches.append(b)
+    return batches, schema, d
 
+
+def _key(name: str, existing: Trace | None, key: list[str] | None, schema: pa.Schema, paths: list[str]) -> list[str]:
+    """The trace's key: as given (first ingest; default the first column), or the existing one."""
     key = list(key) if key else None
     if existing is None:
         key = key or [schema.names[0]]
         for k in key:
             if k not in schema.names:
                 raise StoreError(f"key column {k!r} is not a column of {paths[0]} (columns: {', '.join(schema.names)})")
-    elif key and key != existing.key:
+        return key
+    if key and key != existing.key:
         raise StoreError(f"trace {name!r} is keyed by {','.join(existing.key)}, not {','.join(key)}")
-    else:
-        key = existing.key
+    return existing.key
 
-    cur_upper = existing.upper if existing else Frontier.minimum(d)
+
+def _not_ingested(existing: Trace | None, batches: list, tag: str) -> tuple[list, list[str]]:
+    """The batches whose files the trace has not taken yet, and the paths of the others."""
     seen = set(existing.ingested) if existing else set()
-    record = existing.ingested if existing else {}
     fresh, skipped = [], []
     for b in batches:
         sig = b.sha256 + tag
@@ -93,90 +147,47 @@ def ingest(store, name: str, paths: list[str], *, key: list[str] | None = None,
         else:
             seen.add(sig)
             fresh.append(b)
+    return fresh, skipped
 
-    new_upper = cur_upper
-    if isinstance(upper, str):
-        upper = parse_frontier(upper, d)
-    if upper is not None:
-        if upper.d != d:
-            raise StoreError(f"--upper {format_frontier(upper)} has {upper.d} coordinate(s); the trace's times have {d}")
-        if not upper.dominates(cur_upper):
-            raise StoreError(f"--upper {format_frontier(upper)} is behind the trace's upper {format_frontier(cur_upper)}; frontiers only move forward")
-        new_upper = upper
 
-    for b in fresh:
-        mask = beyond_mask(b.times, cur_upper)
-        if not mask.all():
-            i = int(np.argmin(mask))
-            t = tuple(int(c[i]) for c in b.times)
-            raise StoreError(f"{b.path}: row {i + 1}: time {format_time(t)} is not beyond the upper "
-                             f"{format_frontier(cur_upper)} of trace {name!r} (those times are sealed); "
-                             f"to correct the past, ingest the correction at a time beyond the upper "
-                             f"(e.g. at time {format_frontier(cur_upper).split()[0]}), with --upsert KEYCOLS "
-                             f"to have the old rows retracted for you" + ingested.forgotten_note(record, b.path))
-        if upper is not None:
-            late = beyond_mask(b.times, new_upper)
-            if late.any():
-                i = int(np.argmax(late))
-                t = tuple(int(c[i]) for c in b.times)
-                raise StoreError(f"{b.path}: row {i + 1}: time {format_time(t)} is beyond the new upper "
-                                 f"{format_frontier(new_upper)}")
-    if upper is None and d == 1 and any(len(b.diff) for b in fresh):
+def _given_upper(upper: Frontier | None, cur_upper: Frontier, d: int) -> Frontier:
+    """The ``--upper`` an ingest seals to, checked (the current upper when none is given)."""
+    if upper is None:
+        return cur_upper
+    if upper.d != d:
+        raise StoreError(f"--upper {format_frontier(upper)} has {upper.d} coordinate(s); the trace's times have {d}")
+    if not upper.dominates(cur_upper):
+        raise StoreError(f"--upper {format_frontier(upper)} is behind the trace's upper {format_frontier(cur_upper)}; frontiers only move forward")
+    return upper
+
+
+def _upper_after(fresh: list, cur_upper: Frontier, d: int) -> Frontier:
+    """Without ``--upper``: for d = 1 just past the largest time ingested, else unchanged."""
+    if d == 1 and any(len(b.diff) for b in fresh):
         top = max(int(b.times[0].max()) for b in fresh if len(b.diff))
         if top >= 2**63 - 1:
             raise StoreError(f"time {top} is the largest int64; the upper cannot move past it")
-        new_upper = Frontier([(max(top + 1, cur_upper.elements[0][0]),)], 1) if not cur_upper.is_empty() else cur_upper
+        return Frontier([(max(top + 1, cur_upper.elements[0][0]),)], 1) if not cur_upper.is_empty() else cur_upper
+    return cur_upper
 
-    if not fresh:
-        return IngestResult(name, 0, [], skipped, cur_upper, False)
 
-    table = pa.concat_tables([updates_table(b.data, b.times, b.diff, d) for b in fresh])
-    if prepare is not None:
-        table = prepare(existing, table)
-    proto = existing or Trace(name, schema, key, d, Frontier.minimum(d), cur_upper)
-    sealed = upper is not None or d == 1
-    seal_to = new_upper if sealed else cur_upper
-    try:
-        written = store._seal(proto, table if sealed else None, seal_to)
-    except DiffOverflow as e:
-        raise DiffOverflow(f"trace {name!r}: {e}; nothing was ingested") from None
-    try:
-        pend = [] if sealed else [store.write_layer(proto, table, lower=cur_upper, upper=cur_upper,
-                                                   seq_lo=-1, seq_hi=-1)]
-    except BaseException:
-        store.discard(name, _written_layers(written))
-        raise
-    sigs = [b.sha256 + tag for b in fresh]
-    new_layers = _written_layers(written) + pend
+def _check_times(name: str, b, cur_upper: Frontier, upper: Frontier | None, new_upper: Frontier,
+                 record: dict) -> None:
+    """Every time of a file is beyond the trace's upper (and, with ``--upper``, not beyond the new one)."""
+    mask = beyond_mask(b.times, cur_upper)
+    if not mask.all():
+        i = int(np.argmin(mask))
+        t = tuple(int(c[i]) for c in b.times)
+        raise StoreError(f"{b.path}: row {i + 1}: time {format_time(t)} is not beyond the upper "
+                         f"{format_frontier(cur_upper)} of trace {name!r} (those times are sealed); "
+                         f"to correct the past, ingest the correction at a time beyond the upper "
+                         f"(e.g. at time {format_frontier(cur_upper).split()[0]}), with --upsert KEYCOLS "
+                         f"to have the old rows retracted for you" + ingested.forgotten_note(record, b.path))
+    if upper is not None:
+        late = beyond_mask(b.times, new_upper)
+        if late.any():
+            i = int(np.argmax(late))
+            t = tuple(int(c[i]) for c in b.times)
+            raise StoreError(f"{b.path}: row {i + 1}: time {format_time(t)} is beyond the new upper "
+                             f"{format_frontier(new_upper)}")
 
-    def change(s: State) -> State:
-        t = s.traces.get(name)
-        if existing is None:
-            if t is not None:
-                raise Conflict(f"trace {name!r} was created by another command at the same time; "
-                               f"nothing was ingested, retry")
-            t = proto
-        elif t is None:
-            raise Conflict(f"trace {name!r} was removed while ingesting; nothing was ingested")
-        elif _seal_point(t) != _seal_point(existing):
-            raise Conflict(f"trace {name!r} changed while ingesting (another command wrote to it; "
-                           f"its upper is now {format_frontier(t.upper)}); nothing was ingested, retry")
-        again = [p for p, sig in zip((b.path for b in fresh), sigs) if sig in t.ingested]
-        if again:
-            raise Conflict(f"{again[0]} was ingested into trace {name!r} by another command at the same time; "
-                           f"nothing was ingested by this one")
-        _check_new_layers(store, t, new_layers)
-        t = _apply_seal(t, written, seal_to)
-        t = t.with_(pending=t.pending + pend, ingested=ingested.add(t.ingested, sigs))
-        s.traces[name] = t
-        return s
-
-    try:
-        faults.point("ingest.before_commit")
-        store.commit(change)
-    except BaseException:
-        store._discard_unless_committed(name, new_layers)
-        raise
-    faults.point("ingest.after_commit")
-    store._maintain_quietly(name)
-    return IngestResult(name, table.num_rows, [b.path for b in fresh], skipped, seal_to, existing is None)

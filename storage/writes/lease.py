@@ -24,8 +24,8 @@ import threading
 import time
 
 from storage import clock
-from storage.blobs.base import for_path
-from storage.log.commit import Conflict
+from storage.blobs.resolve import for_path
+from storage.errors import Conflict
 
 DEFAULT_TTL = 60.0
 

@@ -9,12 +9,13 @@ the files it stops referencing are garbage for ``ddcli compact``.
 
 from __future__ import annotations
 
+from storage.errors import StoreError
 from storage.lattice import Frontier, format_frontier
-from storage.store import State, Store
-from storage.state.trace import StoreError
+from storage.state import transitions
+from storage.state.transitions import State
 
 
-def _record(state: State, store: Store, name: str) -> dict:
+def _record(state: State, store, name: str) -> dict:
     rec = state.pipelines.get(name)
     if not isinstance(rec, dict):
         known = ", ".join(sorted(state.pipelines)) or "none"
@@ -57,7 +58,7 @@ def pipeline_rows(state: State) -> list[dict]:
     return rows
 
 
-def drop_pipeline(store: Store, name: str, *, keep_outputs: bool = False) -> dict:
+def drop_pipeline(store, name: str, *, keep_outputs: bool = False) -> dict:
     """Release the pipeline's holds, remove its state traces and (unless ``keep_outputs``)
     its output traces, and forget its record — in one commit.
 
@@ -74,28 +75,11 @@ def drop_pipeline(store: Store, name: str, *, keep_outputs: bool = False) -> dic
             raise StoreError(f"output {t!r} of pipeline {name!r} is an input of pipeline {reader!r}; "
                              f"drop {reader!r} first, or keep the outputs with --keep-outputs")
 
-    def change(s: State) -> State:
+    def change(s: State, _) -> State:
         _record(s, store, name)
-        for t in list(s.traces.values()):
-            if name in t.holds:
-                s.traces[t.name] = Store.without_hold(t, name)
-        for tname in list(s.traces):
-            if s.traces[tname].owner == name and "." in tname:
-                del s.traces[tname]  # state
-        for o in outputs:
-            t = s.traces.get(o)
-            if t is None or t.owner != name:
-                continue
-            if keep_outputs:
-                s.traces[o] = t.with_(owner=None, pending=[])  # what waited for the pipeline never comes
-            elif _readers(s, [o], but=name):
-                raise StoreError(f"output {o!r} of pipeline {name!r} got a reader meanwhile; nothing was dropped")
-            else:
-                del s.traces[o]
-        del s.pipelines[name]
-        return s
+        return transitions.drop(s, name, outputs, keep_outputs)
 
-    store.commit(change)
+    store.write_and_commit("drop", lambda written: None, change)
     return {"pipeline": name, "released_holds": sorted(i for i in rec.get("inputs") or {}),
             "removed_state": sorted(rec.get("state", [])),
             "removed_outputs": [] if keep_outputs else outputs, "kept_outputs": outputs if keep_outputs else []}

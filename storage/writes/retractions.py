@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.store import Store
-from storage.state.trace import StoreError, Trace
-from storage.sql.query import quote
+from storage.errors import StoreError
+from storage.sql.duck import quote
+from storage.state.trace import Trace
 
 _NOT_DATA = re.compile(r"(time|time_\d+|diff)\Z")
 
@@ -39,12 +39,12 @@ class Negative:
                 f"first: {shown} (count {self.first_count})")
 
 
-def negative_rows(store: Store, existing: Trace | None, updates: pa.Table, data_columns: list[str]) -> Negative:
+def negative_rows(store, existing: Trace | None, updates: pa.Table, data_columns: list[str]) -> Negative:
     """The rows of ``updates`` with a negative diff whose total count, over the trace's
     updates and ``updates``, is negative."""
     if not updates.num_rows or not pc.any(pc.less(updates.column("diff"), 0)).as_py():
         return Negative()
-    from storage.sql.query import connect
+    from storage.sql.duck import connect
     cols = ", ".join(quote(c) for c in data_columns)
     paths = store.read_paths(existing, local=True) if existing is not None else []
     old = ""
@@ -70,7 +70,7 @@ def negative_rows(store: Store, existing: Trace | None, updates: pa.Table, data_
     return Negative(found.num_rows, first, count)
 
 
-def checker(store: Store, *, strict: bool, found: list[Negative]):
+def checker(store, *, strict: bool, found: list[Negative]):
     """A ``prepare`` step for :meth:`Store.ingest`: finds negative rows; with ``strict``
     refuses the ingest (nothing written), otherwise appends what it found to ``found``."""
     def check(existing: Trace | None, updates: pa.Table) -> pa.Table:

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from storage.errors import StoreError
 from storage.lattice import time_columns
-from storage.store import Store
-from storage.state.trace import StoreError, Trace
-from storage.sql.query import quote
+from storage.sql.duck import quote
+from storage.state.trace import Trace
 
 _TIME = re.compile(r"time(_\d+)?\Z")
 
@@ -43,7 +43,7 @@ def _check_key(key: list[str], columns: list[str], option: str) -> None:
             raise StoreError(f"{option}: {k!r} is not a column of the trace (columns: {', '.join(columns)})")
 
 
-def _live_sql(store: Store, trace: Trace | None, key: list[str], data: list[str]) -> str:
+def _live_sql(store, trace: Trace | None, key: list[str], data: list[str]) -> str:
     """The live rows (data, __count) whose key is among ``__keys``."""
     cols = ", ".join(quote(c) for c in data)
     paths = store.read_paths(trace, local=True) if trace is not None else []
@@ -100,12 +100,12 @@ def _check_chains(con, key: list[str], tcols: list[str]) -> None:
                          f"coordinate): ingest them in separate files")
 
 
-def upsert_step(store: Store, key: list[str], *, delete: bool, stats: UpsertStats):
+def upsert_step(store, key: list[str], *, delete: bool, stats: UpsertStats):
     """A ``prepare`` step for :meth:`Store.ingest` turning upsert (or delete) rows into updates."""
     option = "--delete" if delete else "--upsert"
 
     def prepare(existing: Trace | None, updates: pa.Table) -> pa.Table:
-        from storage.sql.query import connect
+        from storage.sql.duck import connect
         if existing is None and delete:
             raise StoreError(f"{option}: the trace does not exist yet; there is nothing to delete")
         d = existing.d if existing is not None else sum(1 for c in updates.column_names if _TIME.match(c))

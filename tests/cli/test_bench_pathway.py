@@ -1,4 +1,4 @@
-"""The Pathway column of ``ddcli bench reach --loop-paths`` (issue 14): the stream it
+"""The Pathway column of ``ddcli bench reach --loop-paths``: the stream it
 replays, its output changes against a plain reference, the comparison, and the one-line
 skip when Pathway is not installed. No Spark."""
 

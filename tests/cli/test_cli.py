@@ -22,7 +22,6 @@ import pytest
 from typer.testing import CliRunner
 
 from ddcli.cli import app
-
 from tests.helpers import REPO
 
 SAMPLE = Path(REPO) / "sample_data"
@@ -136,7 +135,7 @@ def test_ingest_with_time_option_and_file_format(store_dir, tmp_path):
 
 
 def test_d2_with_upper_matches_the_design_example(store_dir):
-    """DESIGN.md §4's strings: ingest two epochs with --upper, query at every time."""
+    """The strings of the reduce example (docs/architecture.md): ingest two epochs with --upper, query at every time."""
     s1, s2 = SAMPLE / "strings_1.csv", SAMPLE / "strings_2.csv"
     ups = read_csv_updates(s1, 2) + read_csv_updates(s2, 2)
     rec = parse_jsonl(ok(ddcli(store_dir, "ingest", "strings", str(s1), "--upper", "(1,0)", "--json")).stdout)[0]
@@ -377,8 +376,8 @@ def test_bad_input_corpus_through_the_cli(store_dir, name):
 
 
 def test_conflict_is_exit_3_and_internal_error_exit_1(words, monkeypatch):
+    from storage.errors import Conflict
     from storage.sql import query as Q
-    from storage.log.commit import Conflict
     from storage.store import Store
 
     def conflict(*a, **k):

@@ -1,4 +1,4 @@
-"""Answers that look complete but are not (issue 18, item 8).
+"""Answers that look complete but are not.
 
 ``query --as-of`` a time beyond the upper answers with a warning on stderr (an error
 with ``--strict``); SQL gets ``trace_at('name', t)``, which equals a plain fold of the

@@ -1,4 +1,4 @@
-"""A pipeline's life in a store (issue 16): listing, dropping, rebuilding an edited
+"""A pipeline's life in a store: listing, dropping, rebuilding an edited
 pipeline, and chains of pipelines (one reading another's output).
 
 References are plain Python folds of the update rows; they import nothing of ddcli.
@@ -11,10 +11,8 @@ from collections import Counter
 
 import pytest
 
-import ddcli.commands.run  # noqa: F401  (registers run and verify)
 from storage.store import Store
 from tests.helpers.cli import cli, jsonl, ok, write
-
 
 WORDCOUNT = """
 def pipeline(p):

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-import ddcli.commands.run  # noqa: F401  (registers `run`)
-from tests.conftest import tree_digest
 from tests.cli.test_cli import WORDS, ddcli, ok, one_line_error, parse_csv
+from tests.conftest import tree_digest
 
 
 @pytest.fixture

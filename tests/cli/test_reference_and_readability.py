@@ -1,4 +1,4 @@
-"""Reference and readability (issue 18, item 9): ``ddcli help operators`` generated from
+"""Reference and readability: ``ddcli help operators`` generated from
 the docstrings, ``avg``/``mean``, and a status without raw JSON or one line per column.
 
 The avg reference is a plain fold of the input file: per key, the mean of the values
@@ -14,10 +14,8 @@ from collections import defaultdict
 
 import pytest
 
-import ddcli.commands.run  # noqa: F401  (registers run)
 from ddcli.cli import app
 from tests.helpers.cli import cli, jsonl, ok, runner
-
 
 # what a pipeline author looks up, and an argument each entry must show
 EXPECTED = {

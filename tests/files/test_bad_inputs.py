@@ -32,7 +32,6 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-import ddcli.commands.run  # noqa: F401  (registers run and verify)
 from ddcli.cli import app
 from tests.conftest import tree_digest
 from tests.helpers.operations import REPO, ddcli_env

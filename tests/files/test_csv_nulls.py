@@ -1,4 +1,4 @@
-"""Nulls in CSV files, and retractions that match no live row (issue 18, item 2).
+"""Nulls in CSV files, and retractions that match no live row.
 
 CSV cannot say null by itself: ddcli reads ``\\N`` (or the text given with ``--null``) as
 null, and an empty field of a column that is not text as null. A retraction that does not

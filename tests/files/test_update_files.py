@@ -12,7 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from storage.files.read import UpdateBatch, UpdateFileError, read_update_file
+from storage.errors import UpdateFileError
+from storage.files.read import UpdateBatch, read_update_file
 
 BAD = Path(__file__).parent.parent / "data" / "bad_inputs"
 CASES = json.loads((BAD / "cases.json").read_text())

@@ -6,7 +6,6 @@ import json
 
 from typer.testing import CliRunner
 
-import ddcli.commands.run  # noqa: F401  (registers run, verify and the other Spark commands)
 from ddcli.cli import app
 
 runner = CliRunner()

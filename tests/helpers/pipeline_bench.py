@@ -1,6 +1,6 @@
 """The harness of the pipeline tests: random update streams, their schedule of runs, and
 a :class:`Bench` — a store plus the raw updates a test ingested into it — with the check of
-DESIGN.md §5 (every output at every time equals the plain reference; ``verify`` agrees).
+correctness (docs/architecture.md): every output at every time equals the plain reference; ``verify`` agrees.
 
 Used by tests/pipelines/test_operators.py. The reference itself is tests/helpers/reference.py; nothing here
 computes an expected result from what the store holds.

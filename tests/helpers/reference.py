@@ -7,7 +7,7 @@ a time ``t`` from the raw updates *they generated* (:func:`accumulate`), evaluat
 graph they declared in the pipeline file with these functions, and compare with the output
 trace accumulated at ``t``.
 
-Reduce semantics (DESIGN.md §4): for every key whose accumulated input is non-empty (some
+Reduce semantics (docs/architecture.md): for every key whose accumulated input is non-empty (some
 value row with a non-zero multiplicity), the output at ``t`` is ``f`` of that input.
 """
 

@@ -22,8 +22,9 @@ BACKENDS = ["local", "s3"]
 
 def start_server():
     """``(server, endpoint)``: a moto S3 server on a free port of this host."""
-    from moto.server import ThreadedMotoServer
     import logging
+
+    from moto.server import ThreadedMotoServer
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -61,8 +62,8 @@ def s3_env(moto_endpoint, monkeypatch) -> str:
     """Point the AWS variables at the test server; returns its endpoint."""
     for k, v in aws_env(moto_endpoint).items():
         monkeypatch.setenv(k, v)
-    from storage.blobs import base as blob
-    blob._cache.clear()  # clients built for another endpoint
+    from storage.blobs.resolve import forget_clients
+    forget_clients()  # clients built for another endpoint
     return moto_endpoint
 
 
@@ -82,7 +83,7 @@ def store_location(request, tmp_path) -> str:
 def object_digest(url: str) -> dict[str, str] | None:
     """Every object under an ``s3://`` prefix (relative key -> its ETag, the MD5 of its
     bytes for a single-part put, and its size); None when empty."""
-    from storage.blobs.base import for_path
+    from storage.blobs.resolve import for_path
     blobs = for_path(url)
     bucket, _, prefix = url[len("s3://"):].partition("/")
     c = blobs.client()
@@ -105,7 +106,7 @@ def place_store(local_store: str, location: str) -> str:
     import os
     if not location.startswith("s3://"):
         return local_store
-    from storage.blobs.base import for_path
+    from storage.blobs.resolve import for_path
     blobs = for_path(location)
     for dirpath, _, names in os.walk(local_store):
         for n in names:

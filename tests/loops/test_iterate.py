@@ -1,4 +1,4 @@
-"""``iterate`` (issue 4): fixed points on Spark against plain graph algorithms in Python.
+"""``iterate``: fixed points on Spark against plain graph algorithms in Python.
 
 Every test ingests update streams it generates itself, runs a pipeline over them in several
 runs (many distinct times per run, ``advance --since`` and ``compact`` on the inputs between
@@ -23,14 +23,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ops.dataflow.builder import PipelineError
+from ops.errors import PipelineError
 from ops.run.run import run_pipeline
 from ops.verify.verify import verify_pipeline
 from storage.lattice import Frontier, time_columns
 from storage.store import Store
+from tests.helpers import REPO
 from tests.helpers import reference as R
 
-from tests.helpers import REPO
 SAMPLES = os.path.join(REPO, "sample_data", "pipelines")
 
 EDGES = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
@@ -67,7 +67,7 @@ REACH = open(os.path.join(SAMPLES, "reach.py")).read()
 
 
 def pytest_generate_tests(metafunc):
-    """Every test here on the three ways a loop runs (issue 14, ``ops/loops/plan.py``): round
+    """Every test here on the three ways a loop runs (``ops/loops/plan.py``): round
     by round on the driver; inside tasks wherever the plan allows it (``local``:
     partition-local where columns deal the loop, resident otherwise); and resident for
     every such loop (``resident``: N tasks exchanging rows by key each round). A test whose

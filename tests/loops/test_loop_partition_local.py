@@ -1,4 +1,4 @@
-"""Partition-local fixed points (issue 14): which loops take the path, and that it changes nothing.
+"""Partition-local fixed points: which loops take the path, and that it changes nothing.
 
 Reachability and hop counts only ever combine rows of one root, with the edges broadcast,
 so their loops run inside Spark tasks, dealt by root; connected components spread labels
@@ -17,9 +17,7 @@ from collections import Counter
 import pytest
 
 from ops.run.run import run_pipeline
-from tests.loops.test_iterate import (EDGES, GRAPH_COLUMNS, ROOTS, Bench, graphs_ref, samples_source,
-                                sliding_window_runs)
-
+from tests.loops.test_iterate import EDGES, GRAPH_COLUMNS, ROOTS, Bench, graphs_ref, samples_source, sliding_window_runs
 
 OUTPUT = {"reach": "reach", "bfs": "distances", "cc": "labels"}
 
@@ -55,7 +53,7 @@ def test_reach_and_bfs_run_partition_local_by_root_and_cc_resident(spark, tmp_pa
 
 def test_cc_runs_in_one_task_when_resident_loops_may_use_one_and_a_bad_cap_is_one_line(
         spark, tmp_path, monkeypatch):
-    from ops.dataflow.builder import PipelineError
+    from ops.errors import PipelineError
 
     monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
     monkeypatch.setenv("DDCLI_LOOP_TASKS", "1")
@@ -114,7 +112,7 @@ def test_resident_tasks_that_fail_together_hand_the_batch_to_rounds_and_the_answ
 
 def test_a_task_holding_more_than_its_row_budget_hands_the_loop_to_rounds_whose_reduces_hold_little(
         spark, tmp_path, monkeypatch):
-    """Issue 13: a loop's task stops once it holds more rows than ``DDCLI_LOOP_TASK_ROWS``
+    """A loop's task stops once it holds more rows than ``DDCLI_LOOP_TASK_ROWS``
     (a hot root), and the loop runs round by round, for that batch and the rest of the
     run; there each reduce task holds at most ``DDCLI_REDUCE_TASK_ROWS`` rows in Arrow
     (``ops/reduce/held_rows.py``), the rest spilled and reduced in shares. Exact at every time."""

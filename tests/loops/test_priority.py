@@ -1,4 +1,4 @@
-"""Prioritized fixed points (issue 17): ``enter_at`` and ``iterate(priority=…)``.
+"""Prioritized fixed points: ``enter_at`` and ``iterate(priority=…)``.
 
 The two samples that ship — ``cc_prioritized.py`` (labels enter by their bit length) and
 ``sssp.py`` (shortest paths prioritized by distance) — run on random sliding windows of a
@@ -23,7 +23,7 @@ from collections import deque
 import pyarrow as pa
 import pytest
 
-from ops.dataflow.builder import PipelineError
+from ops.errors import PipelineError
 from ops.run.run import run_pipeline
 from tests.loops.test_iterate import SAMPLES, Bench, labels_ref, root_updates
 

@@ -28,7 +28,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ops.dataflow import calculus as C
-from ops.dataflow.builder import PipelineError
+from ops.errors import PipelineError
 from ops.run.run import run_pipeline
 from ops.verify.verify import verify_pipeline
 from storage.lattice import time_columns

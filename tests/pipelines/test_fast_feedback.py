@@ -1,4 +1,4 @@
-"""Fast feedback (issue 18, item 5): column mistakes are reported before the JVM starts.
+"""Fast feedback: column mistakes are reported before the JVM starts.
 
 Each bad pipeline runs in a real process with progress lines on (``DDCLI_PROGRESS=1``):
 stderr must be the one error line and nothing else — in particular not the

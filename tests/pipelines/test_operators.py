@@ -1,6 +1,6 @@
 """Every pipeline operator on Spark against the plain-Python reference (tests/helpers/reference.py).
 
-The backbone of DESIGN.md §5: random update streams (insertions, retractions of rows that
+The backbone of the correctness checks (docs/architecture.md): random update streams (insertions, retractions of rows that
 were and were not inserted, exact repeats, many distinct times per run; d = 1, and d = 2 for
 the operators whose output times depend on the input times), split into several runs with
 ``advance --since`` on the inputs and ``compact`` between them. After every run
@@ -28,13 +28,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ops.dataflow.builder import PipelineError
+from ops.errors import PipelineError
 from ops.verify.verify import verify_pipeline
+from storage.errors import StoreError
 from storage.store import Store
-from storage.state.trace import StoreError
 from tests.helpers import reference as R
-from tests.helpers.pipeline_bench import (REPO, XS, YS, Bench, random_updates, run_since, schedule, xs_row,
-                                  xs_row_null, ys_row, ys_row_null)
+from tests.helpers.pipeline_bench import (REPO, XS, YS, Bench, random_updates, run_since, schedule, xs_row, xs_row_null,
+                                          ys_row, ys_row_null)
 
 # ------------------------------------------------------------------ random streams over several runs
 
@@ -295,7 +295,7 @@ def test_one_run_of_all_updates_equals_the_same_updates_over_many_runs(spark, tm
     many.check(path_many, batching_ref, outputs)
 
 
-# ------------------------------------------------------------------ DESIGN.md §4 seed example
+# ------------------------------------------------------------------ the reduce seed example of docs/architecture.md
 
 SEED_UPDATES = [  # (s,), time, diff
     (("a",), (0, 0), 1), (("b",), (0, 0), 3), (("cc",), (0, 0), 2),
@@ -521,7 +521,7 @@ def test_a_pipeline_error_is_the_only_thing_printed(tmp_path):
     bench.ingest("xs", XS, [((1, "p", 2), (0,), 1)])
     path = bench.pipeline("bad_expr", 'def pipeline(p):\n    p.output("o", p.input("xs").select(z="nope + 1"))\n')
     script = textwrap.dedent(f"""
-        from ops.dataflow.builder import PipelineError
+        from ops.errors import PipelineError
         from ops.run.run import run_pipeline
         from storage.store import Store
         try:

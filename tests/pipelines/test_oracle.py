@@ -1,4 +1,4 @@
-"""``verify`` is an independent oracle (issue 16): it shares no operator code with ``run``,
+"""``verify`` is an independent oracle: it shares no operator code with ``run``,
 checks every time the outputs can tell apart, and says how many it checked.
 
 A bug planted in the engine's operator code (here: ``negate`` that forgets to negate)
@@ -9,16 +9,14 @@ oracle does not.
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-import ddcli.commands.run  # noqa: F401  (registers run and verify)
-from ops.dataflow.builder import Pipeline, PipelineError
+from ops.dataflow.builder import Pipeline
+from ops.errors import PipelineError
 from ops.verify.verify import verify_pipeline
 from storage.store import Store
 from tests.helpers.cli import cli, ok, write
-
 
 WORDS = [("a", 1, 1), ("bb", 1, 1), ("a", 2, 1), ("ccc", 4, 1), ("bb", 6, -1), ("dd", 9, 1), ("a", 9, 1)]
 

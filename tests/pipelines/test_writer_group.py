@@ -1,4 +1,4 @@
-"""Several traces written by one Spark job (issue 14: a run's small outputs and states).
+"""Several traces written by one Spark job (a run's small outputs and states).
 
 Each trace's layers must hold exactly its updates, consolidated and advanced to its
 since, split at its upper when asked, sorted by its key; and the whole write is one job.

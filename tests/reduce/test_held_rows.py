@@ -1,14 +1,13 @@
-"""A reduce task holds its input under a budget (issue 13).
+"""A reduce task holds its input under a budget.
 
 A task that receives every row of its keys through the shuffle (a first run, a big run of
-user logic, a loop round against its view, a split's second stage) used to collect them
+user logic, a loop round against its view, a split's second stage) must not hold them
 whole, however hot a key. ``ops/reduce/held_rows.py`` keeps them in Arrow up to the budget and
 spills them to DuckDB beyond it; ``reduce_held`` (``ops/reduce/budget.py``) then reduces
 them in shares by value or in groups of keys. Checked without Spark against the plain
 reference at every time (d = 1 and d = 2, hot keys with retractions), that no share or
 group brings much more than the budget into Arrow, and the one-line error for a key that
-cannot be split and is over the grid's budget. Through pipelines: the loop round path
-in tests/test_iterate_budget.py.
+cannot be split and is over the grid's budget.
 """
 
 from __future__ import annotations
@@ -19,9 +18,10 @@ import pyarrow as pa
 import pytest
 
 import ops.reduce.budget as rl
+from ops.errors import KeyTooLarge
 from ops.reduce.held_rows import HeldRows
+from ops.reduce.kernel import reduce_delta
 from ops.reduce.operator import output_arrow_schema
-from ops.reduce.kernel import KeyTooLarge, reduce_delta
 from tests.reduce.test_reduce_hot_keys import _consolidated, hot_rows
 from tests.reduce.test_reduce_kernel import KEYS, KTYPES, REDUCERS, VALUES, VTYPES, check_accumulation, make_table
 
@@ -189,6 +189,7 @@ def test_a_key_without_value_columns_over_the_budget_is_reduced_in_slices_of_tim
     as one row per (key, other coordinates, new or old), so no slice holds much more than
     the budget. Checked at every point of the times' grid."""
     import itertools
+
     from ops.dataflow.reducers import Count, Distinct
     from storage.lattice import time_columns
     reducer = Count() if name == "count" else Distinct()

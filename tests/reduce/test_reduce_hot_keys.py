@@ -1,6 +1,6 @@
 """reduce on the tables people count: few keys, many distinct rows each, many times.
 
-Issue 13. The kernel is checked against the plain reference (the defining property at
+The kernel is checked against the plain reference (the defining property at
 every time of a box, as tests/reduce/test_reduce_kernel.py does) on hot keys, for d = 1 (the
 sweeps) and d = 2; under a memory budget far below what a dense (value rows x times)
 array of the key would need; and through pipelines over several runs with compaction.
@@ -16,11 +16,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ops.reduce.kernel import Count, KeyTooLarge, Min, PerKey, Sum, TopK, reduce_delta
+from ops.errors import KeyTooLarge
+from ops.reduce.kernel import Count, Min, PerKey, Sum, TopK, reduce_delta
 from tests.helpers import reference as R
 from tests.helpers.pipeline_bench import Bench
 from tests.reduce.test_reduce_kernel import (KEYS, KTYPES, REDUCERS, VALUES, VTYPES, check_accumulation, check_shape,
-                                      make_table)
+                                             make_table)
 
 
 def hot_rows(rng: random.Random, d: int, n: int, tmax: int, keys: int = 2, rows_per_key: int = 40):
@@ -289,9 +290,9 @@ def test_two_stages_over_shares_of_value_rows_equal_the_reference(d, name):
     """The two stages of a split key (ops/reduce/operator.py): each share of the value rows reduced
     alone, then the shares' results of whole keys, against the plain reference at every
     time; for d = 2 the abelian shares give synthetic rows, summed as Spark sums them."""
+    from ops.reduce.builtin_grid import WEIGHT
     from ops.reduce.kernel import (ABELIAN, CHANNEL, SALT, abelian_from_partials, abelian_from_synthetic,
                                    abelian_partials, abelian_synthetic, order_traces, splits)
-    from ops.reduce.builtin_grid import WEIGHT
     from storage.lattice import time_columns
     make, plain = REDUCERS[name]
     rng = random.Random(f"split-{name}-{d}")
@@ -327,8 +328,8 @@ def test_every_built_in_reducer_of_several_value_rows_is_split():
     """Since the synthetic rows carry a sum's weight in a column of its own, a sum of
     floats is dealt to tasks at d >= 2 too; user logic and the reducers of one value row at
     a time are not (the latter need no second stage)."""
-    from ops.reduce.kernel import splits
     from ops.dataflow.reducers import Distinct, PerKey
+    from ops.reduce.kernel import splits
     assert splits(Sum("v")) and splits(Sum("x")) and not splits(PerKey(lambda r: r)) and not splits(Distinct())
 
 

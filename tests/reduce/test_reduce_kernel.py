@@ -1,4 +1,4 @@
-"""reduce_delta against DESIGN.md's seed example and a plain-Python reference.
+"""reduce_delta against the seed example of docs/architecture.md and a plain-Python reference.
 
 The reference never builds a grid: it checks the defining property directly, at every
 time of a box that reaches between and beyond the input times, that the output updates

@@ -1,8 +1,8 @@
 """A small run's reduce task looks up its keys' stored old updates under a budget.
 
-Issue 13: a run below the split of big runs that changes a hot key whose history retracts
-used to read all of the key's old updates into its task. Over ``budget`` old updates the
-task now reduces its keys' rows in shares one after another (``ops/reduce/budget.py``).
+A run below the split of big runs that changes a hot key whose history retracts must not
+read all of the key's old updates into its task: over ``budget`` old updates the task
+reduces its keys' rows in shares one after another (``ops/reduce/budget.py``).
 Checked without Spark against the plain reference at every time, d = 1 and d = 2, with a
 budget far below the keys' history, and that no share brings more than about the budget
 into Arrow; through a pipeline over runs with compaction in tests/reduce/test_reduce_hot_keys.py.
@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import ops.reduce.budget as rl
+from ops.reduce.kernel import reduce_delta
 from ops.reduce.old_updates import OldLookup
 from ops.reduce.operator import output_arrow_schema
-from ops.reduce.kernel import reduce_delta
 from tests.reduce.test_reduce_hot_keys import _consolidated, hot_rows
 from tests.reduce.test_reduce_kernel import KEYS, KTYPES, REDUCERS, VALUES, VTYPES, check_accumulation, make_table
 
@@ -146,7 +146,7 @@ def test_a_key_without_value_columns_looks_up_one_row_of_its_history(tmp_path, m
 
 
 def test_a_key_that_cannot_be_split_and_holds_more_than_the_grid_budget_is_one_clear_error(tmp_path, monkeypatch):
-    from ops.reduce.kernel import KeyTooLarge
+    from ops.errors import KeyTooLarge
     make, _ = REDUCERS["perkey"]
     table = make_table(_old_and_new(random.Random(4), 1), KEYS, VALUES, 1, KTYPES, VTYPES)
     files = _write_old(tmp_path, table)

@@ -1,4 +1,4 @@
-"""The same pipelines on a Spark standalone cluster as on a laptop (issue 15, the cluster half).
+"""The same pipelines on a Spark standalone cluster as on a laptop.
 
 A master and two workers run as separate JVMs (pyspark's ``bin/spark-class``), the
 workers in a network namespace of their own where the machine allows it
@@ -18,6 +18,7 @@ import warnings
 
 import pytest
 
+from ops.errors import SparkSetupError
 from tests.helpers.cli import cli, ok, write
 from tests.helpers.operations import PIPELINES, REPO, run_ddcli
 from tests.helpers.spark_cluster import Cluster, executor_python
@@ -207,7 +208,7 @@ def test_local_mode_keeps_the_driver_on_loopback_and_a_cluster_gets_a_routable_a
     assert session.driver_addresses("spark://h:7077") == ("10.1.2.3", "0.0.0.0")
     assert session._master_addresses("spark://a:7077,b:7078") == [("a", 7077), ("b", 7078)]
     assert session._master_addresses("yarn") == []
-    with pytest.raises(session.SparkSetupError, match="expected spark://HOST:PORT"):
+    with pytest.raises(SparkSetupError, match="expected spark://HOST:PORT"):
         session._master_addresses("spark://nohostport")
     assert session.is_local("local") and session.is_local("local[*]") and not session.is_local("spark://h:1")
 

@@ -37,11 +37,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-import ddcli.commands.run  # noqa: F401  (registers run and verify)
 from ddcli.cli import app
 from storage.store import Store
-from tests.helpers.operations import (PIPELINES, WordStream, cli_child, ddcli_process, fold, forkserver,
-                                      trace_at, wordcount_reference)
+from tests.helpers.operations import (PIPELINES, WordStream, cli_child, ddcli_process, fold, forkserver, trace_at,
+                                      wordcount_reference)
 
 SEED = int(os.environ.get("DDCLI_FAULT_SEED", "20241121"))
 # kills in total (store commands and runs), and of them kills of `ddcli run` (each starts
@@ -272,6 +271,7 @@ class Accumulator:
 
     def __init__(self, table, trace):
         import numpy as np
+
         from storage.lattice import time_columns
         self.np = np
         self.n = table.num_rows

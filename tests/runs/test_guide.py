@@ -150,7 +150,7 @@ def test_the_main_job_runs_on_the_sample_data_and_again_changes_nothing(spark, t
         assert f"pipeline '{p}' ran" in first.stdout
     store_dir = os.path.join(work, "ddstore")
     store = Store(store_dir)
-    assert trace_at(store, "length_counts", (1, 1)) == {(1, 1): 1, (2, 1): 1}  # DESIGN.md §4
+    assert trace_at(store, "length_counts", (1, 1)) == {(1, 1): 1, (2, 1): 1}  # the reduce example of docs/architecture.md
     assert trace_at(store, "revenue", (5,)) == {("north", 50): 1, ("south", 70): 1, ("west", 45): 1}
     assert {n for (_, n) in trace_at(store, "reach", (2,))} >= {"a", "b", "c", "d", "e"}
     for p in ("wordcount", "length_count", "join_example", "reach"):

@@ -1,4 +1,4 @@
-"""Ctrl-C during ``ddcli run`` (issue 18, item 4).
+"""Ctrl-C during ``ddcli run``.
 
 A real process in its own session gets SIGINT for its whole process group, as a terminal
 sends it, while a Spark task of the run is busy (the pipeline's function leaves a marker

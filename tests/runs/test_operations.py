@@ -1,4 +1,4 @@
-"""Operating ddcli from schedulers (issue 6): concurrency, exit codes, --json, lag, the
+"""Operating ddcli from schedulers: concurrency, exit codes, --json, lag, the
 Airflow DAG, help texts and benchmark plots.
 
 Concurrency cases are forced, not hoped for: a hook in place of ``storage.faults.point``
@@ -20,13 +20,12 @@ from collections import defaultdict, deque
 
 import pytest
 
-import ddcli.commands.run  # noqa: F401  (registers run and verify)
 from ddcli.cli import app
 from storage import faults
 from storage.store import Store
-from tests.helpers.operations import (PIPELINES, REPO, WordStream, ddcli_env, ddcli_process, fold,
-                                      trace_at, wordcount_reference)
 from tests.helpers.cli import cli, jsonl, ok, runner
+from tests.helpers.operations import (PIPELINES, REPO, WordStream, ddcli_env, ddcli_process, fold, trace_at,
+                                      wordcount_reference)
 
 WORDCOUNT = os.path.join(PIPELINES, "wordcount.py")
 SAMPLE = os.path.join(REPO, "sample_data")
@@ -82,7 +81,7 @@ def assert_sound(store: Store, stream: WordStream, pipeline: str = WORDCOUNT) ->
     frontier = store.state().pipelines["wordcount"]["frontier"][0][0]
     counts = store.trace("counts")
     for t in range(frontier):
-        if counts.since.beyond((t,)):  # an output's since follows its input's on a first run (issue 16)
+        if counts.since.beyond((t,)):  # an output's since follows its input's on a first run
             assert trace_at(store, "counts", (t,)) == wordcount_reference(stream.updates, (t,)), f"counts at {t}"
     v = verify_pipeline(store, pipeline)
     assert v.ok, v.differences[0].describe()
@@ -317,7 +316,7 @@ def test_status_reports_the_lag_of_every_pipeline_input(wc, tmp_path):
 
 
 def test_exit_codes_are_documented_in_help_and_match_the_code():
-    from ddcli import cli as C
+    from ddcli import app as C
     assert (C.EXIT_OK, C.EXIT_INTERNAL, C.EXIT_USER, C.EXIT_CONFLICT, C.EXIT_NOOP) == (0, 1, 2, 3, 4)
     text = " ".join(ok(runner.invoke(app, ["--help"])).stdout.split())
     for phrase in ["0 success", "1 internal error", "2 user error", "3 conflict", "safe to retry", "4 nothing to do"]:

@@ -1,4 +1,4 @@
-"""A run lease (issue 18, item 7): a second run of a pipeline exits 3 at its start.
+"""A run lease: a second run of a pipeline exits 3 at its start.
 
 The lease is held by a real other process; ``ddcli run`` of the same pipeline must exit 3
 with one line before it starts Spark and leave the store as it was. A killed holder frees
@@ -18,10 +18,9 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-import ddcli.commands.run  # noqa: F401  (registers run)
 from ddcli.cli import app
-
 from tests.helpers import REPO as ROOT
+
 WORDCOUNT = os.path.join(ROOT, "sample_data", "pipelines", "wordcount.py")
 runner = CliRunner()
 
@@ -91,8 +90,8 @@ def _foreign_lease(store: str, age: float) -> None:
 
 
 def test_a_lease_from_another_host_expires_after_its_time_to_live(words_store, monkeypatch):
+    from storage.errors import Conflict
     from storage.writes.lease import lease
-    from storage.log.commit import Conflict
     monkeypatch.setenv("DDCLI_LEASE_SECONDS", "30")
     _foreign_lease(words_store, age=5)
     res = runner.invoke(app, ["run", WORDCOUNT, "--store", words_store])

@@ -1,4 +1,4 @@
-"""Several pipelines in one ``ddcli run`` (issue 18, item 6), and the run report.
+"""Several pipelines in one ``ddcli run``, and the run report.
 
 ``ddcli run a.py b.py`` runs them in order in one Spark session, each its own commit; a
 pipeline that fails is named, commits nothing, and the others still run. ``--json`` gives
@@ -7,9 +7,7 @@ one record per pipeline with its duration and rows.
 
 from __future__ import annotations
 
-import ddcli.commands.run  # noqa: F401  (registers run)
 from tests.helpers.cli import cli, jsonl, ok
-
 
 COUNT = """
 def pipeline(p):

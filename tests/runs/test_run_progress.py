@@ -1,4 +1,4 @@
-"""Progress of a run (issue 18, item 5): each write, loop round and operator says its rows
+"""Progress of a run: each write, loop round and operator says its rows
 and its time, and `--json` reports them, without a Spark job more than before.
 
 Job counts of main before progress lines carried figures (measured with the same data,
@@ -41,7 +41,7 @@ def _check_lines(name: str, lines: list[str]) -> None:
         assert re.search(rf"^reduce \(join_example\.py:14\): 14 updates \(written to revenue\); "
                          rf"computed by the write of revenue in {SECONDS}$", text, re.M), text
     elif re.search(r"^loop loop_\d+: partition-local by root \(broadcast: 1 collection, [\d,]+ rows\)$", text, re.M):
-        # the default for reach (issue 14): one job runs every round inside the tasks
+        # the default for reach: one job runs every round inside the tasks
         assert re.search(rf"^loop loop_\d+: \d+ rounds inside tasks in {SECONDS}$", text, re.M), text
         assert re.search(rf"^wrote reach: \d+ updates? in {SECONDS} \(1 Spark job(?: for \d+ traces)?\)$", text, re.M), text
     else:
@@ -93,7 +93,7 @@ def test_run_shows_rows_and_time_per_operator_and_json_reports_them(tmp_path):
     assert ops["reduce (join_example.py:14)"]["computed_by"] == ["revenue"]
     rounds = [s for s in records["reach"]["steps"] if s["step"] == "loop_round"]
     local = [s for s in records["reach"]["steps"] if s["step"] == "loop_local"]
-    if local:  # partition-local (issue 14): the rounds ran inside tasks
+    if local:  # partition-local: the rounds ran inside tasks
         assert local[0]["rounds"] >= 2 and local[0]["seconds"] >= 0, local
     else:
         assert rounds[-1]["next_iteration"] is None and all(s["seconds"] >= 0 for s in rounds)

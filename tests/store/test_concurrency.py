@@ -16,11 +16,12 @@ import time
 import pytest
 
 from storage import faults
+from storage.errors import Conflict
 from storage.lattice import Frontier
-from storage.log.commit import Conflict, Log
+from storage.log.commit import Log
+from storage.state.transitions import with_hold
 from storage.store import Store
-from tests.helpers.store_refs import (check_equivalence, check_layers, files_on_disk, py, run_writer,
-                             write_updates)
+from tests.helpers.store_refs import check_equivalence, check_layers, files_on_disk, py, run_writer, write_updates
 
 OLD = [((k, "a"), (0,), 1) for k in range(6)]
 
@@ -295,7 +296,7 @@ def test_compaction_racing_an_ingest_both_land(tmp_path, monkeypatch):
     new = [((99, "n"), (4,), 5), ((0, "v"), (4,), -1)]
     f = write_updates(str(tmp_path / "n.csv"), new, 1)
     # the ingest commits while the full compaction is about to; its own merge is held off
-    monkeypatch.setattr(Store, "_maintain_quietly", lambda self, name: None)
+    monkeypatch.setattr(Store, "merge_after_commit", lambda self, name: None)
     hit = run_at(monkeypatch, "compact.before_commit", lambda: Store(store.path).ingest("t", [f]))
     assert store.merge_layers("t", full=True) == 1
     assert hit["done"]
@@ -339,7 +340,7 @@ def test_compaction_backs_off_when_a_hold_appears_meanwhile(tmp_path, monkeypatc
 
     def add_hold():
         def change(s):
-            s.traces["t"] = Store.with_hold(s.traces["t"], "reader", hold, 2)
+            s.traces["t"] = with_hold(s.traces["t"], "reader", hold, 2)
             return s
         Store(store.path).commit(change)
     run_at(monkeypatch, "compact.before_commit", add_hold)

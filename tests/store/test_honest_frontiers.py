@@ -1,4 +1,4 @@
-"""Frontiers that never over-promise (issue 16).
+"""Frontiers that never over-promise.
 
 * An output's ``since`` is at least its inputs' ``since``: a pipeline whose first run sees
   an input already compacted (or compacted while the run works, before its hold exists)
@@ -21,11 +21,11 @@ from collections import Counter
 import pytest
 
 from storage import faults
+from storage.errors import Conflict, StoreError
 from storage.log import commit as log_module
-from storage.log.commit import Conflict, Log
+from storage.log.commit import Log
 from storage.sql.query import as_of
 from storage.store import Store
-from storage.state.trace import StoreError
 from tests.helpers.operations import PIPELINES
 
 WORDCOUNT = os.path.join(PIPELINES, "wordcount.py")

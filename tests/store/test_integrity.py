@@ -20,9 +20,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pytest
 
-import ddcli.commands.check  # noqa: F401  (registers `check`)
-from tests.conftest import tree_digest
 from tests.cli.test_cli import WORDS, ddcli, ok, one_line_error, parse_csv
+from tests.conftest import tree_digest
 
 N_ROWS = 20_000
 

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.lattice import (INT64_MAX, INT64_MIN, Frontier, TimeSyntaxError, advance,
-                             advance_columns, beyond_mask, beyond_sql, format_frontier,
-                             format_time, join, leq, leq_sql, meet, parse_frontier, parse_time,
+from storage.errors import TimeSyntaxError
+from storage.lattice import (INT64_MAX, INT64_MIN, Frontier, advance, advance_columns, beyond_mask, beyond_sql,
+                             format_frontier, format_time, join, leq, leq_sql, meet, parse_frontier, parse_time,
                              time_columns)
 
 # ------------------------------------------------------------------ strategies
@@ -46,7 +46,7 @@ def beyond_ref(ts, t) -> bool:
     return any(all(a <= b for a, b in zip(f, t)) for f in ts)
 
 
-# ------------------------------------------------------------------ the worked example of DESIGN.md §1
+# ------------------------------------------------------------------ the worked example of docs/architecture.md
 
 EXAMPLE_TIMES = [(0, 0), (0, 1), (1, 0), (1, 1)]
 

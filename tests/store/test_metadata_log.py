@@ -1,4 +1,4 @@
-"""Metadata that stays small (issue 16): delta versions, checkpoints, retention, the
+"""Metadata that stays small: delta versions, checkpoints, retention, the
 bounded ingested-file record, and stores written before any of them.
 
 Costs are counted (files opened, bytes read and written, folder entries listed), not
@@ -15,13 +15,13 @@ import time as _time
 
 import pytest
 
-from storage.state import ingested as ingested_mod
+from storage.errors import StoreError
 from storage.log import commit as log_module
 from storage.log.commit import CHECKPOINT_EVERY, HINT_NAME, Log
+from storage.state import ingested as ingested_mod
 from storage.store import Store
-from storage.state.trace import StoreError
-from tests.helpers.store_refs import (check_equivalence, files_on_disk, moment_between, referenced_files, set_store_clock,
-                             write_updates)
+from tests.helpers.store_refs import (check_equivalence, files_on_disk, moment_between, referenced_files,
+                                      set_store_clock, write_updates)
 
 
 def age(path, seconds):

@@ -17,11 +17,11 @@ import time
 
 import pytest
 
+from storage.store import Store
 from tests.helpers.cli import cli, jsonl, ok
 from tests.helpers.operations import REPO, ddcli_env
 from tests.helpers.s3 import BUCKET, aws_env, new_prefix
 from tests.helpers.store_refs import files_on_disk, write_updates
-from storage.store import Store
 
 SAMPLE = os.path.join(REPO, "sample_data")
 
@@ -148,9 +148,9 @@ def test_a_pipeline_run_on_the_object_store_equals_the_same_run_on_a_local_store
 
 
 def test_a_commit_whose_put_ends_ambiguously_is_resolved_by_reading_back_its_commit_id(s3_env, monkeypatch):
-    from storage.blobs.base import Ambiguous
     from storage.blobs.s3 import S3Blobs
-    from storage.log.commit import Conflict, Log
+    from storage.errors import Ambiguous, Conflict
+    from storage.log.commit import Log
 
     loc = new_prefix()
     log = Log(loc)
@@ -182,8 +182,8 @@ def test_a_commit_whose_put_ends_ambiguously_is_resolved_by_reading_back_its_com
 
 
 def test_a_run_lease_on_the_object_store_is_taken_once(s3_env):
+    from storage.errors import Conflict
     from storage.writes.lease import lease
-    from storage.log.commit import Conflict
 
     loc = new_prefix()
     with lease(loc, "wc"):
@@ -196,9 +196,9 @@ def test_a_run_lease_on_the_object_store_is_taken_once(s3_env):
 
 def _fresh_process():
     """What a new ddcli process would find: no client, no local copies of layers."""
-    from storage.blobs import base as blob
     from storage.blobs import s3 as blob_s3
-    blob._cache.clear()
+    from storage.blobs.resolve import forget_clients
+    forget_clients()
     for path in list(blob_s3._copies.files()):
         blob_s3.S3Blobs.forget_copy(None, path)
 
@@ -227,7 +227,7 @@ def test_a_layer_is_fetched_once_per_process_and_read_from_the_bytes_that_were_h
 
 @pytest.mark.parametrize("damage", ["flip", "other", "missing"])
 def test_a_damaged_layer_on_the_object_store_is_damage_never_a_wrong_answer(s3_env, tmp_path, damage):
-    from storage.integrity import CorruptionError
+    from storage.errors import CorruptionError
     from storage.sql.query import as_of, history
     from tests.helpers.s3 import object_digest
 

@@ -16,11 +16,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from storage.sql import query as Q
+from storage.errors import StoreError
 from storage.lattice import Frontier, advance, leq, time_columns
+from storage.sql import query as Q
+from storage.state.trace import Trace
 from storage.store import Store
-from storage.state.trace import StoreError, Trace
-
 
 # ---------------------------------------------------------------- references and builders
 
@@ -172,7 +172,7 @@ def test_d2_default_uses_every_update_including_pending(tmp_path):
 
 
 def test_time_syntax_and_dimension_errors(tmp_path):
-    from storage.lattice import TimeSyntaxError
+    from storage.errors import TimeSyntaxError
     store = Store(str(tmp_path / "store"))
     store.ingest("w", [write(tmp_path / "w.parquet", [(("a", 0), (0,), 1)], 1)])
     with pytest.raises(TimeSyntaxError):
@@ -261,9 +261,9 @@ def test_internal_traces_are_views_only_under_their_quoted_name(tmp_path):
     assert Q.sql(store, 'SELECT count(*) AS c FROM "wc.count"').to_pylist() == [{"c": 0}]
     with pytest.raises(StoreError):
         Q.sql(store, "SELECT * FROM wc.count")
-    traces, _ = Q.status(store)
+    traces = Q.status(store)
     assert traces.column("trace").to_pylist() == ["w"]
-    traces, _ = Q.status(store, internal=True)
+    traces = Q.status(store, internal=True)
     assert traces.column("trace").to_pylist() == ["w", "wc.count"]
 
 
@@ -285,13 +285,12 @@ def test_sql_on_an_empty_store(tmp_path):
 
 def test_status_describes_every_trace(tmp_path):
     store = _words_store(tmp_path)
-    traces, pipelines = Q.status(store)
+    traces = Q.status(store)
     row = traces.to_pylist()[0]
     assert row["trace"] == "w" and row["key"] == "word" and row["d"] == 1
     assert row["columns"] == "word:string, n:int64"
     assert row["since"] == "0" and row["upper"] == "3" and row["rows"] == 4 and row["layers"] == 1
     assert row["bytes"] > 0
-    assert pipelines.num_rows == 0
     with pytest.raises(StoreError, match="unknown trace"):
         Q.status(store, "nope")
 
@@ -303,7 +302,7 @@ def test_a_read_whose_files_were_collected_reads_the_newest_version_again(tmp_pa
     """Readers take no locks: when compaction commits and collects the layer files a reader
     was given, the read starts over from the newest version (and gives up with a Conflict,
     safe to retry, if that keeps happening)."""
-    from storage.log.commit import Conflict
+    from storage.errors import Conflict
     store = Store(str(tmp_path / "store"))
     store.ingest("w", [write(tmp_path / "a.parquet", [(("a", 0), (0,), 1)], 1)])
     stale = store.trace("w")

@@ -1,4 +1,4 @@
-"""Dimension tables: ``ddcli advance TRACE --seal`` seals every time (issue 18, item 1).
+"""Dimension tables: ``ddcli advance TRACE --seal`` seals every time.
 
 A sealed trace's upper is the empty frontier: it never holds a pipeline back, a later
 ingest into it is one clear error that changes nothing, and ``status`` names the inputs
@@ -7,9 +7,7 @@ that do hold a pipeline back and by how much.
 
 from __future__ import annotations
 
-import ddcli.commands.run  # noqa: F401  (registers run)
 from tests.helpers.cli import cli, jsonl, ok, write
-
 
 JOIN = """
 def pipeline(p):

@@ -17,13 +17,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from storage import layer as layer_mod
+from storage.errors import StoreError
 from storage.lattice import Frontier, format_frontier, join, parse_frontier
 from storage.log.commit import CHECKPOINT_EVERY
-from storage.store import Store, plan_merges
-from storage.state.trace import StoreError
-from tests.helpers.store_refs import (Updates, box, check_equivalence, check_layers, collection_at,
-                             files_on_disk, fold, moment_between, referenced_files, set_store_clock,
-                             write_updates)
+from storage.state.transitions import plan_merges, with_hold, without_hold
+from storage.store import Store
+from tests.helpers.store_refs import (Updates, box, check_equivalence, check_layers, collection_at, files_on_disk, fold,
+                                      moment_between, referenced_files, set_store_clock, write_updates)
 
 KEYS = [0, 1, 2, 3]
 VALUES = ["a", "b"]
@@ -222,14 +222,14 @@ def test_layers_stay_logarithmic_over_many_small_ingests(tmp_path):
 
 def add_hold(store, name, holder, since, seq):
     def change(s):
-        s.traces[name] = Store.with_hold(s.traces[name], holder, since, seq)
+        s.traces[name] = with_hold(s.traces[name], holder, since, seq)
         return s
     store.commit(change)
 
 
 def drop_hold(store, name, holder):
     def change(s):
-        s.traces[name] = Store.without_hold(s.traces[name], holder)
+        s.traces[name] = without_hold(s.traces[name], holder)
         return s
     store.commit(change)
 

@@ -1,4 +1,4 @@
-"""Upserts and deletes by key (issue 18, item 3).
+"""Upserts and deletes by key.
 
 ``ingest --upsert KEYCOLS``: each row replaces the live rows with its key at its time;
 ``--delete KEYCOLS``: each row (key and time) removes them. The reference is a plain

@@ -1,0 +1,59 @@
+"""The options every command shares, and the small steps every command takes.
+
+A command follows one shape: ``@app.command(epilog=EXIT_CODES_HELP)``, options from the
+``*Opt`` aliases below, ``out = render.choose_format(fmt, json_, output)`` first, heavy
+imports inside the body (``ddcli status`` and ``ddcli --help`` start without pyarrow,
+DuckDB or pyspark), results through ``render.report``/``render.table``, "nothing to do"
+through :func:`finish`.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+
+from ddcli.app import EXIT_NOOP, store_warnings
+from ddcli.render import OutputFormat
+
+StoreOpt = Annotated[str, typer.Option(
+    "--store", envvar="DDCLI_STORE", metavar="PATH", show_default=True,
+    help="The store directory (holds the traces).")]
+FormatOpt = Annotated[Optional[OutputFormat], typer.Option(
+    "--format", "-f", case_sensitive=False, show_default=False,
+    help="Output format: table (default), csv, jsonl or parquet.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Shorthand for --format jsonl.")]
+OutputOpt = Annotated[Optional[str], typer.Option(
+    "--output", "-o", metavar="FILE",
+    help="Write the output to FILE (its extension picks the format unless --format is given).")]
+StrictNoopOpt = Annotated[bool, typer.Option(
+    "--strict-noop", envvar="DDCLI_STRICT_NOOP",
+    help="Exit with code 4 (not 0) when there is nothing to do.")]
+WhereOpt = Annotated[Optional[str], typer.Option(
+    "--where", "-w", metavar="EXPR",
+    help="A DuckDB SQL condition on the data columns, e.g. \"word LIKE 'a%'\".")]
+DEFAULT_STORE = "./ddstore"
+
+
+class InputFormat(str, Enum):
+    csv = "csv"
+    jsonl = "jsonl"
+    parquet = "parquet"
+
+
+def store_at(path: str):
+    """The store at ``path``; what it warns about is printed after the command succeeds."""
+    from storage.store import Store
+    return Store(path, on_warning=store_warnings.append)
+
+
+def finish(noop: bool, strict: bool) -> None:
+    """Finish a command: "nothing to do" is exit 0, or 4 with --strict-noop."""
+    if noop and strict:
+        raise typer.Exit(EXIT_NOOP)
+
+
+def plural(n: int, word: str) -> str:
+    """``1 trace``, ``2 traces``."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"

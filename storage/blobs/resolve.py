@@ -1,0 +1,72 @@
+"""Which storage a location lives on, chosen here and nowhere else, and the reads every
+layer needs wherever it lives (pyarrow, DuckDB).
+
+``s3://bucket/prefix`` is an object store (storage/blobs/s3.py), anything else a local
+folder (storage/blobs/local.py). The object-store backend is imported only when a path
+asks for it, so a local store never loads boto3.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from storage.blobs.base import Blobs
+
+_cache: dict[tuple, Blobs] = {}
+_lock = threading.Lock()
+
+
+def is_object_store(location: str) -> bool:
+    return location.startswith("s3://")
+
+
+def for_path(location: str) -> Blobs:
+    """The storage a store location or any path inside one lives on (cached per process
+    and bucket, so a Spark task builds its client once)."""
+    if is_object_store(location):
+        from storage.blobs.s3 import S3Blobs, bucket_of
+        key = ("s3", bucket_of(location))
+        with _lock:
+            b = _cache.get(key)
+            if b is None:
+                b = _cache[key] = S3Blobs(location)
+        return b
+    from storage.blobs.local import LOCAL
+    return LOCAL
+
+
+def open_store(location: str) -> tuple[Blobs, str]:
+    """``(blobs, root)`` for a store location as the user gave it."""
+    b = for_path(location)
+    return b, b.normalise(location)
+
+
+def read_table(path: str, **options):
+    """``pyarrow.parquet.read_table`` of one file wherever it lives."""
+    import pyarrow.parquet as pq
+    fs, p = for_path(path).arrow(path)
+    if fs is None:
+        return pq.read_table(p, memory_map=True, **options)
+    return pq.read_table(p, filesystem=fs, **options)
+
+
+def read_schema(path: str):
+    import pyarrow.parquet as pq
+    fs, p = for_path(path).arrow(path)
+    return pq.read_schema(p, filesystem=fs) if fs is not None else pq.read_schema(p)
+
+
+def duckdb_connect(paths: list[str]):
+    """A plain DuckDB connection that can read ``paths`` wherever they live."""
+    import duckdb
+    con = duckdb.connect()
+    if paths:
+        for_path(paths[0]).prepare_duckdb(con)
+    return con
+
+
+def forget_clients() -> None:
+    """Drop the object-store clients built so far (the next path builds its own): for a
+    process that points the same bucket name at another endpoint."""
+    with _lock:
+        _cache.clear()

@@ -1,0 +1,49 @@
+"""A private DuckDB connection on a store, and how its identifiers are written.
+
+Every read of traces with DuckDB (``query``, ``history``, ``sql``, ``--where``, an upsert's
+look-up of live rows) opens its connection here, sandboxed to the store's ``traces/``
+folder (storage/sql/sandbox.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+from storage.sql import sandbox
+
+
+def quote(name: str) -> str:
+    """A DuckDB identifier, quoted (trace and column names may contain dots or be keywords)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+_BASES: dict = {}
+_BASES_LOCK = threading.Lock()
+_MAX_BASES = 8
+
+
+@contextlib.contextmanager
+def connect(store):
+    """A private DuckDB connection for one read of ``store``, closed afterwards.
+
+    The database may read only the store's ``traces/`` folder (see storage/sql/sandbox.py),
+    so a ``--where`` cannot reach any other file. Opening one costs tens of milliseconds,
+    so one per store and process is kept (lazily: the CLI starts without DuckDB) and every
+    read gets its own cursor on it — a separate connection, safe to use from another
+    thread, whose temporary views and registered tables nobody else sees.
+    """
+    key = (os.getpid(), store.blobs.join(store.path, "traces") + "/")
+    with _BASES_LOCK:
+        base = _BASES.get(key)
+        if base is None:
+            if any(k[0] != key[0] for k in _BASES) or len(_BASES) >= _MAX_BASES:
+                _BASES.clear()  # a forked child must not share its parent's databases
+            base = _BASES[key] = sandbox.sandbox(directories=store.blobs.read_folders(key[1]),
+                                                       prepare=store.blobs.prepare_duckdb)
+        con = base.cursor()
+    try:
+        yield con
+    finally:
+        con.close()
