@@ -64,7 +64,7 @@ def _with_stored(batches: list[pa.RecordBatch], spec: JoinSpec, lookup) -> Itera
     """The task's new updates, then the stored old updates each side pairs with them."""
     from ops.operators.arrangement import keyed_read_sql
     from ops.reduce.old_updates import limit_memory
-    from storage.blobs.base import duckdb_connect
+    from storage.blobs.resolve import duckdb_connect
 
     new = pa.Table.from_batches(batches) if batches else None
     if new is None or new.num_rows == 0:
