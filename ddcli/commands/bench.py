@@ -307,6 +307,62 @@ def bench_reduce(
     render.report(res, "\n".join(lines), out, output)
 
 
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter(f"give whole numbers separated by commas, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise typer.BadParameter(f"give whole numbers of at least 1, got {text!r}")
+    return values
+
+
+@bench_app.command("join", epilog=EXIT_CODES_HELP)
+def bench_join(
+    keys: Annotated[int, typer.Option(min=1, help="Keys of the main cases.")] = 20,
+    times: Annotated[str, typer.Option(help="Times T of the main cases, comma-separated.")] = "200,800,1600,6400",
+    wide_keys: Annotated[int, typer.Option(min=1, help="Keys of the wide cases.")] = 10_000,
+    wide_times: Annotated[str, typer.Option(help="Times T of the wide cases, comma-separated.")] = "25,50,100",
+    hot_times: Annotated[int, typer.Option(min=0, help="Times of the one hot key (0: skip).")] = 300_000,
+    new_keys: Annotated[int, typer.Option(min=0, help="Keys changed by each incremental run (0: skip).")] = 10,
+    repeat: Annotated[int, typer.Option(min=1, help="Timed incremental runs (median reported).")] = 3,
+    workdir: WorkdirOpt = None,
+    out_json: OutJsonOpt = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", metavar="FILE.png", help="Save the figures as PNG.")] = None,
+    fmt: FormatOpt = None,
+    json_: JsonOpt = False,
+    output: OutputOpt = None,
+) -> None:
+    """l.join(r, on="k") where every key's one live value on each side is replaced at each
+    of T times, one run over all T times; against DuckDB computing the same changes (which
+    also checks them).
+
+    Example:
+
+        ddcli bench join --times 200,400,800 --wide-times 25,50 --hot-times 0 --out join.json --plot join.png
+    """
+    out = render.choose_format(fmt, json_, output)
+    _check_bench_outputs(out_json, plot)
+    main_times, wide = sorted(_int_list(times)), sorted(_int_list(wide_times))
+    from ddcli.bench import join as bj
+    res = bj.bench_join(keys=keys, times=tuple(main_times), wide_keys=wide_keys, wide_times=tuple(wide),
+                        hot_times=hot_times, new_keys=new_keys, repeat=repeat, workdir=workdir, log=console_log())
+    if out_json:
+        write_json(res, out_json)
+    if plot:
+        bj.plot_join(res, plot)
+    lines = [f"{c['keys']:,} keys, T={c['times']:,}: {c['run_s']:.1f} s, peak {c['peak_memory_bytes'] / 2**30:.2f} GiB, "
+             f"{c['output_rows']:,} output rows, DuckDB {c['duckdb_s']:.2f} s"
+             for c in res["cases"] + res["wide_cases"] + ([res["hot"]] if "hot" in res else [])]
+    lines += [f"{x['keys']:,} keys, T {x['from']:,} -> {x['to']:,}: {x['ratio']:.2f}x per doubling" for x in res["doubling"]]
+    if "incremental_s" in res:
+        lines.append(f"incremental run of {new_keys} keys on a {wide_keys:,}-key store: {res['incremental_s']:.2f} s")
+    lines.append(f"peak memory {res['peak_memory_bytes'] / 2**30:.2f} GiB; worst run / DuckDB {res['over_duckdb']:.1f}x "
+                 f"(Spark's start, {res['spark_start_s']:.1f} s, not included); load average {res['load_average']:.1f} "
+                 f"before, {res['load_average_after']:.1f} after")
+    render.report(res, "\n".join(lines), out, output)
+
+
 @bench_app.command("priority", epilog=EXIT_CODES_HELP)
 def bench_priority(
     nodes: Annotated[int, typer.Option(min=2, help="Nodes of the random graph.")] = 10_000,

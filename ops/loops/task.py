@@ -8,8 +8,9 @@ and batches, then every earlier round) exactly once; what a variable's value cha
 is fed back one iteration later (a prioritized variable's at its priority if that is later);
 collections entered at a priority wait in pools until their iteration comes, as in
 ``ops/loops/rounds.py``; the loop stops when nothing is pending. Reduces call the
-engine's own kernel (``ops.reduce.kernel.reduce_delta``), joins and SQL expressions run
-in an in-process DuckDB, consolidation in pyarrow: no Python loop over rows.
+engine's own kernel (``ops.reduce.kernel.reduce_delta``), joins the join's sweep
+(``ops.operators.join_sweep.all_pairs``), SQL expressions run in an in-process DuckDB,
+consolidation in pyarrow: no Python loop over rows.
 
 An arrangement read by operators is a spine of batches (``ops/loops/spine.py``) whose rows
 of a key are found by binary search, so a round costs its changes, not the state; batches
@@ -17,9 +18,9 @@ are advanced to the current iteration (the loop's frontier: nothing later can te
 iterations apart, as in ``LoopView``) and consolidated as they merge. What the task
 returns as the nodes' processed updates keeps every exact iteration, and outer times
 from the batch's floor on (``record_floor``: no later batch or run reads below it), for
-the state the store keeps between runs. A join whose pairs all meet at the current
-iteration multiplies segments of constant accumulation (``pairs_over_time``) rather than
-every pair of updates.
+the state the store keeps between runs. A join sweeps the outer time
+(``ops/operators/join_sweep.py``): a change meets the rows alive at its time, not every update of
+its key.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ops.loops.spine import Spine
+from ops.operators.join_sweep import all_pairs
 from storage.lattice import time_columns
 
 _PLAIN = re.compile(r'^"[A-Za-z_][A-Za-z0-9_]*"$')  # portable_sql's form of a bare column
@@ -189,14 +191,17 @@ class _Round:
         return self.sql(f"SELECT * FROM t WHERE ({n.condition})", t=t)
 
     def pairs(self, left: pa.Table, right: pa.Table, on: list[str], right_cols: list[str]) -> pa.Table:
-        lcols = [c for c in left.column_names if c not in self.tcols and c != "diff"]
-        if self.body.d == 2 and self._one_iteration(left, right):
-            return self.pairs_over_time(left, right, on, lcols, right_cols)
-        items = [f"l.{_quote(c)}" for c in lcols] + [f"r.{_quote(c)}" for c in right_cols]
-        items += [f"greatest(l.{_quote(t)}, r.{_quote(t)}) AS {_quote(t)}" for t in self.tcols]
-        items.append("l.diff * r.diff AS diff")
-        cond = " AND ".join(f"l.{_quote(k)} IS NOT DISTINCT FROM r.{_quote(k)}" for k in on)
-        return self.sql(f"SELECT {', '.join(items)} FROM l JOIN r ON {cond}", l=left, r=right)
+        """Every pair of a ``left`` and a ``right`` update of one key, swept over the outer
+        time (``ops/operators/join_sweep.py``): each change meets the rows alive at its time, not
+        every update of its key (a label change of cc against every earlier update of its
+        node's links)."""
+        right = right.select([*on, *right_cols, *self.tcols, "diff"])
+        if self._one_iteration(left, right):
+            # every pair meets at the current iteration: raised to it, the rows of earlier
+            # rounds merge, and only the outer times tell rows apart
+            last = self.tcols[-1]
+            left, right = advance(left, last, self.iteration), advance(right, last, self.iteration)
+        return all_pairs(left, right, on, self.body.d)
 
     def _one_iteration(self, left: pa.Table, right: pa.Table) -> bool:
         """Every pair of rows meets at the current iteration: one side is all at it, the
@@ -206,39 +211,6 @@ class _Round:
         lo_r, hi_r = pc.min_max(right.column(it)).values()
         i = self.iteration
         return max(hi_l.as_py(), hi_r.as_py()) == i and (lo_l.as_py() == i or lo_r.as_py() == i)
-
-    def pairs_over_time(self, left, right, on, lcols, right_cols) -> pa.Table:
-        """The join's pairs when they all meet at the current iteration, with one outer time
-        coordinate: the accumulated output at outer time ``t`` is the product of both sides'
-        accumulations at ``t``, so each side is cut into segments of constant accumulated
-        multiplicity per row, and a pair of overlapping segments gives the product's change
-        where it starts and where it ends, summed per row and time. Its size is that of the
-        consolidated output, not (left updates x right updates) of a key, most of which
-        cancel (a label change of cc against every earlier update of its node's links)."""
-        outer, it = (_quote(c) for c in self.tcols)
-        rcols = on + right_cols
-
-        def segments(name: str, cols: list[str]) -> str:
-            ids = ", ".join(_quote(c) for c in cols)
-            summed = (f"SELECT {ids}, {outer} AS _dd_t, SUM(diff)::BIGINT AS _dd_d FROM {name} "
-                      f"GROUP BY ALL HAVING SUM(diff) <> 0")
-            return (f"SELECT {ids}, _dd_t, CAST(SUM(_dd_d) OVER w AS BIGINT) AS _dd_acc, "
-                    f"LEAD(_dd_t) OVER w AS _dd_next FROM ({summed}) WINDOW w AS (PARTITION BY {ids} ORDER BY _dd_t)")
-
-        cond = " AND ".join(f"a.{_quote(k)} IS NOT DISTINCT FROM b.{_quote(k)}" for k in on)
-        cols = ", ".join([f"a.{_quote(c)}" for c in lcols] + [f"b.{_quote(c)} AS {_quote(c)}" for c in right_cols])
-        names = ", ".join(_quote(c) for c in lcols + right_cols)
-        overlaps = (f"SELECT {cols}, greatest(a._dd_t, b._dd_t) AS _dd_s, least(a._dd_next, b._dd_next) AS _dd_e, "
-                    f"a._dd_acc * b._dd_acc AS _dd_v "
-                    f"FROM ({segments('l', lcols)}) a JOIN ({segments('r', rcols)}) b ON {cond} "
-                    f"AND (b._dd_next IS NULL OR a._dd_t < b._dd_next) "
-                    f"AND (a._dd_next IS NULL OR b._dd_t < a._dd_next) "
-                    f"WHERE a._dd_acc <> 0 AND b._dd_acc <> 0")
-        changes = (f"SELECT {names}, _dd_s AS _dd_t, _dd_v FROM o UNION ALL "
-                   f"SELECT {names}, _dd_e AS _dd_t, -_dd_v FROM o WHERE _dd_e IS NOT NULL")
-        q = (f"WITH o AS ({overlaps}) SELECT {names}, _dd_t AS {outer}, {int(self.iteration)}::BIGINT AS {it}, "
-             f"SUM(_dd_v)::BIGINT AS diff FROM ({changes}) GROUP BY ALL HAVING SUM(_dd_v) <> 0")
-        return self.sql(q, l=left, r=right)
 
     def join(self, n: TaskNode, d_left, d_right) -> pa.Table | None:
         """``dA ⋈ (B_old + dB) + A_old ⋈ dB`` (``ops/operators/join.py``)."""

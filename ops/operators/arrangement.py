@@ -162,6 +162,10 @@ class LiveArrangement:
             return None
         return None if self.stored.in_loop else self.stored
 
+    def has_nothing_old(self) -> bool:
+        """No old update at all: nothing stored, entered from outside or processed in this run."""
+        return self.base is None and not self.processed and (self.stored is None or self.stored.is_empty())
+
     def for_tasks(self, ctx: EvalContext) -> tuple[list[str], DataFrame | None]:
         """(the stored layer files, which the tasks of a loop read themselves; every other
         old update, as a frame). Nothing is stored apart for a collection entered from an

@@ -52,6 +52,7 @@ from ops.dataflow.graph import Node
 from ops.errors import PipelineError
 from ops.operators.calculus import check_moment_time, refuse_from_scratch
 from ops.operators.context import EvalContext
+from ops.operators.join import sweep_pairs
 from ops.operators.linear import union_all
 
 PENDING_TIME = "_asof_time"
@@ -91,19 +92,10 @@ def _orders_of(blips: DataFrame) -> DataFrame:
     return blips.filter(F.col("time") == F.col(PENDING_TIME)).drop(PENDING_TIME)
 
 
-def _half_join(ctx: EvalContext, orders: DataFrame, prices: DataFrame, on: list[str]) -> DataFrame:
-    """Each order update with the price updates at times ``<=`` its own, at the order's time."""
-    keys = on + ctx.extra
-    price_cols = [c for c in _data_columns(ctx, prices) if c not in on]
-    r = prices.select(*[F.col(k).alias(f"_p_{k}") for k in keys], *price_cols,
-                      F.col("time").alias("_p_time"), F.col("diff").alias("_p_diff"))
-    cond = F.col("_p_time") <= F.col("time")
-    for k in keys:
-        cond = cond & F.col(k).eqNullSafe(F.col(f"_p_{k}"))
-    j = orders.join(r, cond, "inner")
-    order_cols = _data_columns(ctx, orders)
-    return j.select(*order_cols, *price_cols, *ctx.extra, F.col("time"),
-                    (F.col("diff") * F.col("_p_diff")).alias("diff"))
+def _half_join(ctx: EvalContext, orders: DataFrame, prices: list[DataFrame], on: list[str]) -> DataFrame:
+    """Each order update with the price updates at times ``<=`` its own, at the order's time:
+    a sweep over time pairs each order with the prices alive then (``ops/operators/join.py``)."""
+    return sweep_pairs(ctx, on, [(orders, True)], [(p, False) for p in prices], half=True)
 
 
 def as_of_join_changes(n: Node, ctx: EvalContext, ins: list, runtime) -> DataFrame | None:
@@ -124,13 +116,13 @@ def as_of_join_changes(n: Node, ctx: EvalContext, ins: list, runtime) -> DataFra
         partners = [prices]
         if prices_arr is not None:
             partners.append(prices_arr.old_for_keys(ctx, orders, on))
-        r = union_all(partners)
-        if r is not None:
-            parts.append(_half_join(ctx, orders, r, on))
+        partners = [p for p in partners if p is not None]
+        if partners:
+            parts.append(_half_join(ctx, orders, partners, on))
     if prices is not None and pending_arr is not None:
         old = pending_arr.old_for_keys(ctx, prices, on)
         if old is not None:
-            parts.append(_half_join(ctx, _orders_of(old), prices, on))
+            parts.append(_half_join(ctx, _orders_of(old), [prices], on))
     return union_all(parts)
 
 

@@ -54,6 +54,7 @@ from ops.dataflow.calculus import check_domains
 from ops.dataflow.graph import Node
 from ops.errors import PipelineError
 from ops.operators.context import AT, EvalContext
+from ops.operators.join import sweep_pairs
 from ops.operators.linear import union_all
 
 RESOLVED = "_resolved"  # node.args key: [(variables, {variable: column})] once known
@@ -123,23 +124,6 @@ def _as_variables(ctx: EvalContext, df: DataFrame, mapping: dict[str, str]) -> D
 # ------------------------------------------------------------------ evaluating
 
 
-def _pairs(ctx: EvalContext, left: DataFrame, right: DataFrame, on: list[str]) -> DataFrame:
-    """Join two update frames on ``on``: times join, diffs multiply (keys null-safe)."""
-    keys = on + ctx.extra
-    left_cols = ctx.data_columns(left)
-    right_cols = [c for c in ctx.data_columns(right) if c not in on]
-    r = right.select(*[F.col(k).alias(f"_r_{k}") for k in keys], *right_cols,
-                     *[F.col(t).alias(f"_r_{t}") for t in ctx.tcols], F.col("diff").alias("_r_diff"))
-    cond = None
-    for k in keys:
-        c = F.col(k).eqNullSafe(F.col(f"_r_{k}"))
-        cond = c if cond is None else cond & c
-    j = left.join(r, cond, "inner")
-    return j.select(*left_cols, *right_cols, *ctx.extra,
-                    *[F.greatest(F.col(t), F.col(f"_r_{t}")).alias(t) for t in ctx.tcols],
-                    (F.col("diff") * F.col("_r_diff")).alias("diff"))
-
-
 def delta_join_changes(n: Node, ctx: EvalContext, ins: list, runtime) -> DataFrame | None:
     """One rule per input with changes, each joining them with the other inputs (see above)."""
     check_domains(runtime.p)
@@ -178,10 +162,11 @@ def _rule(n: Node, ctx: EvalContext, i: int, d_i: DataFrame, ins: list, rels, ar
             old = arrs[j].old_for_keys(ctx, touched, key)
             if old is not None:
                 partners.append(_as_variables(ctx, old, mapping))
-        r = union_all(partners)
-        if r is None:
+        if not partners:
             return None
-        acc = _pairs(ctx, acc, r, shared)
+        # every pair of the rule's changes and the partner's updates: the rule's side is the
+        # new one, so that a sweep over time pairs each of them exactly once
+        acc = sweep_pairs(ctx, shared, [(acc, True)], [(r, False) for r in partners])
         if not planning and step < len(steps) - 1:
             acc = acc.localCheckpoint()  # computed once: the next step reads its keys, then joins it
     return acc

@@ -254,7 +254,9 @@ def _join(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame |
             raise PipelineError(f"{n.describe()}: both sides have column(s) {sorted(clash)} besides the join key; rename one side with select")
     if runtime.planning:
         left_arr = right_arr = None
-    return join_changes(ctx, on, left, right, left_arr, right_arr, semi=semi)
+    if not ctx.extra:
+        runtime.key_partitioned[n.id] = list(on)
+    return join_changes(ctx, on, left, right, left_arr, right_arr, semi=semi, small=_small(ctx))
 
 
 def _check_join_keys(n: Node, ctx: EvalContext, left: DataFrame, right: DataFrame, on: list[str]) -> None:

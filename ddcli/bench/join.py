@@ -1,0 +1,248 @@
+"""``ddcli bench join``: a join of two collections that change at many times, in one run.
+
+The shape of two aggregates of one table joined by key (an average as a sum joined with a
+count): on each side every key holds one live value, replaced at each of ``T`` times (a
+retraction and an insertion per time); ``l.join(r, on="k")``; one ``ddcli run`` over all
+``T`` times. The output has about two changes per key and time. Cases:
+
+* ``keys`` keys (20 by default) at every ``T`` of ``times``: the wall time of the run
+  should grow linearly with ``T`` (the aim: doubling ``T`` costs at most 2.2x);
+* ``wide_keys`` keys (10^4) at every ``T`` of ``wide_times``;
+* one hot key at ``hot_times`` times: both histories long, more rows than a task's budget,
+  streamed through time;
+* then, on the widest store, small incremental runs of ``new_keys`` changed keys (they
+  must cost the keys they touch, not the stored arrangement).
+
+DuckDB computes the same output changes directly (each side's live value per key and time
+by an as-of join, then the change of the joined row from one time to the next): the
+reference every output is checked against, and the yardstick. Figures: wall of the run
+(Spark's session start measured once, apart), peak memory of the JVM and its Python
+workers during the run (one JVM serves every case in turn, and a heap once grown stays:
+a case's peak includes what the cases before it left), output rows, DuckDB's time, and the
+machine's load average before and after (timings on a shared machine vary with it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time as _time
+from typing import Callable
+
+from ddcli.bench.reduce import PeakMemory
+
+PIPELINE = '''
+def pipeline(p):
+    p.output("j", p.input("l").join(p.input("r"), on="k"))
+'''
+
+
+def side_table(keys: int, times: int, column: str, seed: int, first_time: int = 0, keys_from: int = 0):
+    """Every key's one live value replaced at each time: an insertion of a fresh value and
+    the retraction of the one before (none at the first time)."""
+    import numpy as np
+    import pyarrow as pa
+    rng = np.random.default_rng(seed)
+    k = np.tile(np.arange(keys_from, keys_from + keys, dtype=np.int64), times)
+    t = np.repeat(np.arange(first_time, first_time + times, dtype=np.int64), keys)
+    v = rng.integers(0, 1 << 40, keys * times).astype(np.int64)
+    ins = pa.table({"k": k, column: v, "time": t, "diff": np.ones(len(k), np.int64)})
+    prev = v.reshape(times, keys)[:-1].reshape(-1)  # the value each later time retracts
+    ret = pa.table({"k": k[keys:], column: prev, "time": t[keys:], "diff": -np.ones(len(prev), np.int64)})
+    return pa.concat_tables([ins, ret])
+
+
+REFERENCE_SQL = """
+WITH moments AS (SELECT DISTINCT k, time FROM (SELECT k, time FROM l UNION ALL SELECT k, time FROM r)),
+     live AS (
+        SELECT m.k, m.time, la.a, rb.b FROM moments m
+        ASOF LEFT JOIN (SELECT k, time, a FROM l WHERE diff > 0) la ON m.k = la.k AND m.time >= la.time
+        ASOF LEFT JOIN (SELECT k, time, b FROM r WHERE diff > 0) rb ON m.k = rb.k AND m.time >= rb.time),
+     steps AS (
+        SELECT k, time, a, b, lag(a) OVER w AS pa, lag(b) OVER w AS pb FROM live
+        WINDOW w AS (PARTITION BY k ORDER BY time))
+SELECT k, a, b, time, 1::BIGINT AS diff FROM steps
+    WHERE a IS NOT NULL AND b IS NOT NULL AND (a IS DISTINCT FROM pa OR b IS DISTINCT FROM pb)
+UNION ALL
+SELECT k, pa AS a, pb AS b, time, -1::BIGINT AS diff FROM steps
+    WHERE pa IS NOT NULL AND pb IS NOT NULL AND (a IS DISTINCT FROM pa OR b IS DISTINCT FROM pb)
+"""
+
+
+def duckdb_changes(left_path: str, right_path: str):
+    """The join's output changes computed by DuckDB from the two raw files, and its seconds."""
+    import duckdb
+    con = duckdb.connect()
+    t0 = _time.perf_counter()
+    con.execute(f"CREATE VIEW l AS SELECT * FROM read_parquet('{left_path}')")
+    con.execute(f"CREATE VIEW r AS SELECT * FROM read_parquet('{right_path}')")
+    out = con.sql(REFERENCE_SQL).to_arrow_table()
+    return out, _time.perf_counter() - t0
+
+
+def check_output(store, expected) -> int:
+    """The output trace's consolidated updates equal ``expected`` (both consolidated); their rows."""
+    import duckdb
+    con = duckdb.connect()
+    con.register("expected", expected)
+    con.register("got", store.read_updates(store.trace("j")))
+    q = """SELECT count(*) FILTER (WHERE e.diff IS DISTINCT FROM g.diff), count(g.diff) FROM
+           (SELECT k, a, b, time, SUM(diff) AS diff FROM expected GROUP BY ALL HAVING SUM(diff) <> 0) e
+           FULL OUTER JOIN (SELECT k, a, b, time, SUM(diff) AS diff FROM got GROUP BY ALL HAVING SUM(diff) <> 0) g
+           USING (k, a, b, time)"""
+    wrong, rows = con.sql(q).fetchall()[0]
+    if wrong:
+        raise AssertionError(f"bench join: the output differs from DuckDB's at {wrong} (row, time) points")
+    return int(rows)
+
+
+def _case(work: str, pipe: str, label: str, keys: int, times: int, say) -> tuple[dict, object]:
+    import pyarrow.parquet as pq
+
+    from ops.run.run import run_pipeline
+    from storage.store import Store
+    lp, rp = os.path.join(work, f"{label}_l.parquet"), os.path.join(work, f"{label}_r.parquet")
+    pq.write_table(side_table(keys, times, "a", seed=1), lp)
+    pq.write_table(side_table(keys, times, "b", seed=2), rp)
+    st = Store(os.path.join(work, f"store_{label}"))
+    st.ingest("l", [lp])
+    st.ingest("r", [rp])
+    with PeakMemory() as mem:
+        t0 = _time.perf_counter()
+        run_pipeline(st, pipe)
+        seconds = _time.perf_counter() - t0
+    expected, duck_s = duckdb_changes(lp, rp)
+    rows = check_output(st, expected)
+    say(f"{label}: {keys:,} keys at {times:,} times: {seconds:.1f} s, peak {mem.peak / 2**30:.2f} GiB, "
+        f"{rows:,} output rows (equal to DuckDB's, {duck_s:.2f} s)")
+    return {"keys": keys, "times": times, "input_updates": 4 * keys * times - 2 * keys, "run_s": seconds,
+            "peak_memory_bytes": mem.peak, "output_rows": rows, "duckdb_s": duck_s}, st
+
+
+def _incremental(work: str, pipe: str, st, keys: int, first_time: int, new_keys: int, repeat: int, say) -> list:
+    """Runs that each replace ``new_keys`` keys' values on both sides at one new time."""
+    import pyarrow.parquet as pq
+
+    from ops.run.run import run_pipeline
+    out = []
+    for i in range(repeat + 1):  # the first is a warm-up
+        for side, col in (("l", "a"), ("r", "b")):
+            t = side_table(new_keys, 1, col, seed=50 + i, first_time=first_time + i, keys_from=(i * new_keys) % keys)
+            path = os.path.join(work, f"incr_{i}_{side}.parquet")
+            pq.write_table(t, path)
+            st.ingest(side, [path])
+        t0 = _time.perf_counter()
+        run_pipeline(st, pipe)
+        if i:
+            out.append(_time.perf_counter() - t0)
+    say(f"incremental runs of {new_keys} new keys' values on each side: " + ", ".join(f"{s:.2f}" for s in out) + " s")
+    return out
+
+
+def bench_join(*, keys: int = 20, times: tuple[int, ...] = (200, 800, 1600, 6400), wide_keys: int = 10_000,
+               wide_times: tuple[int, ...] = (25, 50, 100), hot_times: int = 300_000, new_keys: int = 10,
+               repeat: int = 3, workdir: str | None = None, log: Callable[[str], None] | None = None) -> dict:
+    from ops.run.run import run_pipeline
+    from ops.spark.session import get_spark
+    from storage.store import Store
+    import pyarrow.parquet as pq
+
+    own = workdir is None
+    work = workdir or tempfile.mkdtemp(prefix="ddcli-bench-join-")
+    os.makedirs(work, exist_ok=True)
+    say = log or (lambda _m: None)
+    try:
+        res: dict = {"benchmark": "join", "keys": keys, "times": list(times), "wide_keys": wide_keys,
+                     "wide_times": list(wide_times), "hot_times": hot_times, "new_keys": new_keys,
+                     "load_average": os.getloadavg()[0]}
+        pipe = os.path.join(work, "join_bench.py")
+        with open(pipe, "w") as fh:
+            fh.write(PIPELINE)
+        t0 = _time.perf_counter()
+        get_spark()
+        res["spark_start_s"] = _time.perf_counter() - t0
+        say(f"Spark session started in {res['spark_start_s']:.1f} s")
+        warm = Store(os.path.join(work, "store_warm"))  # warm-up, not timed: the JIT and the Python workers
+        for side, col in (("l", "a"), ("r", "b")):
+            path = os.path.join(work, f"warm_{side}.parquet")
+            pq.write_table(side_table(5, 20, col, seed=0), path)
+            warm.ingest(side, [path])
+        run_pipeline(warm, pipe)
+        cases = []
+        for t in times:
+            cases.append(_case(work, pipe, f"k{keys}_t{t}", keys, t, say)[0])
+        wide, store = [], None
+        for t in wide_times:
+            fig, store = _case(work, pipe, f"k{wide_keys}_t{t}", wide_keys, t, say)
+            wide.append(fig)
+        res["cases"], res["wide_cases"] = cases, wide
+        if hot_times:
+            res["hot"] = _case(work, pipe, f"hot_t{hot_times}", 1, hot_times, say)[0]
+        if store is not None and new_keys:
+            incr = _incremental(work, pipe, store, wide_keys, max(wide_times), min(new_keys, wide_keys), repeat, say)
+            res["incremental_runs_s"], res["incremental_s"] = incr, sorted(incr)[len(incr) // 2]
+        res["doubling"] = _doubling(cases) + _doubling(wide)
+        res["worst_doubling"] = max((x["ratio"] for x in res["doubling"]), default=None)
+        every = cases + wide + ([res["hot"]] if "hot" in res else [])
+        res["peak_memory_bytes"] = max(c["peak_memory_bytes"] for c in every)
+        res["over_duckdb"] = max(c["run_s"] / c["duckdb_s"] for c in every)
+        res["load_average_after"] = os.getloadavg()[0]
+        return res
+    finally:
+        if own:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _doubling(cases: list[dict]) -> list[dict]:
+    """Per pair of consecutive cases: the growth of the run's wall time per doubling of T."""
+    out = []
+    import math
+    for a, b in zip(cases, cases[1:]):
+        doublings = math.log2(b["times"] / a["times"])
+        if doublings > 0:
+            out.append({"keys": a["keys"], "from": a["times"], "to": b["times"],
+                        "ratio": (b["run_s"] / a["run_s"]) ** (1 / doublings)})
+    return out
+
+
+def plot_join(res: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(14, 4))
+    for cases, name, color in ((res["cases"], f"{res['keys']} keys", "C0"),
+                               (res["wide_cases"], f"{res['wide_keys']:,} keys", "C1")):
+        if not cases:
+            continue
+        ts = [x["times"] for x in cases]
+        a.plot(ts, [x["run_s"] for x in cases], "o-", color=color, label=f"ddcli, {name}")
+        a.plot(ts, [x["duckdb_s"] for x in cases], "s--", color=color, alpha=0.6, label=f"DuckDB, {name}")
+        b.plot(ts, [x["peak_memory_bytes"] / 2**30 for x in cases], "o-", color=color, label=name)
+    a.set_xscale("log")
+    a.set_yscale("log")
+    a.set_xlabel("times T in one run")
+    a.set_ylabel("seconds")
+    a.set_title("one run over T times")
+    a.legend(fontsize=8)
+    b.axhline(2, color="red", linestyle="--", label="aim: 2 GB")
+    b.set_xscale("log")
+    b.set_xlabel("times T in one run")
+    b.set_ylabel("GiB (JVM + Python workers)")
+    b.set_title("peak memory")
+    b.legend(fontsize=8)
+    bars = {}
+    if "hot" in res:
+        bars[f"hot key, T={res['hot']['times']:,}"] = res["hot"]["run_s"]
+        bars["DuckDB, same"] = res["hot"]["duckdb_s"]
+    if "incremental_s" in res:
+        bars[f"incremental, {res['new_keys']} keys"] = res["incremental_s"]
+    c.bar(list(bars), list(bars.values()), color=["C3", "C2", "C4"][:len(bars)])
+    c.set_ylabel("seconds")
+    c.set_title("hot key; small incremental run")
+    c.tick_params(axis="x", labelsize=8)
+    fig.suptitle(f"ddcli bench join (load average {res['load_average']:.1f} before, "
+                 f"{res.get('load_average_after', 0):.1f} after; Spark's start, {res['spark_start_s']:.1f} s, apart)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
