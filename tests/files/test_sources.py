@@ -25,7 +25,7 @@ import pytest
 
 from tests.conftest import tree_digest
 from tests.helpers.s3 import BUCKET, aws_env
-from tests.cli.test_cli import ddcli, ok, one_line_error, parse_jsonl
+from tests.helpers.cli import ddcli, jsonl as parse_jsonl, ok, one_line_error
 
 FORMATS = ["csv.gz", "csv.zst", "jsonl.gz", "jsonl.zst", "parquet"]
 
