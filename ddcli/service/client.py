@@ -67,6 +67,8 @@ def _request(argv: list[str], env) -> dict:
             size = list(os.get_terminal_size(1 if tty["stdout"] else 2))
         except OSError:
             size = None
+        if size and min(size) <= 0:  # a terminal that does not know its size: Rich's default
+            size = None
     return {"op": "command", "argv": argv, "cwd": os.getcwd(), "env": dict(env),
             "path0": sys.path[0] if sys.path else "", "tty": tty, "size": size,
             "encoding": {"stdout": _encoding(sys.stdout, "strict"), "stderr": _encoding(sys.stderr, "backslashreplace")},
