@@ -2,7 +2,7 @@
 
 The app and its exit codes are in ``ddcli/app.py``, the options the commands share in
 ``ddcli/options.py``. The commands live by family in ``ddcli/commands/``: ``store``
-(ingest, advance, compact), ``read`` (query, history, sql, status), ``lifecycle``
+(ingest, advance, compact), ``read`` (query, history, sql, status), ``feeds`` (changes), ``lifecycle``
 (pipelines, drop), ``check``, ``run`` (run, verify), ``bench`` and ``help``. Each parses its
 arguments, calls one library function and renders the result (``ddcli/render.py``);
 everything a command does is callable from Python without it. Importing this module
@@ -17,6 +17,7 @@ from ddcli.app import app
 # isort: off
 from ddcli.commands import store  # noqa: F401  (ingest, advance, compact)
 from ddcli.commands import read  # noqa: F401  (query, history, sql, status)
+from ddcli.commands import feeds  # noqa: F401  (changes)
 from ddcli.commands import lifecycle  # noqa: F401  (pipelines, drop)
 from ddcli.commands import check  # noqa: F401  (check)
 from ddcli.commands import run  # noqa: F401  (run, verify)

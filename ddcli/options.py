@@ -33,6 +33,10 @@ StrictNoopOpt = Annotated[bool, typer.Option(
 WhereOpt = Annotated[Optional[str], typer.Option(
     "--where", "-w", metavar="EXPR",
     help="A DuckDB SQL condition on the data columns, e.g. \"word LIKE 'a%'\".")]
+HistoryWhereOpt = Annotated[Optional[str], typer.Option(
+    "--where", "-w", metavar="EXPR",
+    help="A DuckDB SQL condition on the data columns, time (or time_0, ...) and diff of the "
+         "consolidated updates, e.g. \"time >= 6 AND diff < 0\".")]
 DEFAULT_STORE = "./ddstore"
 
 

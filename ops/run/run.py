@@ -52,6 +52,7 @@ from ops.spark.session import check_interrupt, get_spark, no_interrupts, partiti
 from storage.errors import Conflict
 from storage.lattice import Frontier, time_columns
 from storage.layer import Layer
+from storage.state.readers import describe_holder
 from storage.state.trace import Trace, check_new_name
 from storage.state.transitions import RunCommit, State, append_run, loop_frontier
 from storage.store import Store
@@ -555,6 +556,6 @@ def _check_rebuild(state: State, p: Pipeline) -> None:
         t = state.traces.get(out)
         readers = sorted(h for h in (t.holds if t is not None else {}) if h != p.name)
         if readers:
-            raise PipelineError(f"output {out!r} of pipeline {p.name!r} is an input of pipeline {readers[0]!r}, "
-                                f"which has consumed its old history; drop {readers[0]!r} before rebuilding "
-                                f"{p.name!r}, then run it again")
+            who = describe_holder(readers[0])
+            raise PipelineError(f"output {out!r} of pipeline {p.name!r} is read by {who}, which has consumed "
+                                f"its old history; drop it before rebuilding {p.name!r}, then run it again")
