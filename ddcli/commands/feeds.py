@@ -63,7 +63,7 @@ def changes(
         return
     reading, tbl = feeds.read_changes(st, trace, reader)
     start = (format_frontier(reading.hold.position) if reading.hold.position is not None
-             else f"since {format_frontier(reading.hold.since)}")
+             else f"since {format_frontier(reading.since)}")
     render.table(tbl, out, output, every_row=ack,
                  title=f"{trace}: changes for reader {reader!r}, from {start} to upper {format_frontier(reading.upper)}")
     if ack:

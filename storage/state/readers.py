@@ -1,11 +1,12 @@
 """Named readers: consumers outside the store that follow a trace's changes (``ddcli changes``).
 
-A reader has a *position*, the upper it last acknowledged (None for a new reader, which
-starts at the trace's since and has acknowledged nothing). Its unread changes are the
+A reader has a *position*, the upper it last acknowledged. Its unread changes are the
 updates of the sealed layers after that position: the times beyond the position and not
-beyond the trace's upper. It holds the trace as a pipeline does, with a :class:`Hold`
-under the key ``reader:NAME`` in the trace's holds (the prefix keeps reader and pipeline
-names apart):
+beyond the trace's upper. A new reader has no position yet: it starts at the trace's
+since, and its first read is the whole sealed history with times advanced to the since
+(as ``ddcli history`` shows it). It holds the trace as a pipeline does, with a
+:class:`Hold` under the key ``reader:NAME`` in the trace's holds (the prefix keeps reader
+and pipeline names apart):
 
 * ``seq``: layers are never merged across it, so the layers it has not read stay apart
   from the ones it has (it reads the layers whose ``seq_lo >= seq``);
@@ -13,7 +14,8 @@ names apart):
   ``P`` it lies *just below* ``P`` (:func:`hold_frontier`), not at ``P``: advancing a time
   the reader acknowledged to ``P`` itself would move an old update onto a time the reader
   has not read. So the unread updates are also exactly those at times beyond ``P``, and a
-  merge that joins read and unread layers while a reader acknowledges is harmless.
+  merge that joins read and unread layers while a reader acknowledges is harmless. A new
+  reader holds just below the upper it was created at, so its holds only move forward.
 
 Everything here is a pure function of the metadata (the changes follow the conventions of
 storage/state/transitions.py); reading and committing is storage/writes/feeds.py.
@@ -86,7 +88,8 @@ def unread_layers(t: Trace, hold: Hold) -> list[Layer]:
 @dataclass(frozen=True)
 class Reading:
     """What one ``ddcli changes`` read: ``layers`` of trace ``trace`` for ``reader``, whose
-    hold was ``hold``, while the trace's upper was ``upper`` and its next seal ``seq``."""
+    hold was ``hold``, while the trace's upper was ``upper`` and its next seal ``seq``;
+    the times read are advanced to ``since``."""
 
     trace: str
     reader: str
@@ -94,6 +97,15 @@ class Reading:
     upper: Frontier
     seq: int
     layers: tuple[Layer, ...]
+    since: Frontier
+
+
+def reading(t: Trace, reader: str) -> Reading:
+    """What ``reader`` reads of ``t`` now: the unread layers; times advanced to the
+    trace's since for a new reader, else to its hold (where they are exact)."""
+    h = t.holds[hold_key(reader)]
+    return Reading(t.name, reader, h, t.upper, t.next_seq, tuple(unread_layers(t, h)),
+                   t.since if h.position is None else h.since)
 
 
 # ---------------------------------------------------------------- the changes
@@ -107,14 +119,14 @@ def _trace(s: State, trace: str) -> Trace:
 
 
 def add_reader(s: State, trace: str, reader: str) -> State:
-    """A new reader of ``trace`` at its since: it has read nothing, so it holds the whole
-    history at the since (``seq`` 0 separates nothing). A reader that another command
-    created meanwhile stays as it is."""
+    """A new reader of ``trace``: it has read nothing (``seq`` 0 separates nothing) and
+    holds the trace just below its upper, where its first acknowledgement will hold it at
+    the earliest. A reader that another command created meanwhile stays as it is."""
     check_name(reader, "reader")
     t = _trace(s, trace)
     if hold_key(reader) in t.holds:
         return s
-    return s.with_traces({trace: t.with_(holds={**t.holds, hold_key(reader): Hold(t.since, 0)})})
+    return s.with_traces({trace: t.with_(holds={**t.holds, hold_key(reader): Hold(hold_frontier(t.upper), 0)})})
 
 
 def acknowledged(t: Trace, reading: Reading) -> Hold:
@@ -123,21 +135,20 @@ def acknowledged(t: Trace, reading: Reading) -> Hold:
 
     Normally ``seq`` is the seal the reading stopped before. A merge that committed since
     the reading may have joined a read layer with an unread one; then ``seq`` goes to the
-    start of that layer, and the times tell read from unread (the reading filters times
+    start of that layer, and the times tell read from unread (a reading keeps only times
     beyond its position). That needs every read update at a time not beyond the new
-    position: true for a reader that acknowledged before (its hold kept them there), and
-    for a new one when the since it started at lies below the new hold; otherwise the
-    acknowledgement is a :class:`Conflict` (read again).
+    position: true for a reader that acknowledged before (its hold kept them there), not
+    for a new one (the trace's since may have moved its history anywhere before it
+    existed): its first acknowledgement is then a :class:`Conflict` (read again).
     """
-    since = hold_frontier(reading.upper)
     seq = reading.seq
     cut = [l for l in t.layers if l.seq_lo < seq < l.seq_hi]
     if cut:
-        if reading.hold.position is None and not since.dominates(reading.hold.since):
-            raise Conflict(f"trace {t.name!r} was compacted across what reader {reading.reader!r} read; "
-                           f"nothing was acknowledged, read again")
+        if reading.hold.position is None:
+            raise Conflict(f"trace {t.name!r} was compacted across what the new reader {reading.reader!r} "
+                           f"read; nothing was acknowledged, read again")
         seq = cut[0].seq_lo
-    return Hold(since, seq, reading.upper)
+    return Hold(hold_frontier(reading.upper), seq, reading.upper)
 
 
 def ack_reader(s: State, reading: Reading) -> State:

@@ -35,19 +35,17 @@ def _followed(store, trace: str, reader: str) -> Trace:
 def read_changes(store, trace: str, reader: str) -> tuple[Reading, pa.Table]:
     """The changes ``reader`` has not acknowledged: the updates ``(data, time, diff)`` at
     times beyond its position and not beyond the trace's upper, consolidated, ordered by
-    time then data. A new reader is created first (one commit): it starts at the trace's
-    since and holds its history there; its first read gives every update, times advanced
-    to that since."""
+    time then data. A new reader is created first (one commit); its first read gives
+    every sealed update, times advanced to the trace's since."""
     _followed(store, trace, reader)
     if readers.hold_key(reader) not in store.trace(trace).holds:
         store.write_and_commit("reader", lambda written: None,
                                lambda s, _: readers.add_reader(s, trace, reader))
     for _ in range(_ATTEMPTS):
         t = store.trace(trace)
-        hold = t.holds.get(readers.hold_key(reader))
-        if hold is None:
+        if readers.hold_key(reader) not in t.holds:
             raise Conflict(f"reader {reader!r} of trace {trace!r} was dropped meanwhile; nothing was read")
-        reading = Reading(trace, reader, hold, t.upper, t.next_seq, tuple(readers.unread_layers(t, hold)))
+        reading = readers.reading(t, reader)
         try:
             return reading, unread_updates(store, t, reading)
         except LayerVanished:
@@ -56,9 +54,10 @@ def read_changes(store, trace: str, reader: str) -> tuple[Reading, pa.Table]:
 
 
 def unread_updates(store, t: Trace, reading: Reading) -> pa.Table:
-    """The updates of the layers ``reading`` names, times advanced to the reader's hold
-    (where compaction may have moved them anyway), beyond its position, consolidated."""
-    table = consolidate(store.read_updates(t, reading.layers), t.data_columns, t.key, t.d, reading.hold.since)
+    """The updates of the layers ``reading`` names, times advanced to ``reading.since``
+    (so they do not depend on which layers compaction merged yet), beyond the reader's
+    position, consolidated."""
+    table = consolidate(store.read_updates(t, reading.layers), t.data_columns, t.key, t.d, reading.since)
     tcols = time_columns(t.d)
     if reading.hold.position is not None and table.num_rows:
         keep = beyond_mask([table.column(c).to_numpy() for c in tcols], reading.hold.position)
