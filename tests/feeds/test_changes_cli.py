@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from storage.lattice import Frontier
+from storage.state.transitions import State
 from storage.store import Store
 from storage.writes import feeds
 from tests.helpers import REPO
@@ -134,6 +135,22 @@ def test_dropping_a_reader_releases_its_hold_in_one_commit(tmp_path):
     ok(ddcli(s, "compact", "words", "--full"))
     assert set(store.read_updates(store.trace("words")).column("time").to_pylist()) == {9}
     assert not [r for r in jsonl(ok(ddcli(s, "status", "--json")).stdout) if r["kind"] == "reader"]
+
+
+def test_a_pipeline_whose_output_has_a_reader_is_dropped_only_keeping_its_outputs(tmp_path, digest):
+    s = str(tmp_path / "store")
+    ok(ddcli(s, "ingest", "words", str(WORDS[0])))
+    store = Store(s)
+    # words stands for the output of a pipeline p (its record as a run would leave it)
+    store.commit(lambda st: State(st.version, {"words": st.traces["words"].with_(owner="p")},
+                                  {"p": {"outputs": ["words"], "inputs": {}}}))
+    ok(ddcli(s, "changes", "words", "-r", "dash", "--ack", "--json"))
+    before = digest(s)
+    err = one_line_error(ddcli(s, "drop", "p"))
+    assert "followed by reader 'dash'" in err and "ddcli changes words --reader dash --drop" in err
+    assert digest(s) == before
+    ok(ddcli(s, "drop", "p", "--keep-outputs"))
+    assert Store(s).trace("words").holds["reader:dash"].position == Frontier([(3,)])
 
 
 # ---------------------------------------------------------------- killed while acknowledging
