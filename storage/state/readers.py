@@ -3,10 +3,10 @@
 A reader has a *position*, the upper it last acknowledged. Its unread changes are the
 updates of the sealed layers after that position: the times beyond the position and not
 beyond the trace's upper. A new reader has no position yet: it starts at the trace's
-since, and its first read is the whole sealed history with times advanced to the since
-(as ``ddcli history`` shows it). It holds the trace as a pipeline does, with a
-:class:`Hold` under the key ``reader:NAME`` in the trace's holds (the prefix keeps reader
-and pipeline names apart):
+since when it was created (its ``start``), and until it acknowledges it reads the whole
+sealed history with times advanced to that start. It holds the trace as a pipeline does,
+with a :class:`Hold` under the key ``reader:NAME`` in the trace's holds (the prefix keeps
+reader and pipeline names apart):
 
 * ``seq``: layers are never merged across it, so the layers it has not read stay apart
   from the ones it has (it reads the layers whose ``seq_lo >= seq``);
@@ -15,7 +15,8 @@ and pipeline names apart):
   the reader acknowledged to ``P`` itself would move an old update onto a time the reader
   has not read. So the unread updates are also exactly those at times beyond ``P``, and a
   merge that joins read and unread layers while a reader acknowledges is harmless. A new
-  reader holds just below the upper it was created at, so its holds only move forward.
+  reader holds at its start, and no further than just below the upper it was created at,
+  so its hold only moves forward.
 
 Everything here is a pure function of the metadata (the changes follow the conventions of
 storage/state/transitions.py); reading and committing is storage/writes/feeds.py.
@@ -101,11 +102,12 @@ class Reading:
 
 
 def reading(t: Trace, reader: str) -> Reading:
-    """What ``reader`` reads of ``t`` now: the unread layers; times advanced to the
-    trace's since for a new reader, else to its hold (where they are exact)."""
+    """What ``reader`` reads of ``t`` now: the unread layers; times advanced to its start
+    for a new reader (where the trace's since had moved them, or may have), else to its
+    hold (where they are exact)."""
     h = t.holds[hold_key(reader)]
     return Reading(t.name, reader, h, t.upper, t.next_seq, tuple(unread_layers(t, h)),
-                   t.since if h.position is None else h.since)
+                   h.start if h.position is None else h.since)
 
 
 # ---------------------------------------------------------------- the changes
@@ -119,14 +121,16 @@ def _trace(s: State, trace: str) -> Trace:
 
 
 def add_reader(s: State, trace: str, reader: str) -> State:
-    """A new reader of ``trace``: it has read nothing (``seq`` 0 separates nothing) and
-    holds the trace just below its upper, where its first acknowledgement will hold it at
-    the earliest. A reader that another command created meanwhile stays as it is."""
+    """A new reader of ``trace``, starting at its since: it has read nothing (``seq`` 0
+    separates nothing) and holds the trace at that since, and no further than just below
+    the upper (where its first acknowledgement will hold it at the earliest). A reader
+    that another command created meanwhile stays as it is."""
     check_name(reader, "reader")
     t = _trace(s, trace)
     if hold_key(reader) in t.holds:
         return s
-    return s.with_traces({trace: t.with_(holds={**t.holds, hold_key(reader): Hold(hold_frontier(t.upper), 0)})})
+    hold = Hold(t.since.meet(hold_frontier(t.upper)), 0, None, t.since)
+    return s.with_traces({trace: t.with_(holds={**t.holds, hold_key(reader): hold})})
 
 
 def acknowledged(t: Trace, reading: Reading) -> Hold:
@@ -137,18 +141,19 @@ def acknowledged(t: Trace, reading: Reading) -> Hold:
     the reading may have joined a read layer with an unread one; then ``seq`` goes to the
     start of that layer, and the times tell read from unread (a reading keeps only times
     beyond its position). That needs every read update at a time not beyond the new
-    position: true for a reader that acknowledged before (its hold kept them there), not
-    for a new one (the trace's since may have moved its history anywhere before it
-    existed): its first acknowledgement is then a :class:`Conflict` (read again).
+    position: true for a reader that acknowledged before (its hold kept them there), and
+    for a new one when its start lies below the new hold (the trace's since may have moved
+    its history up to the start); otherwise the acknowledgement is a :class:`Conflict`.
     """
     seq = reading.seq
+    since = hold_frontier(reading.upper)
     cut = [l for l in t.layers if l.seq_lo < seq < l.seq_hi]
     if cut:
-        if reading.hold.position is None:
+        if reading.hold.position is None and not since.dominates(reading.hold.start):
             raise Conflict(f"trace {t.name!r} was compacted across what the new reader {reading.reader!r} "
                            f"read; nothing was acknowledged, read again")
         seq = cut[0].seq_lo
-    return Hold(hold_frontier(reading.upper), seq, reading.upper)
+    return Hold(since, seq, reading.upper)
 
 
 def ack_reader(s: State, reading: Reading) -> State:
@@ -197,7 +202,7 @@ def reader_rows(state: State, trace: str | None = None) -> list[dict]:
             continue
         for reader, h in readers(t).items():
             unread = unread_layers(t, h)
-            at = h.position if h.position is not None else h.since
+            at = h.position if h.position is not None else h.start
             by = None
             if t.d == 1 and not at.is_empty() and not t.upper.is_empty():
                 by = t.upper.elements[0][0] - at.elements[0][0]

@@ -76,23 +76,26 @@ class Hold:
     """A reader's claim on a trace: compaction stays at or behind ``since`` and layers are
     never merged across sequence number ``seq`` (the point the reader consumed).
 
-    ``position``: for a named reader (storage/state/readers.py), the upper it last
-    acknowledged; None for a pipeline's hold and for a reader that acknowledged nothing yet."""
+    For a named reader (storage/state/readers.py): ``position`` is the upper it last
+    acknowledged, and ``start`` the trace's since when it was created, until it
+    acknowledges for the first time. Both None for a pipeline's hold."""
 
     since: Frontier
     seq: int
     position: Frontier | None = None
+    start: Frontier | None = None
 
     def to_json(self) -> dict:
         v = {"since": self.since.to_json(), "seq": self.seq}
-        if self.position is not None:
-            v["position"] = self.position.to_json()
+        for key in ("position", "start"):
+            if getattr(self, key) is not None:
+                v[key] = getattr(self, key).to_json()
         return v
 
     @classmethod
     def from_json(cls, v: dict, d: int) -> "Hold":
-        position = Frontier.from_json(v["position"], d) if "position" in v else None
-        return cls(Frontier.from_json(v["since"], d), v["seq"], position)
+        position, start = (Frontier.from_json(v[k], d) if k in v else None for k in ("position", "start"))
+        return cls(Frontier.from_json(v["since"], d), v["seq"], position, start)
 
 
 @dataclass

@@ -35,8 +35,8 @@ def _followed(store, trace: str, reader: str) -> Trace:
 def read_changes(store, trace: str, reader: str) -> tuple[Reading, pa.Table]:
     """The changes ``reader`` has not acknowledged: the updates ``(data, time, diff)`` at
     times beyond its position and not beyond the trace's upper, consolidated, ordered by
-    time then data. A new reader is created first (one commit); its first read gives
-    every sealed update, times advanced to the trace's since."""
+    time then data. A new reader is created first (one commit); until it acknowledges,
+    it reads every sealed update, times advanced to the trace's since at its creation."""
     _followed(store, trace, reader)
     if readers.hold_key(reader) not in store.trace(trace).holds:
         store.write_and_commit("reader", lambda written: None,

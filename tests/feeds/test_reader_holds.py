@@ -103,13 +103,19 @@ def state_with(t) -> State:
     return State(1, {t.name: t}, {})
 
 
-def test_a_new_reader_holds_just_below_the_upper_and_reads_every_layer():
-    t = make_trace("t", d=1).with_(upper=Frontier([(9,)]), layers=[layer(0, 1), layer(1, 2)], next_seq=2)
+def test_a_new_reader_starts_at_the_since_holds_there_and_reads_every_layer():
+    t = make_trace("t", d=1).with_(upper=Frontier([(9,)]), since=Frontier([(3,)]),
+                                   layers=[layer(0, 1), layer(1, 2)], next_seq=2)
     s = readers.add_reader(state_with(t), "t", "etl")
     h = s.traces["t"].holds["reader:etl"]
-    assert h == Hold(Frontier([(8,)]), 0, None)
+    assert h == Hold(Frontier([(3,)]), 0, None, Frontier([(3,)]))
     r = readers.reading(s.traces["t"], "etl")
-    assert [l.id for l in r.layers] == ["l0-1", "l1-2"] and r.since == t.since
+    assert [l.id for l in r.layers] == ["l0-1", "l1-2"] and r.since == Frontier([(3,)])
+    # a since beyond the upper: held no further than just below the upper, read at the start
+    beyond = readers.add_reader(state_with(t.with_(since=Frontier([(12,)]))), "t", "etl")
+    h = beyond.traces["t"].holds["reader:etl"]
+    assert h == Hold(Frontier([(8,)]), 0, None, Frontier([(12,)]))
+    assert readers.reading(beyond.traces["t"], "etl").since == Frontier([(12,)])
     assert readers.add_reader(s, "t", "etl") is s, "a reader another command created stays"
     with pytest.raises(StoreError, match="bad reader name"):
         readers.add_reader(s, "t", "no-dash")
@@ -131,13 +137,19 @@ def test_an_ack_moves_to_the_upper_read_never_a_newer_one_and_conflicts_when_the
         readers.ack_reader(readers.drop_reader(s, "t", "etl"), r)
 
 
-def test_an_ack_after_a_merge_across_what_was_read_keeps_the_merged_layer_unread_or_conflicts_when_new():
+def test_an_ack_after_a_merge_across_what_was_read_keeps_the_merged_layer_unread():
     t = make_trace("t", d=1).with_(upper=Frontier([(5,)]), layers=[layer(0, 1), layer(1, 2)], next_seq=2)
+    # a new reader whose start lies beyond the new hold: its history may sit beyond 5
+    late = readers.add_reader(state_with(t.with_(since=Frontier([(6,)]))), "t", "etl")
+    r0 = readers.reading(late.traces["t"], "etl")
+    merged = late.traces["t"].with_(layers=[layer(0, 1), layer(1, 3)], next_seq=3)
+    with pytest.raises(Conflict, match="new reader"):
+        readers.ack_reader(late.with_traces({"t": merged}), r0)
+    # a new reader at since 0: its history is below 5, the times tell read from unread
     s = readers.add_reader(state_with(t), "t", "etl")
     r0 = readers.reading(s.traces["t"], "etl")
     merged = s.traces["t"].with_(layers=[layer(0, 1), layer(1, 3)], next_seq=3)
-    with pytest.raises(Conflict, match="new reader"):
-        readers.ack_reader(s.with_traces({"t": merged}), r0)
+    assert readers.ack_reader(s.with_traces({"t": merged}), r0).traces["t"].holds["reader:etl"].seq == 1
     s = readers.ack_reader(s, r0)  # at 5, seq 2
     t = s.traces["t"].with_(layers=s.traces["t"].layers + [layer(2, 3)], upper=Frontier([(7,)]), next_seq=3)
     s = s.with_traces({"t": t})

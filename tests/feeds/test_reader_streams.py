@@ -64,12 +64,12 @@ def collection(updates, t) -> dict:
     return {k: v for k, v in acc.items() if v}
 
 
-def expected_batch(raw, upper, position, since) -> dict:
-    """What a reader at ``position`` (None: new) reads when the upper is ``upper`` and the
-    trace's since is ``since`` (frontiers as lists of tuples)."""
+def expected_batch(raw, upper, position, start) -> dict:
+    """What a reader at ``position`` (None: new, created when the trace's since was
+    ``start``) reads when the upper is ``upper`` (frontiers as lists of tuples)."""
     sealed = [u for u in raw if not beyond(upper, u[1])]
     if position is None:
-        return consolidated([(data, advance(t, since), diff) for data, t, diff in sealed])
+        return consolidated([(data, advance(t, start), diff) for data, t, diff in sealed])
     return consolidated([u for u in sealed if beyond(position, u[1])])
 
 
@@ -88,7 +88,7 @@ class Follower:
 
     def __init__(self):
         self.position = None  # list of tuples, None before its first acknowledgement
-        self.first_since = None
+        self.start = None  # the trace's since when the reader was created
         self.acked: list = []  # every acknowledged update
 
 
@@ -130,26 +130,25 @@ class Stream:
 
     def read(self, name, ack):
         f = self.readers[name]
-        upper, since = self.upper(), self.since()
+        upper = self.upper()
+        f.start = f.start or self.since()  # a reader is created by its first read
         reading, table = feeds.read_changes(self.store, "t", name)
         got = consolidated(as_updates(table, self.d))
-        assert got == expected_batch(self.raw, upper, f.position, since), (name, f.position, upper)
+        assert got == expected_batch(self.raw, upper, f.position, f.start), (name, f.position, upper)
         assert list(reading.upper) == upper
         self.reads += 1
         if ack:
             feeds.acknowledge(self.store, reading)
-            self.acknowledged(f, reading, got, since)
+            self.acknowledged(f, reading, got)
 
-    def acknowledged(self, f, reading, got, since):
-        if f.position is None:
-            f.first_since = since
+    def acknowledged(self, f, reading, got):
         f.acked += [(data, t, diff) for (data, t), diff in got.items()]
         f.position = list(reading.upper)
 
     def read_then_merge_then_ack(self, name, more_rows, upper=None):
         """A compaction merges what was read with what was sealed after, before the ack."""
         f = self.readers[name]
-        since = self.since()
+        f.start = f.start or self.since()
         reading, table = feeds.read_changes(self.store, "t", name)
         got = consolidated(as_updates(table, self.d))
         self.reads += 1
@@ -160,7 +159,7 @@ class Stream:
         except Conflict:
             assert f.position is None, "only a new reader's first ack can be undone by a merge"
             return
-        self.acknowledged(f, reading, got, since)
+        self.acknowledged(f, reading, got)
 
     # -- checks
 
@@ -179,7 +178,7 @@ class Stream:
             if f.position is None:
                 continue
             for t in times:
-                if beyond(f.first_since, t) and not beyond(f.position, t):
+                if beyond(f.start, t) and not beyond(f.position, t):
                     assert collection(f.acked, t) == collection(self.raw, t), (name, t)
 
 
@@ -297,3 +296,19 @@ def test_d2_readers_follow_pending_updates_seals_and_since_exactly_once(tmp_path
         s.read(name, ack=True)
     s.check_no_loss_no_repeat(_box(B + 1))
     assert s.reads >= 10
+
+
+def test_a_new_reader_starting_beyond_the_upper_is_refused_an_ack_across_a_merge(tmp_path):
+    """Its history sits at its start, beyond the upper it read: once merged with what it
+    has not read, times cannot tell them apart, so the ack conflicts and nothing repeats."""
+    s = Stream(tmp_path, 1, 0)
+    s.ingest([((0, "a"), (0,), 1), ((1, "b"), (1,), 1)])
+    s.store.advance("t", since="7")
+    s.store.compact("t", full=True)  # the history now sits at 7, the upper is 2
+    s.read_then_merge_then_ack("a", [((2, "c"), (2,), 1)])
+    assert s.readers["a"].position is None, "the ack conflicted"
+    s.read("a", ack=True)
+    s.read("a", ack=True)  # nothing again
+    s.ingest([((0, "a"), (3,), -1)])
+    s.read("a", ack=True)
+    assert collection(s.readers["a"].acked, (9,)) == collection(s.raw, (9,)) != {}
