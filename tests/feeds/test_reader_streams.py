@@ -312,3 +312,18 @@ def test_a_new_reader_starting_beyond_the_upper_is_refused_an_ack_across_a_merge
     s.ingest([((0, "a"), (3,), -1)])
     s.read("a", ack=True)
     assert collection(s.readers["a"].acked, (9,)) == collection(s.raw, (9,)) != {}
+
+
+@pytest.mark.parametrize("store_location", ["s3"], indirect=True)
+def test_a_reader_follows_a_trace_on_an_object_store(tmp_path, store_location):
+    s = Stream(tmp_path, 1, 9)
+    s.store = Store(store_location)
+    for step in range(3):
+        s.ingest(s.rows([(2 * step,), (2 * step + 1,)], 4))
+        s.read("a", ack=True)
+        s.store.advance("t", since=str(2 * step + 1))
+        s.store.compact("t", full=True, grace_seconds=0)
+        s.check_store_keeps_unacknowledged_updates_at_their_times()
+    s.ingest(s.rows([(6,)], 3))
+    s.read("a", ack=True)
+    s.check_no_loss_no_repeat([(t,) for t in range(8)])
