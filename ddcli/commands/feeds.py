@@ -32,8 +32,8 @@ def changes(
     """The changes a named reader has not acknowledged: updates (data, time, diff) at times
     beyond its position and not beyond the trace's upper, consolidated, ordered by time.
 
-    A new reader starts at the trace's since (its first read gives the whole history,
-    times advanced to the since) and holds the trace: compaction, `advance --since` and
+    A new reader starts at the trace's since (until it acknowledges it reads the whole
+    history, times advanced to that since) and holds the trace: compaction, `advance --since` and
     garbage collection keep every update it has not acknowledged, at its own time. With
     --ack the reader moves to the upper it just read, after the output was completely
     written; a command killed before that leaves it where it was, so a consumer that
