@@ -17,9 +17,11 @@ from ddcli.options import DEFAULT_STORE, FormatOpt, JsonOpt, OutputOpt, StoreOpt
 
 @app.command(epilog=EXIT_CODES_HELP)
 def changes(
-    trace: Annotated[str, typer.Argument(metavar="TRACE", help="The trace to follow (a user trace or a pipeline's output).")],
+    trace: Annotated[str, typer.Argument(
+        metavar="TRACE", help="The trace to follow (a user trace or a pipeline's output).")],
     reader: Annotated[str, typer.Option(
-        "--reader", "-r", metavar="NAME", help="The reader's name (letters, digits and _); created by its first read.")],
+        "--reader", "-r", metavar="NAME",
+        help="The reader's name (letters, digits and _); created by its first read.")],
     ack: Annotated[bool, typer.Option(
         "--ack", help="Once the output is completely written, move the reader to the upper it read.")] = False,
     drop: Annotated[bool, typer.Option(
@@ -64,7 +66,8 @@ def changes(
     reading, tbl = feeds.read_changes(st, trace, reader)
     start = (format_frontier(reading.hold.position) if reading.hold.position is not None
              else f"since {format_frontier(reading.since)}")
+    upper = format_frontier(reading.upper)
     render.table(tbl, out, output, every_row=ack,
-                 title=f"{trace}: changes for reader {reader!r}, from {start} to upper {format_frontier(reading.upper)}")
+                 title=f"{trace}: changes for reader {reader!r}, from {start} to upper {upper}")
     if ack:
         feeds.acknowledge(st, reading)

@@ -128,7 +128,8 @@ def status(
     lag: Annotated[bool, typer.Option(
         "--lag", help="For csv/parquet output: the lag table (one row per pipeline input) instead of the traces table.")] = False,
     readers: Annotated[bool, typer.Option(
-        "--readers", help="For csv/parquet output: the named readers table (ddcli changes) instead of the traces table.")] = False,
+        "--readers",
+        help="For csv/parquet output: the named readers table (ddcli changes) instead of the traces table.")] = False,
     store: StoreOpt = DEFAULT_STORE,
     fmt: FormatOpt = None,
     json_: JsonOpt = False,
