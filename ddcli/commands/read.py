@@ -11,14 +11,14 @@ import typer
 
 from ddcli import render
 from ddcli.app import EXIT_CODES_HELP, app
-from ddcli.options import DEFAULT_STORE, FormatOpt, JsonOpt, OutputOpt, StoreOpt, WhereOpt, store_at
+from ddcli.options import DEFAULT_STORE, trace_arg, FormatOpt, JsonOpt, OutputOpt, StoreOpt, WhereOpt, store_at
 
 # ---------------------------------------------------------------- reading
 
 
 @app.command(epilog=EXIT_CODES_HELP)
 def query(
-    trace: Annotated[str, typer.Argument(metavar="TRACE", help="The trace to read.")],
+    trace: Annotated[str, trace_arg("The trace to read.")],
     as_of: Annotated[Optional[str], typer.Option(
         "--as-of", "-a", metavar="T",
         help="The time (default: the latest complete time; for d >= 2 every update present).")] = None,
@@ -68,7 +68,7 @@ def query(
 
 @app.command(epilog=EXIT_CODES_HELP)
 def history(
-    trace: Annotated[str, typer.Argument(metavar="TRACE", help="The trace to read.")],
+    trace: Annotated[str, trace_arg("The trace to read.")],
     where: WhereOpt = None,
     store: StoreOpt = DEFAULT_STORE,
     fmt: FormatOpt = None,
@@ -117,7 +117,7 @@ def sql(
 
 @app.command(epilog=EXIT_CODES_HELP)
 def status(
-    trace: Annotated[Optional[str], typer.Argument(metavar="TRACE", help="One trace (default: all, and the pipelines).")] = None,
+    trace: Annotated[Optional[str], trace_arg("One trace (default: all, and the pipelines).")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Also list pipeline state (internal traces).")] = False,
     pipelines: Annotated[bool, typer.Option(
         "--pipelines", help="For csv/parquet output: the pipelines table instead of the traces table.")] = False,

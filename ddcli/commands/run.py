@@ -14,6 +14,7 @@ import typer
 
 from ddcli import render
 from ddcli.app import EXIT_CODES_HELP, app, exit_code_for
+from ddcli.completion import complete_pipelines
 from ddcli.options import DEFAULT_STORE, FormatOpt, JsonOpt, OutputOpt, StoreOpt, StrictNoopOpt, finish, store_at
 
 MasterOpt = Annotated[Optional[str], typer.Option(
@@ -23,7 +24,8 @@ MasterOpt = Annotated[Optional[str], typer.Option(
          "(DDCLI_SPARK_EXECUTOR_PYTHON); ddcli ships its own code. See DDCLI_SPARK_DRIVER_HOST and "
          "DDCLI_SPARK_BIND_ADDRESS for the driver's address.")]
 NameOpt = Annotated[Optional[str], typer.Option(
-    "--name", "-n", metavar="N", help="The pipeline's name (default: the file name); it names its state and holds.")]
+    "--name", "-n", metavar="N", autocompletion=complete_pipelines,
+    help="The pipeline's name (default: the file name); it names its state and holds.")]
 
 
 def _quiet_pyspark_logging() -> None:

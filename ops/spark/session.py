@@ -61,6 +61,12 @@ def _env(name: str) -> str | None:
     return os.environ.get(name) or None
 
 
+def executor_settings() -> dict[str, str]:
+    """The settings Spark tasks read (storage/settings.py), as this process has them."""
+    from storage.settings import SETTINGS
+    return {s.env: os.environ[s.env] for s in SETTINGS if s.executors and os.environ.get(s.env)}
+
+
 def connect_timeout() -> float:
     raw = os.environ.get("DDCLI_SPARK_CONNECT_TIMEOUT", "120")
     try:
@@ -143,6 +149,9 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "5s")
         .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "12")
     )
+    if not local:  # local workers inherit this process's environment; a cluster's are handed it
+        for name, value in executor_settings().items():
+            builder = builder.config(f"spark.executorEnv.{name}", value)
     try:
         _session = _quietly(builder.getOrCreate, os.path.join(scratch, "jvm.log"))
     except Exception:
