@@ -38,6 +38,15 @@ def _state(ctx: typer.Context):
 def complete_traces(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
     """Trace names starting with ``incomplete``, each with who writes it; a pipeline's
     state traces (``pipeline.node``) once the word has a dot."""
+    return _traces(ctx, incomplete, ingested_only=False)
+
+
+def complete_ingested(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
+    """The traces ``ingest`` can append to: those no pipeline writes."""
+    return _traces(ctx, incomplete, ingested_only=True)
+
+
+def _traces(ctx: typer.Context, incomplete: str, *, ingested_only: bool) -> list[tuple[str, str]]:
     try:
         state = _state(ctx)
     except Exception:  # noqa: BLE001 - completion offers what it can, never an error
@@ -48,6 +57,8 @@ def complete_traces(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]
     for name in sorted(state.traces):
         if name.startswith(incomplete) and ("." not in name or "." in incomplete):
             owner = state.traces[name].owner
+            if ingested_only and owner:
+                continue
             out.append((name, f"written by pipeline {owner}" if owner else "ingested"))
     return out
 

@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 import typer
 
 from ddcli.app import EXIT_NOOP, store_warnings
-from ddcli.completion import complete_pipelines, complete_traces
+from ddcli.completion import complete_ingested, complete_pipelines, complete_traces
 from ddcli.render import OutputFormat
 from storage.settings import BY_KEY
 
@@ -38,9 +38,11 @@ WhereOpt = Annotated[Optional[str], typer.Option(
 DEFAULT_STORE = BY_KEY["store"].default
 
 
-def trace_arg(help: str, metavar: str = "TRACE"):
-    """A trace name argument; the shell completes it from the store."""
-    return typer.Argument(metavar=metavar, help=help, autocompletion=complete_traces)
+def trace_arg(help: str, *, ingested: bool = False):
+    """A trace name argument; the shell completes it from the store (``ingested``: only
+    the traces no pipeline writes)."""
+    return typer.Argument(metavar="TRACE", help=help,
+                          autocompletion=complete_ingested if ingested else complete_traces)
 
 
 def pipeline_arg(help: str):

@@ -11,7 +11,7 @@ import typer
 
 from ddcli import render
 from ddcli.app import EXIT_CODES_HELP, EXIT_CORRUPT, app
-from ddcli.options import DEFAULT_STORE, trace_arg, FormatOpt, JsonOpt, OutputOpt, StoreOpt, plural, store_at
+from ddcli.options import DEFAULT_STORE, FormatOpt, JsonOpt, OutputOpt, StoreOpt, plural, store_at, trace_arg
 
 
 @app.command(epilog=EXIT_CODES_HELP)

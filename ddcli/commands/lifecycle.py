@@ -12,7 +12,7 @@ import typer
 
 from ddcli import render
 from ddcli.app import EXIT_CODES_HELP, app
-from ddcli.options import DEFAULT_STORE, pipeline_arg, FormatOpt, JsonOpt, OutputOpt, StoreOpt, store_at
+from ddcli.options import DEFAULT_STORE, FormatOpt, JsonOpt, OutputOpt, StoreOpt, pipeline_arg, store_at
 
 PIPELINE_COLUMNS = [("pipeline", "string"), ("file", "string"), ("file_hash", "string"), ("runs", "int64"),
                     ("frontier", "string"), ("inputs", "string"), ("holds", "string"), ("outputs", "string"),

@@ -11,7 +11,7 @@ import typer
 
 from ddcli import render
 from ddcli.app import EXIT_CODES_HELP, app
-from ddcli.options import DEFAULT_STORE, trace_arg, FormatOpt, JsonOpt, OutputOpt, StoreOpt, WhereOpt, store_at
+from ddcli.options import DEFAULT_STORE, FormatOpt, JsonOpt, OutputOpt, StoreOpt, WhereOpt, store_at, trace_arg
 
 # ---------------------------------------------------------------- reading
 

@@ -12,15 +12,15 @@ import typer
 
 from ddcli import render
 from ddcli.app import EXIT_CODES_HELP, app
-from ddcli.options import (DEFAULT_STORE, trace_arg, FormatOpt, InputFormat, JsonOpt, OutputOpt, StoreOpt, StrictNoopOpt, finish,
-                           plural, store_at)
+from ddcli.options import (DEFAULT_STORE, FormatOpt, InputFormat, JsonOpt, OutputOpt, StoreOpt, StrictNoopOpt, finish,
+                           plural, store_at, trace_arg)
 
 # ---------------------------------------------------------------- ingest
 
 
 @app.command(epilog=EXIT_CODES_HELP)
 def ingest(
-    trace: Annotated[str, trace_arg("The trace to append to (created by its first ingest).")],
+    trace: Annotated[str, trace_arg("The trace to append to (created by its first ingest).", ingested=True)],
     files: Annotated[list[str], typer.Argument(
         metavar="SOURCE...",
         help="Update files: CSV, JSON Lines or Parquet (CSV and JSON Lines may be .gz or .zst): "
