@@ -60,9 +60,9 @@ def _size(raw: str) -> str:
 
 
 def _jvm_size(raw: str) -> str:
-    """A JVM heap size: a whole number with an optional k, m, g or t (``3g``, ``512m``)."""
+    """A JVM heap size: a whole number and a unit, k, m, g or t (``3g``, ``512m``)."""
     v = raw.strip().lower()
-    if not re.fullmatch(r"[1-9]\d*[kmgt]?", v):
+    if not re.fullmatch(r"[1-9]\d*[kmgt]", v):
         raise ValueError("is not a JVM memory size such as 3g or 512m")
     return v
 

@@ -33,6 +33,9 @@ def query(
 ) -> None:
     """The collection at a time: the data columns plus `count` (the multiplicity).
 
+    The multiplicity column is `count`, or `multiplicity` when the trace has a data column
+    named `count` (a word count's output, for one), so no column is ever shadowed.
+
     A time not beyond the trace's since was compacted away and is refused, naming the
     earliest time that works. A time beyond the upper is not complete yet: the answer
     comes with a warning on stderr (an error with --strict).
