@@ -48,7 +48,7 @@ EXIT_CODES_HELP = (
     "5 the store is damaged (a layer file missing or not what the log recorded, or an unreadable "
     "metadata version): retrying will not help, run ddcli check."
     "\n\n"
-    "The store is --store PATH, or $DDCLI_STORE, or ./ddstore. "
+    "The store is --store PATH, or $DDCLI_STORE, or ddcli.toml's store, or ./ddstore (see ddcli config). "
     "Times are written 7 or (1,2); a frontier is one or more times, e.g. \"(0,3) (1,2)\"."
 )
 

@@ -70,6 +70,12 @@ def _leased(store_path: str, name: str):
     return lease(store_path, name) if NAME_RE.match(name) else contextlib.nullcontext()
 
 
+def _announce_at_exit(say) -> None:
+    """Let Spark's session say what it does when the command ends (it may take seconds)."""
+    from ops.spark import session
+    session.announce = say
+
+
 def _run_one(st, path: str, name: str | None, live, emitter, **options):
     """One pipeline's run under its lease, shown by ``live`` (a live display) and told to
     OpenLineage through ``emitter`` (START, COMPLETE or FAIL)."""
@@ -176,6 +182,7 @@ def run(
     from ops.run.progress import RunProgress
     st = store_at(store)
     say, live = progress_output(out)
+    _announce_at_exit(say)
     emitter = lineage.Emitter() if lineage.enabled() else None
     records, messages, failures, committed = [], [], [], []
     try:
@@ -243,6 +250,7 @@ def verify(
     say, _ = progress_output(out, live=False)
     if say:
         say(f"loading {pipeline} and Spark's libraries")
+    _announce_at_exit(say)
     _quiet_pyspark_logging()
     from ops.verify.verify import verify_pipeline
     from storage.lattice import format_time, parse_time

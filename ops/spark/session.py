@@ -44,6 +44,7 @@ logger.native.level = error
 """
 
 _session = None
+announce = None  # a progress line's printer (the command's), told of long work at the end
 _archive = class_archive.Plan("")  # the class archive this process's JVM maps or writes
 
 LOOPBACK = "127.0.0.1"
@@ -396,6 +397,8 @@ def stop_spark() -> None:
         _session.stop()
         _session = None
         if _archive.pending:
+            if announce is not None:  # the JVM takes seconds to write it as it exits
+                announce("writing Spark's class archive as the JVM exits (once: later starts are faster)")
             class_archive.finish(_archive, getattr(gateway, "proc", None))
             _archive = class_archive.Plan("")
             SparkContext._gateway = None  # that JVM is gone: a later session starts a new one
