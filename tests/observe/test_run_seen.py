@@ -19,7 +19,7 @@ import pytest
 
 from tests.helpers import REPO
 from tests.helpers.cli import runner
-from tests.observe.test_lineage import Receiver
+from tests.helpers.lineage import Receiver
 
 from ddcli.cli import app
 
