@@ -12,6 +12,7 @@ registers every command and imports neither pyspark nor pyarrow nor DuckDB.
 from __future__ import annotations
 
 from ddcli.app import app
+from ddcli import root  # noqa: F401  (--config, --version: before every command)
 
 # the commands, in the order `ddcli --help` lists them (importing one registers it)
 # isort: off
@@ -23,6 +24,7 @@ from ddcli.commands import check  # noqa: F401  (check)
 from ddcli.commands import run  # noqa: F401  (run, verify)
 from ddcli.commands import bench  # noqa: F401  (bench storage, incremental, reach, reduce, priority)
 from ddcli.commands import help  # noqa: F401  (help operators)
+from ddcli.commands import config  # noqa: F401  (config)
 # isort: on
 
 __all__ = ["app", "main"]

@@ -12,13 +12,12 @@ import typer
 
 from ddcli import render
 from ddcli.app import EXIT_CODES_HELP, app
-from ddcli.options import DEFAULT_STORE, FormatOpt, JsonOpt, OutputOpt, StoreOpt, store_at
+from ddcli.options import DEFAULT_STORE, FormatOpt, JsonOpt, OutputOpt, StoreOpt, store_at, trace_arg
 
 
 @app.command(epilog=EXIT_CODES_HELP)
 def changes(
-    trace: Annotated[str, typer.Argument(
-        metavar="TRACE", help="The trace to follow (a user trace or a pipeline's output).")],
+    trace: Annotated[str, trace_arg("The trace to follow (a user trace or a pipeline's output).")],
     reader: Annotated[str, typer.Option(
         "--reader", "-r", metavar="NAME",
         help="The reader's name (letters, digits and _); created by its first read.")],

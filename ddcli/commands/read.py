@@ -12,14 +12,14 @@ import typer
 from ddcli import render
 from ddcli.app import EXIT_CODES_HELP, app
 from ddcli.options import (DEFAULT_STORE, FormatOpt, HistoryWhereOpt, JsonOpt, OutputOpt, StoreOpt, WhereOpt,
-                           store_at)
+                           store_at, trace_arg)
 
 # ---------------------------------------------------------------- reading
 
 
 @app.command(epilog=EXIT_CODES_HELP)
 def query(
-    trace: Annotated[str, typer.Argument(metavar="TRACE", help="The trace to read.")],
+    trace: Annotated[str, trace_arg("The trace to read.")],
     as_of: Annotated[Optional[str], typer.Option(
         "--as-of", "-a", metavar="T",
         help="The time (default: the latest complete time; for d >= 2 every update present).")] = None,
@@ -33,6 +33,9 @@ def query(
     output: OutputOpt = None,
 ) -> None:
     """The collection at a time: the data columns plus `count` (the multiplicity).
+
+    The multiplicity column is `count`, or `multiplicity` when the trace has a data column
+    named `count` (a word count's output, for one), so no column is ever shadowed.
 
     A time not beyond the trace's since was compacted away and is refused, naming the
     earliest time that works. A time beyond the upper is not complete yet: the answer
@@ -69,7 +72,7 @@ def query(
 
 @app.command(epilog=EXIT_CODES_HELP)
 def history(
-    trace: Annotated[str, typer.Argument(metavar="TRACE", help="The trace to read.")],
+    trace: Annotated[str, trace_arg("The trace to read.")],
     where: HistoryWhereOpt = None,
     store: StoreOpt = DEFAULT_STORE,
     fmt: FormatOpt = None,
@@ -121,7 +124,7 @@ def sql(
 
 @app.command(epilog=EXIT_CODES_HELP)
 def status(
-    trace: Annotated[Optional[str], typer.Argument(metavar="TRACE", help="One trace (default: all, and the pipelines).")] = None,
+    trace: Annotated[Optional[str], trace_arg("One trace (default: all, and the pipelines).")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Also list pipeline state (internal traces).")] = False,
     pipelines: Annotated[bool, typer.Option(
         "--pipelines", help="For csv/parquet output: the pipelines table instead of the traces table.")] = False,

@@ -219,7 +219,8 @@ def count_column(trace: Trace) -> str:
 
 
 def as_of(store: Store, trace: str, t=None, where: str | None = None) -> pa.Table:
-    """The collection of ``trace`` at time ``t``: its data columns plus ``count``.
+    """The collection of ``trace`` at time ``t``: its data columns plus the multiplicity,
+    ``count`` (or ``multiplicity`` when a data column is named ``count``: :func:`count_column`).
 
     ``t`` is a time (``7``, ``(1,2)``, a tuple) or None for the latest complete time (see
     :func:`default_time`). A time not beyond the trace's ``since`` is refused with a
