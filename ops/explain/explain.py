@@ -19,6 +19,7 @@ from ops.explain.operators import summary
 from ops.explain.schemas import planned_schemas
 from storage.lattice import Frontier, format_frontier
 from storage.state.lag import lag_rows
+from storage.state.seal import hold_back
 from storage.state.trace import Trace
 from storage.state.transitions import State
 
@@ -121,8 +122,10 @@ def _input(state: State, p: Pipeline, name: str) -> model.TraceInfo:
         info.lag = model.Lag(r["consumed"], r["updates"], r["layers"], r["pending"], r["behind"],
                              r["holds_back"], r["behind_by"])
     else:  # never ran: the first run reads every sealed update
+        uppers = {n: state.traces[n].upper for n in p.inputs if n in state.traces}
+        waits, by = hold_back(uppers)[name]
         info.lag = model.Lag(None, sum(l.rows for l in t.layers), len(t.layers), sum(l.rows for l in t.pending),
-                             bool(t.layers))
+                             bool(t.layers), waits, by)
     return info
 
 
