@@ -13,6 +13,7 @@ have a size, it names every trace and pipeline, and it requests nothing but itse
 from __future__ import annotations
 
 import os
+from collections import Counter
 from datetime import datetime
 
 import pyarrow.parquet as pq
@@ -23,7 +24,7 @@ from storage.state import history
 from storage.state.transitions import State
 from tests.helpers.cli import cli, jsonl, ok, parse_csv
 from tests.helpers.graphs import EDGES, ROOTS, Bench, sliding_window_runs
-from tests.inspect.test_explain import PIPELINE
+from tests.inspect.graph_pipeline import PIPELINE
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,7 @@ def ran(spark, tmp_path_factory):
         for eu, ru, upper in sliding_window_runs(11, nodes=10, edges=16, steps=[4, 3]):
             bench.ingest("edges", EDGES, eu, upper=upper)
             bench.ingest("roots", ROOTS, ru, upper=upper)
-            ingested.append(len(eu) + len(ru))
+            ingested.append(_consolidated(eu) + _consolidated(ru))
             if before is None:
                 before = explain_pipeline(bench.store, path)
             results.append(bench.run(path))
@@ -133,6 +134,14 @@ def test_the_report_renders_in_chromium_with_its_graph_and_plots_and_fetches_not
     assert sorted(got["traces"]) == sorted(state.traces) and got["pipelines"] == ["graph"]
     assert got["external"] == [] and urls == [page.as_uri()], urls
     assert _not_blank(shot)
+
+
+def _consolidated(updates) -> int:
+    """How many updates ``[(row, time, diff)]`` are once those of equal row and time are summed."""
+    sums = Counter()
+    for row, t, diff in updates:
+        sums[(tuple(row), tuple(t))] += diff
+    return sum(1 for v in sums.values() if v != 0)
 
 
 def _not_blank(png: bytes) -> bool:
