@@ -30,8 +30,8 @@ import contextlib
 import hashlib
 import os
 import time
-from datetime import datetime, timezone
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Callable
 
 import pyarrow as pa
