@@ -83,7 +83,7 @@ def line_chart(title: str, series: dict[str, list[tuple[float, float]]], unit: s
     y = lambda v: TOP + plot_h * (1 - v / top)  # noqa: E731
     x = lambda v: LEFT + (WIDTH - LEFT - RIGHT) * ((v - lo) / span if hi > lo else 0.5)  # noqa: E731
     parts = _frame(title, ticks, unit, y)
-    for v in sorted({round(lo + span * k / 4) for k in range(5)}):  # x values are whole numbers
+    for v in sorted({round(lo + (hi - lo) * k / 4) for k in range(5)}):  # x values are whole numbers
         parts.append(f'<text x="{x(v):.1f}" y="{HEIGHT - BOTTOM + 14}" text-anchor="middle" class="tick">'
                      f'{_fmt(round(v))}</text>')
     parts.append(f'<text x="{WIDTH - RIGHT}" y="{HEIGHT - 6}" text-anchor="end" class="tick">{escape(x_label)}</text>')

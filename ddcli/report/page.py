@@ -98,7 +98,8 @@ def _lineage(state) -> Graph:
     for name, rec in state.pipelines.items():
         if not isinstance(rec, dict):
             continue
-        g.add(Node(f"pipeline:{name}", name, "pipeline", f"{rec.get('runs', 0)} runs"))
+        runs = rec.get("runs", 0)
+        g.add(Node(f"pipeline:{name}", name, "pipeline", f"{runs} run{'s' if runs != 1 else ''}"))
         for i in rec.get("inputs") or {}:
             g.link(f"trace:{i}", f"pipeline:{name}")
         for o in rec.get("outputs") or []:
