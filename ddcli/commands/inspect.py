@@ -83,7 +83,7 @@ def runs(
     Each run that commits keeps its figures (those `ddcli run --json` reports: when it
     committed, its seconds up to the commit, the new input updates it read, the output
     updates it wrote, its Spark jobs and timed steps) in the store, in the same commit.
-    The newest DDCLI_RUN_HISTORY runs of each pipeline are kept (default 50); a pipeline
+    The newest DDCLI_RUN_HISTORY runs of each pipeline are kept (default 30); a pipeline
     that is dropped takes its history with it. --json keeps every step of every run.
 
     Examples:

@@ -7,7 +7,8 @@ go into the pipeline's record in the same commit as the run itself
 did not commit. The record keeps the newest :func:`history_limit` runs as an object keyed
 by the run's number: a commit adds one key and drops the oldest, so the metadata log's
 delta of a run stays the size of one entry (storage/log/delta.py). A loop's rounds are
-folded into one step per loop, so an entry's size follows the graph, not the rounds.
+folded into one step per loop, so an entry's size follows the graph, not the rounds
+(:func:`fold_steps`).
 Stores written before runs were kept have no history; their records read as empty.
 """
 
@@ -17,12 +18,12 @@ import os
 
 from storage.errors import StoreError
 
-DEFAULT_RUNS = 50  # runs kept per pipeline unless DDCLI_RUN_HISTORY says otherwise
+DEFAULT_RUNS = 30  # runs kept per pipeline unless DDCLI_RUN_HISTORY says otherwise (~3 kB each for 40 operators)
 HISTORY_KEY = "history"  # the key of a pipeline's record that holds its recent runs
 
 
 def history_limit() -> int:
-    """``DDCLI_RUN_HISTORY`` (a non-negative integer: the runs kept per pipeline), else 50."""
+    """``DDCLI_RUN_HISTORY`` (a non-negative integer: the runs kept per pipeline), else 30."""
     raw = os.environ.get("DDCLI_RUN_HISTORY", "").strip()
     if not raw:
         return DEFAULT_RUNS
@@ -46,10 +47,15 @@ def with_run(history: dict | None, run: int, entry: dict, limit: int) -> dict:
 
 
 def fold_steps(steps: list[dict]) -> list[dict]:
-    """A run's steps with each loop's rounds folded into one step (rounds, seconds, rows)."""
+    """A run's steps as the history keeps them: each loop's rounds folded into one step
+    (rounds, seconds, rows), and a write step without the lists other steps hold (the
+    operators it computed: the operator steps name their writes; the traces written by
+    the same job: only their number, ``together``)."""
     out: list[dict] = []
     rounds: dict[str, dict] = {}
     for s in steps:
+        if s.get("step") == "write":
+            s = {k: (len(v) if k == "together" else v) for k, v in s.items() if k != "operators"}
         if s.get("step") != "loop_round":
             out.append(s)
             continue

@@ -76,10 +76,10 @@ def test_a_record_written_before_histories_existed_reads_as_no_runs_and_takes_th
 def test_loop_rounds_fold_into_one_step_per_loop():
     steps = [{"step": "spark_start", "seconds": 1.0}]
     steps += [{"step": "loop_round", "loop": "L", "round": i, "seconds": 0.5, "rows": i} for i in range(1, 5)]
-    steps += [{"step": "write", "trace": "o", "seconds": 0.25}]
+    steps += [{"step": "write", "trace": "o", "seconds": 0.25, "together": ["o", "p"], "operators": ["x (f.py:3)"]}]
     folded = history.fold_steps(steps)
     assert folded == [steps[0], {"step": "loop_rounds", "loop": "L", "rounds": 4, "seconds": 2.0, "rows": 10},
-                      steps[-1]]
+                      {"step": "write", "trace": "o", "seconds": 0.25, "together": 2}]
 
 
 def test_runs_of_a_store_without_runs_and_a_bad_setting(tmp_path, store_dir, monkeypatch):
