@@ -161,3 +161,11 @@ def test_explain_starts_no_jvm_and_imports_no_pyspark(graph_store, tmp_path):
     *records, verdict = res.stdout.strip().splitlines()
     assert verdict == "NO-PYSPARK" and not mark.exists()
     assert json.loads(records[0])["pipeline"] == "graph"
+
+
+def test_every_sample_pipeline_explains_on_an_empty_store(store_dir):
+    samples = os.path.join(REPO, "sample_data", "pipelines")
+    for name in sorted(os.listdir(samples)):
+        ex = explain_json(store_dir, os.path.join(samples, name))
+        assert ex["operators"] and ex["next_run"].startswith("refuses to run: input trace"), (name, ex["next_run"])
+        assert all(o["where"].startswith(name + ":") for o in ex["operators"]), (name, ex["operators"])
