@@ -81,3 +81,30 @@ def test_chart_ticks_cover_the_data_and_each_value_is_drawn():
     assert bars.count("<rect") == 3
     lines = line_chart("u", {"in": [(1, 5), (2, 7)], "out": [(1, 1), (2, 0)]}, "updates", "run")
     assert lines.count("<polyline") == 2 and lines.count("<circle") == 4
+
+
+def test_a_commit_is_described_by_what_changed_between_two_states():
+    import pyarrow as pa
+
+    from storage.layer import Layer
+    from storage.state.changes import describe
+    from storage.state.trace import Trace
+    from storage.state.transitions import State
+
+    def f(t):
+        return Frontier([(t,)], 1)
+
+    def layer(lid, rows):
+        return Layer(lid, [], f(0), f(1), f(0), 0, 1, rows, 8 * rows)
+
+    t = Trace("t", pa.schema([("w", pa.string())]), ["w"], 1, f(0), f(3), [layer("a", 3), layer("b", 2)])
+    s1 = State(1, {"t": t}, {"p": {"runs": 1}})
+    merged = State(2, {"t": t.with_(layers=[layer("c", 5)])}, {"p": {"runs": 1}})
+    assert describe(s1, merged) == "t 2 layers merged into 1"
+    sealed = State(2, {"t": t.with_(layers=t.layers + [layer("d", 4)], upper=f(5), since=f(2))}, {"p": {"runs": 1}})
+    assert describe(s1, sealed) == "t +4 rows, upper 5, since 2"
+    held = with_hold(t, "p", f(3), 1)
+    ran = State(2, {"t": held, "o": t.with_(name="o", owner="p")}, {"p": {"runs": 2}})
+    assert describe(s1, ran) == "run 2 of pipeline p: o created (+5 rows), t held by p at 3"
+    assert describe(ran, State(3, {"t": t}, {})) == "drop pipeline p: o removed, t released by p"
+    assert describe(None, s1) == "the oldest version kept: 1 trace, 1 pipeline"
