@@ -34,15 +34,17 @@ EXIT_INTERNAL, EXIT_INTERRUPTED = 1, 130
 
 def forward(argv: list[str]) -> int | None:
     """The exit code of ``ddcli ARGV`` run by the user's service; None to run it here."""
-    env = os.environ
-    if not identity.enabled(env) or identity.command_of(argv) is None or not hasattr(socket, "AF_UNIX"):
+    if identity.command_of(argv) is None or not hasattr(socket, "AF_UNIX"):
+        return None
+    env = _settings()
+    if env is None or not identity.enabled(env):
         return None
     master = identity.master_of(argv, env)
     if not identity.is_local(master):
         return None
     try:
         folder = place.private_folder(identity.service_dir(env))
-        request = _request(argv, env)
+        request = _request(argv, identity.idle_seconds(env))  # the service reads the configuration file itself
     except (place.FolderUnusable, OSError):
         return None
     key = identity.service_key(master, env)
@@ -56,10 +58,25 @@ def forward(argv: list[str]) -> int | None:
         channel = _wait_for_service(path, request, pid) if pid else None
         if channel is None:
             return None
-    return _relay(channel, folder, key)
+    return _relay(channel, folder, key, grace_seconds(env))
 
 
-def _request(argv: list[str], env) -> dict:
+def _settings() -> dict | None:
+    """The environment with the configuration file's settings under it (ddcli/config.py does
+    the same as a command starts), so the key sees a Spark setting the file holds; None when
+    the file is wrong (the command, run here, says how)."""
+    from storage.settings import SettingError, config_path, read_config
+    env = dict(os.environ)
+    try:
+        path = config_path(None)
+        for name, text in (read_config(path) if path else {}).items():
+            env.setdefault(name, text)
+    except (SettingError, OSError):
+        return None
+    return env
+
+
+def _request(argv: list[str], idle: float) -> dict:
     tty = {"stdout": _isatty(1), "stderr": _isatty(2)}
     size = None
     if tty["stdout"] or tty["stderr"]:
@@ -69,10 +86,10 @@ def _request(argv: list[str], env) -> dict:
             size = None
         if size and min(size) <= 0:  # a terminal that does not know its size: Rich's default
             size = None
-    return {"op": "command", "argv": argv, "cwd": os.getcwd(), "env": dict(env),
+    return {"op": "command", "argv": argv, "cwd": os.getcwd(), "env": dict(os.environ),
             "path0": sys.path[0] if sys.path else "", "tty": tty, "size": size,
             "encoding": {"stdout": _encoding(sys.stdout, "strict"), "stderr": _encoding(sys.stderr, "backslashreplace")},
-            "umask": oct(identity.current_umask()), "idle": identity.idle_seconds(env), "pid": os.getpid()}
+            "umask": oct(identity.current_umask()), "idle": idle, "pid": os.getpid()}
 
 
 def _isatty(fd: int) -> bool:
@@ -179,12 +196,11 @@ def grace_seconds(env=os.environ) -> float:
     return value if value > 0 else GRACE_SECONDS
 
 
-def _relay(channel: protocol.Channel, folder: str, key: str) -> int:
+def _relay(channel: protocol.Channel, folder: str, key: str, grace: float) -> int:
     """Copy the command's output to this process's stdout and stderr until its exit code."""
     import select
     interrupts = _Interrupts(channel)
     previous = signal.signal(signal.SIGINT, interrupts)
-    grace = grace_seconds()
     broken = False
     try:
         while True:

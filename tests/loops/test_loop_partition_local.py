@@ -70,7 +70,7 @@ def test_cc_runs_round_by_round_when_its_rows_are_too_many_for_its_tasks(spark, 
 
     monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
     monkeypatch.setattr(ops.loops.local, "ONE_TASK_ROWS", 10)
-    monkeypatch.setattr(ops.loops.local, "FEW_ROWS", 0)  # resident, however few its rows
+    monkeypatch.setattr(ops.loops.route, "FEW_ROWS", 0)  # resident, however few its rows
     bench = Bench(tmp_path)
     path = bench.pipeline("cc", samples_source("cc"))
     jobs = []
@@ -96,7 +96,7 @@ def test_resident_tasks_that_fail_together_hand_the_batch_to_rounds_and_the_answ
     import ops.loops.local
 
     monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
-    monkeypatch.setattr(ops.loops.local, "FEW_ROWS", 0)  # resident, however few its rows
+    monkeypatch.setattr(ops.loops.route, "FEW_ROWS", 0)  # resident, however few its rows
     real = ops.loops.local._resident_job
 
     def claims_taken(packed, tasks, task, out_wide, folder):
@@ -121,7 +121,7 @@ def test_a_task_holding_more_than_its_row_budget_hands_the_loop_to_rounds_whose_
     import ops.loops.local
 
     monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
-    monkeypatch.setattr(ops.loops.local, "FEW_ROWS", 0)  # cc resident, however few its rows
+    monkeypatch.setattr(ops.loops.route, "FEW_ROWS", 0)  # cc resident, however few its rows
     monkeypatch.setenv("DDCLI_LOOP_TASK_ROWS", "40")
     monkeypatch.setenv("DDCLI_REDUCE_TASK_ROWS", "16")
     bench = Bench(tmp_path)
