@@ -3,13 +3,15 @@
 A reader that took a version less than ``grace_seconds``
 ago still finds every layer file it names: files stay while any version that was the
 newest within the grace period names them, and the log keeps those versions (and the
-checkpoint they are built on) for as long (storage/log/commit.py, ``Log.prune``).
+checkpoint they are built on) for as long (storage/log/commit.py, ``Log.prune``). Files a
+trace's Delta table may still name stay for the Delta retention (storage/lake/retention.py).
 """
 
 from __future__ import annotations
 
 from storage import clock
 from storage.errors import CorruptionError
+from storage.lake import retention as delta_retention
 from storage.state.transitions import State
 
 
@@ -41,10 +43,17 @@ def collect_garbage(store, grace_seconds: float) -> int:
     removed = 0
     blobs = store.blobs
     root = blobs.join(store.path, "traces")
+    delta_cutoff = clock.now() - delta_retention.retention_seconds(grace_seconds)
     for tname in blobs.list_folders(root):
         tdir = blobs.join(root, tname)
+        delta_kept = delta_retention.kept_files(store, tname, delta_cutoff) \
+            if delta_retention.has_table(store, tname) else set()
+        if delta_kept is None:
+            store.warn(f"trace folder {tdir}: its Delta Lake log cannot be read; none of its files were collected")
         for fname in blobs.list(tdir):
             p = blobs.join(tdir, fname)
+            if delta_kept is None or fname in delta_kept:
+                continue  # a Delta reader may still read it (or the table cannot be read)
             try:
                 if p not in referenced and (known or fname.startswith(".tmp-")) and blobs.stat(p).mtime < cutoff:
                     blobs.delete(p)
@@ -52,6 +61,7 @@ def collect_garbage(store, grace_seconds: float) -> int:
             except FileNotFoundError:
                 continue
         if tname not in live_traces:
+            delta_retention.remove_dead_table(store, tname, delta_cutoff)
             blobs.remove_folder(tdir, older_than=cutoff)  # only when empty and old: a new trace's writer may have just made it
     for p in store.log.stray_tmp_files():
         try:
