@@ -3,24 +3,34 @@
 ddcli's own log is the source of truth: one run commits many traces at once, and Delta
 commits one table at a time. So every change is committed to ddcli's log first; only then
 does :class:`Follower` write the Delta versions of the traces it changed
-(storage/lake/table.py). A command killed in between leaves the Delta tables one step
-behind, never ahead, and the next command that changes the store (or ``ddcli compact``)
-catches them up.
+(storage/lake/table.py). A command killed in between leaves the Delta tables behind, never
+ahead, and the next command that changes the store (or ``ddcli compact``) catches them up.
 
-How the next command knows: ``STORE/_delta_synced.json`` records a ddcli log version
-``M`` such that every trace's Delta table shows that trace as of version ``M`` or later.
-A command whose commits went from version ``S`` to ``E`` reads it: with ``M = S`` only the
-traces its own commits changed need a Delta version; with ``M < S`` (a command died before
-its Delta commits, or another writer's are not done) every trace is checked; with ``M >= E``
-others did the work. The record is written only once every table is brought up to ``E``;
-a record that goes back (two writers finishing out of order) only costs a check later.
+How the next command knows: the record ``STORE/_delta_synced.json`` holds a ddcli log
+version ``M`` and, for each table, its newest Delta version and the ddcli log version that
+version shows (``M`` or older: the trace has not changed since). A command whose commits
+went from version ``S`` to ``E`` reads it:
+
+* ``M = S``: only the traces its own commits changed need a Delta version, and the record
+  says what their tables hold, so each gets one JSON commit appended without loading the
+  table (:func:`storage.lake.table.append`); should another writer have taken that Delta
+  version, the table is loaded and compared instead (:func:`storage.lake.table.publish`);
+* ``M < S`` (a command died before its Delta commits, another writer's are not done, or
+  the record is missing): every table is loaded and brought up to ``E``;
+* ``M >= E``: others did the work.
+
+The record is rewritten only once every table is brought up to ``E``. A record that goes
+back (two writers finishing out of order) or names an old Delta version costs a check
+later, never a wrong commit: an appended commit is created with put-if-absent, so a stale
+record makes it fail, and a table showing a ddcli version newer than ``S`` is never
+appended to.
 
 A failure to write a Delta version is a warning, never an error: the ddcli commit stands.
 
 Settings: ``DDCLI_DELTA=off`` stops writing Delta logs (the default is on; turned on again,
-the next change brings every table up to date). Fault points ``delta.before_commit`` and
-``delta.after_commit`` (storage/faults.py): before each table's Delta version, and after
-the last one (before the record is written).
+the next change brings every table up to date). Fault points (storage/faults.py):
+``delta.before_commit`` before each table's Delta version, ``delta.after_commit`` after the
+last one, before the record is written.
 """
 
 from __future__ import annotations
@@ -30,10 +40,10 @@ import os
 
 from storage import faults
 from storage.lake.retention import retention_seconds
-from storage.lake.table import publish, storage_options
+from storage.lake.table import Published, append, publish, storage_options
 from storage.state.trace import Trace
 
-MARKER = "_delta_synced.json"
+RECORD = "_delta_synced.json"
 _WATCHED = ("layers", "since", "upper", "schema", "d")  # what a trace's Delta table shows
 
 
@@ -59,6 +69,7 @@ class Follower:
         self.end = 0                       # this command's newest version
         self.end_state: dict | None = None
         self.changed: dict[str, bool] = {}  # trace -> its since or upper moved
+        self.old: dict[str, dict | None] = {}  # trace -> its metadata before this command changed it
         self.gap = False                   # another writer committed between our commits
 
     def committed(self, before: dict | None, after: dict) -> None:
@@ -78,52 +89,91 @@ class Follower:
             if a is None or b is None or any(a.get(k) != b.get(k) for k in _WATCHED):
                 moved = a is None or b is None or a.get("since") != b.get("since") or a.get("upper") != b.get("upper")
                 self.changed[name] = self.changed.get(name, False) or moved
+                self.old.setdefault(name, a)
 
     def follow(self) -> None:
         """Write the Delta versions of what this command committed (after its commits)."""
         if self.start is None:
             return
-        start, end, state, changed, gap = self.start, self.end, self.end_state, self.changed, self.gap
+        start, end, state, changed, old, gap = self.start, self.end, self.end_state, self.changed, self.old, self.gap
         self._reset()
-        marker = self._marker()
-        if marker >= end:
+        record = self._record()
+        if record["version"] >= end:
             return
-        if marker == start and not gap:
-            targets = {n: c for n, c in changed.items()}
+        if record["version"] == start and not gap:
+            tables = dict(record["tables"])
+            done = self._appended(changed, old, start, end, state, tables)
         else:
-            targets = dict.fromkeys(self._all_tables(state), None)
-        self._publish(targets, end, state)
+            tables, done = self._everything(end, state)
+        faults.point("delta.after_commit")
+        if done:
+            self._write_record(end, state, tables)
 
     def catch_up(self) -> None:
         """Bring every Delta table up to the newest ddcli version if the record says they
         lag (``ddcli compact``: a command died between its commit and its Delta ones)."""
         self._reset()
         version, raw = self.store.log.latest()
-        if version == 0 or self._marker() >= version:
+        if version == 0 or self._record()["version"] >= version:
             return
         state = dict(raw, version=version)
-        self._publish(dict.fromkeys(self._all_tables(state), None), version, state)
+        tables, done = self._everything(version, state)
+        if done:
+            self._write_record(version, state, tables)
 
-    def _publish(self, targets: dict[str, bool | None], version: int, state: dict) -> None:
-        store = self.store
-        options = storage_options(store.blobs)
-        keep = retention_seconds()
+    # ------------------------------------------------------------ the two ways
+
+    def _appended(self, changed: dict, old: dict, start: int, end: int, state: dict, tables: dict) -> bool:
+        """The traces this command changed, one appended JSON commit each where the record
+        says what the table holds; ``tables`` is updated in place."""
         done = True
-        for name in sorted(targets):
+        for name in sorted(changed):
             faults.point("delta.before_commit")
             raw = state.get("traces", {}).get(name)
-            trace = Trace.from_json(name, raw) if raw is not None else None
+            entry, before = tables.get(name), old.get(name)
             try:
-                publish(store.trace_dir(name), name, trace, version, options=options,
-                        retention_seconds=keep, frontiers_changed=targets[name])
+                if entry is not None and before is not None and entry[1] <= start and \
+                        (raw is None or (raw["schema"], raw["d"]) == (before["schema"], before["d"])):
+                    new = Trace.from_json(name, raw) if raw is not None else None
+                    if append(self.store.blobs, self.store.trace_dir(name), name, Trace.from_json(name, before),
+                              new, end, entry[0]):
+                        tables[name] = [entry[0] + 1, end]
+                        continue
+                self._note(tables, name, self._publish(name, raw, end, changed[name]))
             except Exception as e:  # noqa: BLE001 - the ddcli commit stands whatever Delta does
                 done = False
-                store.warn(f"trace {name!r}: writing its Delta Lake log failed ({type(e).__name__}: "
-                           f"{' '.join(str(e).split())[:200]}); ddcli's commit stands, the next command "
-                           f"that changes the store brings the Delta table up to date")
-        faults.point("delta.after_commit")
-        if done:
-            self._set_marker(version)
+                self._warn(name, e)
+        return done
+
+    def _everything(self, version: int, state: dict) -> tuple[dict, bool]:
+        """Every table loaded and brought up to ``version``: the new record's tables."""
+        tables: dict = {}
+        done = True
+        for name in sorted(self._all_tables(state)):
+            faults.point("delta.before_commit")
+            try:
+                self._note(tables, name, self._publish(name, state.get("traces", {}).get(name), version, None))
+            except Exception as e:  # noqa: BLE001 - the ddcli commit stands whatever Delta does
+                done = False
+                self._warn(name, e)
+        return tables, done
+
+    def _publish(self, name: str, raw: dict | None, version: int, moved: bool | None) -> Published:
+        trace = Trace.from_json(name, raw) if raw is not None else None
+        return publish(self.store.trace_dir(name), name, trace, version, options=storage_options(self.store.blobs),
+                       retention_seconds=retention_seconds(), frontiers_changed=moved)
+
+    @staticmethod
+    def _note(tables: dict, name: str, p: Published) -> None:
+        if p.version is None:
+            tables.pop(name, None)
+        else:
+            tables[name] = [p.version, p.txn if p.txn is not None else -1]
+
+    def _warn(self, name: str, e: Exception) -> None:
+        self.store.warn(f"trace {name!r}: writing its Delta Lake log failed ({type(e).__name__}: "
+                        f"{' '.join(str(e).split())[:200]}); ddcli's commit stands, the next command "
+                        f"that changes the store brings the Delta table up to date")
 
     def _all_tables(self, state: dict) -> set[str]:
         """Every trace of ``state`` and every trace folder that may hold a Delta table."""
@@ -132,21 +182,26 @@ class Follower:
         names |= {n for n in blobs.list_folders(blobs.join(self.store.path, "traces")) if public(n)}
         return names
 
-    def _marker_path(self) -> str:
-        return self.store.blobs.join(self.store.path, MARKER)
+    # ------------------------------------------------------------ the record
 
-    def _marker(self) -> int:
-        """The recorded version (0 for a store that never had a trace; -1 when unknown)."""
+    def _record_path(self) -> str:
+        return self.store.blobs.join(self.store.path, RECORD)
+
+    def _record(self) -> dict:
+        """The record (version -1 when missing or unreadable: check everything)."""
         try:
-            v = json.loads(self.store.blobs.get(self._marker_path())).get("version")
-            return v if isinstance(v, int) else -1
+            rec = json.loads(self.store.blobs.get(self._record_path()))
+            if isinstance(rec.get("version"), int) and isinstance(rec.get("tables"), dict):
+                return rec
         except FileNotFoundError:
-            return -1
+            pass
         except (OSError, ValueError, AttributeError):
-            return -1
+            pass
+        return {"version": -1, "tables": {}}
 
-    def _set_marker(self, version: int) -> None:
+    def _write_record(self, version: int, state: dict, tables: dict) -> None:
+        live = {n: v for n, v in tables.items() if n in state.get("traces", {})}
         try:
-            self.store.blobs.replace(self._marker_path(), json.dumps({"version": version}).encode())
+            self.store.blobs.replace(self._record_path(), json.dumps({"version": version, "tables": live}).encode())
         except OSError as e:
             self.store.warn(f"could not record how far the Delta Lake logs are ({e}); the next command checks them all")

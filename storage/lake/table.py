@@ -1,23 +1,32 @@
 """One trace's Delta table: bring its log to what a committed ddcli state says.
 
 The table lives in the trace's own folder (``traces/NAME/_delta_log/``) and names the
-trace's sealed layer files in place: zero copy. :func:`publish` compares the files the
-table's newest version holds with the sealed layers of the trace in ddcli's state of log
-version ``V`` and commits one Delta version that adds the missing ones and removes the
-others (merged away, or the whole trace dropped), written with delta-rs (``deltalake``).
+trace's sealed layer files in place: zero copy. Each Delta version adds the layer files
+ddcli's log added and removes those it merged away (or all of them: the trace was
+dropped), and carries ``txn {appId: "ddcli", version: V}`` (Delta's idempotent-write
+marker: the ddcli log version it shows) and, in its ``commitInfo``, the trace's since and
+upper and the ddcli version.
 
-Each Delta version carries ``txn {appId: "ddcli", version: V}`` (Delta's idempotent-write
-marker) and, in its ``commitInfo``, the trace's since and upper and the ddcli version. A
-table whose ``txn`` already says ``V`` or later is left alone, and a commit is only ever
-written on top of the exact Delta version it was computed from (no silent rebase: delta-rs
-is told not to retry), so the Delta log never goes back to an older ddcli state, however
-many writers race.
+Two ways to write a version:
+
+* :func:`publish` loads the table with delta-rs (``deltalake``), compares the files its
+  newest version holds with the trace's sealed layers and commits the difference through
+  delta-rs (creating the table the first time). A table whose ``txn`` already says ``V``
+  or later is left alone, and delta-rs is told not to retry a lost race (no silent rebase
+  on a newer version), so the Delta log never goes back to an older ddcli state.
+* :func:`append` is the cheap way when the caller knows the table's newest version and
+  the files it holds (storage/lake/follow.py keeps that record): it writes the one JSON
+  commit file of the Delta protocol with put-if-absent, as delta-rs would, and reports
+  False when another writer took that version first (then :func:`publish` decides).
+  Loading a table costs milliseconds per version since its last checkpoint, more than the
+  commit itself; a checkpoint is made with delta-rs every :data:`CHECKPOINT_EVERY` versions.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 
 from storage.lake.types import delta_arrow_schema, delta_problem
 from storage.lattice import format_frontier
@@ -25,6 +34,16 @@ from storage.state.trace import Trace
 
 APP_ID = "ddcli"
 ATTEMPTS = 8  # a commit that keeps losing races to other writers gives up (the next command catches up)
+CHECKPOINT_EVERY = 100  # delta-rs's default checkpoint interval
+
+
+@dataclass(frozen=True)
+class Published:
+    """Where a table is after :func:`publish`: its newest Delta version and the ddcli log
+    version that one shows (None, None: no table); ``note`` says what happened."""
+    version: int | None
+    txn: int | None
+    note: str
 
 
 def storage_options(blobs) -> dict[str, str] | None:
@@ -72,14 +91,57 @@ def _description(name: str, trace: Trace) -> str:
             f"Written by ddcli from its own log: do not write to this table or VACUUM it.")
 
 
+def _sealed(trace: Trace | None) -> dict:
+    """The layer files a table shows for ``trace``: name -> (bytes, rows)."""
+    return {f.name: (f.bytes, f.rows) for l in trace.layers for f in l.files} if trace is not None else {}
+
+
+# ------------------------------------------------------------------ the cheap way: one JSON commit
+
+
+def append(blobs, uri: str, name: str, old: Trace, new: Trace | None, version: int, at: int) -> bool:
+    """Write Delta version ``at + 1`` of the table at ``uri``, whose version ``at`` shows
+    ``old``'s sealed layers, so that it shows ``new``'s (None: dropped) as of ddcli log
+    version ``version``. False when version ``at + 1`` exists already (nothing written)."""
+    now = int(time.time() * 1000)
+    before, after = _sealed(old), _sealed(new)
+    info = commit_info(name, new, version)
+    lines = [{"commitInfo": {"timestamp": now, "operation": "WRITE",
+                             "operationParameters": {"mode": "Append", "partitionBy": "[]"},
+                             "engineInfo": f"ddcli-{info['ddcli']['ddcli']}", "isBlindAppend": False, **info}}]
+    lines += [{"add": {"path": f, "partitionValues": {}, "size": size, "modificationTime": now, "dataChange": True,
+                       "stats": json.dumps({"numRecords": rows})}}
+              for f, (size, rows) in after.items() if f not in before]
+    lines += [{"remove": {"path": f, "deletionTimestamp": now, "dataChange": True, "extendedFileMetadata": True,
+                          "partitionValues": {}, "size": size}}
+              for f, (size, _) in before.items() if f not in after]
+    lines.append({"txn": {"appId": APP_ID, "version": version, "lastUpdated": now}})
+    data = "\n".join(json.dumps(line, separators=(",", ":")) for line in lines).encode() + b"\n"
+    path = blobs.join(uri, "_delta_log", f"{at + 1:020d}.json")
+    if not blobs.put_if_absent(path, data, "delta.before_link"):
+        return False
+    if (at + 1) % CHECKPOINT_EVERY == 0:
+        checkpoint(uri, storage_options(blobs))
+    return True
+
+
+def checkpoint(uri: str, options: dict | None) -> None:
+    """A checkpoint of the table's newest version, so that readers replay few commits;
+    also removes log files past the table's log retention."""
+    from deltalake import DeltaTable
+    table = DeltaTable(uri, storage_options=options)
+    table.create_checkpoint()
+    table.cleanup_metadata()
+
+
+# ------------------------------------------------------------------ the general way: through delta-rs
+
+
 def publish(uri: str, name: str, trace: Trace | None, version: int, *, options: dict | None,
-            retention_seconds: float, frontiers_changed: bool | None = True) -> str:
+            retention_seconds: float, frontiers_changed: bool | None = True) -> Published:
     """Bring the Delta table at ``uri`` to ``trace`` as of ddcli log version ``version``
     (``trace`` None: the trace is gone, its table is emptied). ``frontiers_changed``: the
-    since or upper moved (None: not known, compare with the newest Delta version's).
-
-    Returns what happened: ``created``, ``committed``, ``current`` (nothing to do),
-    ``no table`` (no trace and no table) or the reason the trace cannot be a table."""
+    since or upper moved (None: not known, compare with the newest Delta version's)."""
     from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
@@ -92,12 +154,12 @@ def publish(uri: str, name: str, trace: Trace | None, version: int, *, options: 
         try:
             if table is None:
                 if trace is None or problem:
-                    return problem or "no table"
+                    return Published(None, None, problem or "no table")
                 _create(uri, name, trace, version, options, retention_seconds)
-                return "created"
+                return Published(0, version, "created")
             if problem:  # a trace made again with a type Delta cannot hold: its table is emptied
-                return _update(uri, table, name, None, version, frontiers_changed, problem) or problem
-            return _update(uri, table, name, trace, version, frontiers_changed) or "current"
+                return _update(uri, table, name, None, version, frontiers_changed, problem)
+            return _update(uri, table, name, trace, version, frontiers_changed)
         except CommitFailedError:
             time.sleep(0.01)  # another writer committed this Delta version first: look again
         except Exception as e:  # noqa: BLE001 - a create racing another: the table exists now
@@ -111,8 +173,8 @@ def publish(uri: str, name: str, trace: Trace | None, version: int, *, options: 
 def _adds(trace: Trace, names: set[str] | None = None) -> list:
     from deltalake.transaction import AddAction
     now = int(time.time() * 1000)
-    return [AddAction(f.name, f.bytes, {}, now, True, json.dumps({"numRecords": f.rows}))
-            for l in trace.layers for f in l.files if names is None or f.name in names]
+    return [AddAction(f, size, {}, now, True, json.dumps({"numRecords": rows}))
+            for f, (size, rows) in _sealed(trace).items() if names is None or f in names]
 
 
 def _properties(name: str, trace: Trace | None, version: int, gone: str = "the trace was dropped"):
@@ -126,7 +188,8 @@ def _create(uri: str, name: str, trace: Trace, version: int, options, retention_
     from deltalake.transaction import create_table_with_add_actions
     keep = max(int(retention_seconds), 1)
     config = {"delta.deletedFileRetentionDuration": f"interval {keep} seconds",
-              "delta.logRetentionDuration": f"interval {max(keep, 30 * 24 * 3600)} seconds"}
+              "delta.logRetentionDuration": f"interval {max(keep, 30 * 24 * 3600)} seconds",
+              "delta.checkpointInterval": str(CHECKPOINT_EVERY)}
     create_table_with_add_actions(uri, Schema.from_arrow(delta_arrow_schema(trace.schema, trace.d)), _adds(trace),
                                   mode="error", name=name, description=_description(name, trace),
                                   configuration=config, storage_options=options,
@@ -134,37 +197,38 @@ def _create(uri: str, name: str, trace: Trace, version: int, options, retention_
 
 
 def _update(uri: str, table, name: str, trace: Trace | None, version: int, frontiers_changed: bool | None,
-            gone: str = "the trace was dropped") -> str | None:
-    """One commit that turns ``table``'s newest version into ``trace``'s sealed files;
-    None when the table is already there (or further: another writer was quicker)."""
+            gone: str = "the trace was dropped") -> Published:
+    """One commit that turns ``table``'s newest version into ``trace``'s sealed files
+    (none when the table is there already, or further: another writer was quicker)."""
     import pyarrow as pa
     from deltalake import Schema
     from deltalake.transaction import RemoveAction
 
+    at = table.version()
     seen = table.transaction_version(APP_ID)
     if seen is not None and seen >= version:
-        return None
+        return Published(at, seen, "current")
     actions = pa.table(table.get_add_actions(flatten=True))
     have = dict(zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist()))
-    want = {f.name for l in trace.layers for f in l.files} if trace is not None else set()
+    want = set(_sealed(trace))
     schema = Schema.from_arrow(delta_arrow_schema(trace.schema, trace.d)) if trace is not None else table.schema()
     same_schema = schema.to_json() == table.schema().to_json()
     if frontiers_changed is None:
         now = (trace.since.to_json(), trace.upper.to_json()) if trace is not None else None
-        frontiers_changed = trace is None or _frontiers(uri, table.version()) != now
+        frontiers_changed = trace is None or _frontiers(uri, at) != now
     if same_schema and set(have) == want and (not frontiers_changed or trace is None and not have):
-        return None
+        return Published(at, seen, "current")
     if not same_schema:  # the trace was dropped and made again with other columns
         table.create_write_transaction(_adds(trace), mode="overwrite", schema=schema,
                                        commit_properties=_properties(name, trace, version))
-        return "committed"
-    now = int(time.time() * 1000)
-    removes = [RemoveAction(path=p, deletion_timestamp=now, data_change=True, partition_values={}, size=size)
+        return Published(at + 1, version, "committed")
+    now_ms = int(time.time() * 1000)
+    removes = [RemoveAction(path=p, deletion_timestamp=now_ms, data_change=True, partition_values={}, size=size)
                for p, size in have.items() if p not in want]
     adds = _adds(trace, want - set(have)) if trace is not None else []
     table.create_write_transaction(adds + removes, mode="append", schema=schema,
                                    commit_properties=_properties(name, trace, version, gone))
-    return "committed"
+    return Published(at + 1, version, "committed")
 
 
 def _frontiers(uri: str, version: int) -> tuple | None:

@@ -45,24 +45,11 @@ def collect_garbage(store, grace_seconds: float) -> int:
     root = blobs.join(store.path, "traces")
     delta_cutoff = clock.now() - delta_retention.retention_seconds(grace_seconds)
     for tname in blobs.list_folders(root):
-        tdir = blobs.join(root, tname)
-        delta_kept = delta_retention.kept_files(store, tname, delta_cutoff) \
-            if delta_retention.has_table(store, tname) else set()
-        if delta_kept is None:
-            store.warn(f"trace folder {tdir}: its Delta Lake log cannot be read; none of its files were collected")
-        for fname in blobs.list(tdir):
-            p = blobs.join(tdir, fname)
-            if delta_kept is None or fname in delta_kept:
-                continue  # a Delta reader may still read it (or the table cannot be read)
-            try:
-                if p not in referenced and (known or fname.startswith(".tmp-")) and blobs.stat(p).mtime < cutoff:
-                    blobs.delete(p)
-                    removed += 1
-            except FileNotFoundError:
-                continue
+        removed += _collect_folder(store, tname, referenced, known, cutoff, delta_cutoff)
         if tname not in live_traces:
             delta_retention.remove_dead_table(store, tname, delta_cutoff)
-            blobs.remove_folder(tdir, older_than=cutoff)  # only when empty and old: a new trace's writer may have just made it
+            # only when empty and old: a new trace's writer may have just made it
+            blobs.remove_folder(blobs.join(root, tname), older_than=cutoff)
     for p in store.log.stray_tmp_files():
         try:
             if blobs.stat(p).mtime < cutoff:
@@ -72,3 +59,28 @@ def collect_garbage(store, grace_seconds: float) -> int:
             continue
     store.log.prune(cutoff, listing=True)
     return removed
+
+
+def _collect_folder(store, tname: str, referenced: set[str], known: bool, cutoff: float, delta_cutoff: float) -> int:
+    """Remove the old files of one trace folder that no version names, neither one of
+    ddcli's log a reader may still use nor one of the trace's Delta table inside its
+    retention (read only when there is something to remove)."""
+    blobs = store.blobs
+    tdir = blobs.join(store.path, "traces", tname)
+    doomed = []
+    for fname in blobs.list(tdir):
+        p = blobs.join(tdir, fname)
+        try:
+            if p not in referenced and (known or fname.startswith(".tmp-")) and blobs.stat(p).mtime < cutoff:
+                doomed.append((fname, p))
+        except FileNotFoundError:
+            continue
+    if doomed and delta_retention.has_table(store, tname):
+        kept = delta_retention.kept_files(store, tname, delta_cutoff)
+        if kept is None:
+            store.warn(f"trace folder {tdir}: its Delta Lake log cannot be read; none of its files were collected")
+            return 0
+        doomed = [(fname, p) for fname, p in doomed if fname not in kept]
+    for _, p in doomed:
+        blobs.delete(p)
+    return len(doomed)

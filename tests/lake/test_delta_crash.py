@@ -70,3 +70,65 @@ def test_a_crash_between_the_tables_of_one_commit_is_caught_up(tmp_path):
     store.ingest("c", [write_updates(str(tmp_path / "c.csv"), B, 1)])
     assert delta_files(store.trace_dir("b")) == set()
     assert delta_rs_at(store.trace_dir("c"), (1,)) == fold(B, (1,))
+
+
+@pytest.mark.parametrize("damage", ["older_version", "newer_txn", "lost", "garbled"])
+def test_a_stale_lost_or_damaged_record_costs_a_check_never_a_wrong_commit(tmp_path, damage):
+    import json
+    store = Store(str(tmp_path / "store"))
+    raw = []
+    for i in range(3):
+        rows = [((i, "a"), (i,), 1), ((0, "a"), (i,), i + 1)]
+        store.ingest("t", [write_updates(str(tmp_path / f"u{i}.csv"), rows, 1)])
+        raw += rows
+    path = store.blobs.join(store.path, "_delta_synced.json")
+    record = json.loads(store.blobs.get(path))
+    assert record["version"] == store.state().version and record["tables"]["t"][1] == record["version"]
+    if damage == "older_version":  # the appended commit finds its Delta version taken
+        record["tables"]["t"][0] -= 1
+    elif damage == "newer_txn":  # the table would show a newer ddcli state than the command's: never appended to
+        record["tables"]["t"][1] = record["version"] + 5
+    store.blobs.replace(path, {"lost": b"", "garbled": b"{\x00"}.get(damage, json.dumps(record).encode()))
+    if damage == "lost":
+        store.blobs.delete(path)
+    rows = [((7, "z"), (3,), 2)]
+    store.ingest("t", [write_updates(str(tmp_path / "last.csv"), rows, 1)])
+    raw += rows
+    uri = store.trace_dir("t")
+    assert delta_files(uri) == sealed_files(store, "t")
+    for t in range(5):
+        assert delta_rs_at(uri, (t,)) == polars_at(uri, (t,)) == fold(raw, (t,))
+    assert not store.warnings
+
+
+def test_writers_racing_on_one_store_leave_every_table_showing_its_trace(tmp_path):
+    """Two writers commit in turns (each one's commits interleaved with the other's): the
+    record is overtaken and rewritten out of order, every table still shows its trace."""
+    import threading
+    root = str(tmp_path / "store")
+    Store(root).ingest("a", [write_updates(str(tmp_path / "seed.csv"), A, 1)])
+    raws = {"a": list(A), "b": []}
+    errors = []
+
+    def writer(name):
+        try:
+            store = Store(root)
+            for i in range(6):
+                rows = [((i, name), (i + 1,), 1)]
+                store.ingest(name, [write_updates(str(tmp_path / f"{name}{i}.csv"), rows, 1)])
+                raws[name] += rows
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    store = Store(root)
+    for name in ("a", "b"):
+        uri = store.trace_dir(name)
+        assert delta_files(uri) == sealed_files(store, name)
+        for t in range(8):
+            assert delta_rs_at(uri, (t,)) == fold(raws[name], (t,))

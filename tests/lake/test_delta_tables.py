@@ -209,6 +209,6 @@ def test_a_writer_holding_an_older_state_never_moves_the_table_back(tmp_path):
     store.ingest("t", [write_updates(str(tmp_path / "b.csv"), [((0, "a"), (1,), 5)], 1)])
     uri = store.trace_dir("t")
     files = delta_files(uri)
-    assert publish(uri, "t", old, old_version, options=None, retention_seconds=3600) == "current"
+    assert publish(uri, "t", old, old_version, options=None, retention_seconds=3600).note == "current"
     assert delta_files(uri) == files and delta_rs_at(uri, (1,)) == {(0, "a"): 6}
     assert format_frontier(old.upper) == "1"
