@@ -57,6 +57,15 @@ def public(name: str) -> bool:
     return "." not in name
 
 
+def _appendable(entry: list | None, before: dict | None, after: dict | None, start: int) -> bool:
+    """Whether a trace's change from ``before`` to ``after`` (None: dropped) can be appended
+    to its table as the record's ``entry`` describes it: the table shows the trace as of
+    ddcli version ``start`` or older (the trace unchanged since), with the same columns."""
+    if entry is None or before is None or entry[1] > start:
+        return False
+    return after is None or (after["schema"], after["d"]) == (before["schema"], before["d"])
+
+
 class Follower:
     """What the commits of one command changed, and the Delta versions that follow them."""
 
@@ -132,8 +141,7 @@ class Follower:
             raw = state.get("traces", {}).get(name)
             entry, before = tables.get(name), old.get(name)
             try:
-                if entry is not None and before is not None and entry[1] <= start and \
-                        (raw is None or (raw["schema"], raw["d"]) == (before["schema"], before["d"])):
+                if _appendable(entry, before, raw, start):
                     new = Trace.from_json(name, raw) if raw is not None else None
                     if append(self.store.blobs, self.store.trace_dir(name), name, Trace.from_json(name, before),
                               new, end, entry[0]):
