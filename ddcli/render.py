@@ -167,15 +167,17 @@ def _escape(s: str) -> str:
 
 
 def table(tbl, fmt: str, output: str | None = None, *, title: str | None = None,
-          kind: str | None = None) -> None:
+          kind: str | None = None, every_row: bool = False) -> None:
     """Write an Arrow table in ``fmt`` to stdout or ``output``.
 
     ``kind`` adds a leading ``"kind"`` field to JSON Lines records (used when one stream
-    carries several kinds of record, like ``status``).
+    carries several kinds of record, like ``status``). ``every_row``: a terminal table
+    shows every row, not the first :data:`TABLE_ROWS` (rows a reader acknowledges).
     """
     if fmt == "table":
         with _text_out(output) as fh:
-            _console(fh).print(_rich_table(tbl, title, TABLE_ROWS if output is None else None))
+            limit = TABLE_ROWS if output is None and not every_row else None
+            _console(fh).print(_rich_table(tbl, title, limit))
     elif fmt == "csv":
         import csv
         with _text_out(output) as fh:
