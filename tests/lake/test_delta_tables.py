@@ -212,3 +212,29 @@ def test_a_writer_holding_an_older_state_never_moves_the_table_back(tmp_path):
     assert publish(uri, "t", old, old_version, options=None, retention_seconds=3600).note == "current"
     assert delta_files(uri) == files and delta_rs_at(uri, (1,)) == {(0, "a"): 6}
     assert format_frontier(old.upper) == "1"
+
+
+def test_appended_commits_are_checkpointed_and_read_the_same(tmp_path, monkeypatch):
+    from storage.lake import table
+    monkeypatch.setattr(table, "CHECKPOINT_EVERY", 3)
+    store = Store(str(tmp_path / "store"))
+    raw = []
+    for i in range(8):
+        rows = [((i % 3, "a"), (i,), 1), ((7, "b"), (i,), -1 if i % 2 else 2)]
+        store.ingest("t", [write_updates(str(tmp_path / f"u{i}.csv"), rows, 1)])
+        raw += rows
+    uri = store.trace_dir("t")
+    log = os.listdir(os.path.join(uri, "_delta_log"))
+    assert any(n.endswith(".checkpoint.parquet") for n in log), sorted(log)
+    assert any(json_commit["commitInfo"]["engineInfo"].startswith("ddcli")
+               for json_commit in _first_lines(uri)), "the commits after the first were appended by ddcli"
+    assert_delta_follows(store, "t", raw, [(t,) for t in range(9)])
+
+
+def _first_lines(uri):
+    import json
+    folder = os.path.join(uri, "_delta_log")
+    for n in sorted(os.listdir(folder)):
+        if n.endswith(".json") and not n.startswith("_"):
+            with open(os.path.join(folder, n)) as fh:
+                yield json.loads(fh.readline())
