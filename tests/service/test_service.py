@@ -338,6 +338,19 @@ def test_another_spark_setting_or_version_never_reuses_a_service(tmp_path, monke
     assert identity.service_key("local[2]", env) != key
     for same in ({"DDCLI_STORE": "/x"}, {"AWS_REGION": "eu-west-1"}, {"PWD": "/tmp"}, {"MY_SETTING": "1"}):
         assert identity.service_key("local[*]", {**env, **same}) == key, same  # commands bring their own
+    # a Spark setting of the configuration file counts as the environment's would
+    from ddcli.service import client
+    monkeypatch.chdir(tmp_path)
+    unset = {k: v for k, v in env.items() if k != "DDCLI_SPARK_MEMORY"}  # the environment beats the file
+    monkeypatch.setattr(os, "environ", unset)
+    plain = identity.service_key("local[*]", client._settings())
+    assert plain == identity.service_key("local[*]", unset)
+    (tmp_path / "ddcli.toml").write_text('spark_memory = "2g"\n')
+    assert identity.service_key("local[*]", client._settings()) != plain
+    (tmp_path / "ddcli.toml").write_text("spark_memory = \n")  # a broken file: the command runs in its own process
+    assert client._settings() is None
+    (tmp_path / "ddcli.toml").unlink()
+    monkeypatch.undo()
     monkeypatch.setattr(identity, "pyspark_identity", lambda: "another pyspark")
     assert identity.service_key("local[*]", env) != key
     monkeypatch.undo()
@@ -392,15 +405,19 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-def _listening_tcp_inodes() -> set[str]:
-    inodes = set()
+def _listening_tcp() -> dict[str, str]:
+    """Listening TCP sockets of the machine: inode -> local address (hex, as /proc has it)."""
+    out = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as fh:
             for line in fh.readlines()[1:]:
                 cols = line.split()
                 if cols[3] == "0A":  # LISTEN
-                    inodes.add(cols[9])
-    return inodes
+                    out[cols[9]] = cols[1].split(":")[0]
+    return out
+
+
+LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc")
@@ -419,10 +436,17 @@ def test_the_service_is_private_and_detached_from_the_clients_terminal_and_pipes
     assert fds["0"] == "/dev/null" and fds["1"] == fds["2"] and fds["1"].endswith(".log"), fds
     for p in _descendants(pid):  # neither the service nor its JVM and Python workers write to a pipe
         for fd in ("1", "2"):
-            assert not os.readlink(f"/proc/{p}/fd/{fd}").startswith("pipe:"), (p, fd)
+            try:
+                link = os.readlink(f"/proc/{p}/fd/{fd}")
+            except FileNotFoundError:  # an idle Python worker that just exited
+                continue
+            assert not link.startswith("pipe:"), (p, fd, link)
     own = {os.readlink(f"/proc/{pid}/fd/{fd}")[len("socket:["):-1] for fd in fds
            if fds[fd].startswith("socket:[")}
-    assert not own & _listening_tcp_inodes(), "the service's own process listens on TCP"
+    # the service answers on its Unix socket only; the one TCP port its process listens on
+    # is PySpark's (Py4J's callback server, on the loopback, with a secret), as in any run
+    listening = _listening_tcp()
+    assert all(listening[i] in LOOPBACK for i in own if i in listening), "a TCP port reachable from outside"
     # a folder open to others is made private again
     os.chmod(folder, 0o755)
     ok(ddcli(["run", WORDCOUNT], words_store))
@@ -431,7 +455,8 @@ def test_the_service_is_private_and_detached_from_the_clients_terminal_and_pipes
 
 def test_progress_reaches_the_client_as_it_happens_and_a_terminal_is_a_terminal(words_store, tmp_path):
     mark = tmp_path / "mark"
-    run = started(["run", "held.py"], words_store, {"SLOW_MARK": str(mark), "DDCLI_PROGRESS": "1"})
+    run = started(["run", "held.py"], words_store, {"SLOW_MARK": str(mark), "DDCLI_PROGRESS": "1",
+                                                    "DDCLI_NO_PROGRESS": "0"})
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(run.stderr.readline, "")), daemon=True)
     reader.start()
@@ -453,7 +478,8 @@ def test_progress_reaches_the_client_as_it_happens_and_a_terminal_is_a_terminal(
     ok(ddcli(["ingest", "words", WORDS[1]], words_store))
     primary, secondary = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "ddcli", "run", WORDCOUNT], cwd=str(words_store),
-                            env=ddcli_env(), stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary)
+                            env=ddcli_env({"DDCLI_NO_PROGRESS": "0"}), stdin=subprocess.DEVNULL, stdout=secondary,
+                            stderr=secondary)
     os.close(secondary)
     seen = b""
     while True:
