@@ -151,3 +151,21 @@ def test_refused_credentials_for_an_s3_output_are_one_line(words):
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_benchmark_figures_and_plots_replace_their_files_too(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is in the test extra: pip install -e '.[test]'")
+    from ddcli.bench.common import require_matplotlib, save_figure, write_json
+    kept = tmp_path / "kept"
+    kept.write_text("old bytes\n")
+    for name in ("figures.json", "plot.png"):
+        os.link(kept, tmp_path / name)
+    write_json({"x": 1}, str(tmp_path / "figures.json"))
+    require_matplotlib().use("Agg")
+    import matplotlib.pyplot as plt
+    fig, _ = plt.subplots()
+    save_figure(fig, str(tmp_path / "plot.png"))
+    plt.close(fig)
+    assert kept.read_text() == "old bytes\n"
+    assert (tmp_path / "figures.json").read_text() == '{\n  "x": 1\n}\n'
+    assert (tmp_path / "plot.png").read_bytes().startswith(b"\x89PNG")
