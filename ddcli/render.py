@@ -148,16 +148,18 @@ def _escape(s: str) -> str:
 
 
 def table(tbl, fmt: str, output: str | None = None, *, title: str | None = None,
-          kind: str | None = None, null: str | None = None) -> None:
+          kind: str | None = None, every_row: bool = False, null: str | None = None) -> None:
     """Write an Arrow table in ``fmt`` to stdout or ``output`` (a path or an ``s3://`` URL).
 
     ``kind`` adds a leading ``"kind"`` field to JSON Lines records (used when one stream
-    carries several kinds of record, like ``status``). ``null`` is the text CSV writes
-    for null (see :func:`csv_null`).
+    carries several kinds of record, like ``status``). ``every_row``: a terminal table
+    shows every row, not the first :data:`TABLE_ROWS` (rows a reader acknowledges).
+    ``null`` is the text CSV writes for null (see :func:`csv_null`).
     """
     if fmt == "table":
         with _text_out(output) as fh:
-            _console(fh).print(_rich_table(tbl, title, TABLE_ROWS if output is None else None))
+            limit = TABLE_ROWS if output is None and not every_row else None
+            _console(fh).print(_rich_table(tbl, title, limit))
     elif fmt == "csv":
         import csv
         null = csv_null(tbl, null)

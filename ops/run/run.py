@@ -52,6 +52,7 @@ from ops.spark.session import check_interrupt, get_spark, no_interrupts, partiti
 from storage.errors import Conflict
 from storage.lattice import Frontier, time_columns
 from storage.layer import Layer
+from storage.state.readers import describe_holder
 from storage.state.trace import Trace, check_new_name
 from storage.state.transitions import RunCommit, State, append_run, loop_frontier
 from storage.store import Store
@@ -249,13 +250,16 @@ def plan_run(store: Store, path: str, *, name: str | None = None, rebuild: bool 
 
 def run_pipeline(store: Store, path: str, *, name: str | None = None, master: str | None = None,
                  progress: Callable[[str], None] | RunProgress | None = None, batch_times: int | None = None,
-                 loop_stats: list | None = None, rebuild: bool = False) -> RunResult:
+                 loop_stats: list | None = None, rebuild: bool = False,
+                 planned: Callable[[RunPlan], None] | None = None) -> RunResult:
     """One run (see the module's docstring): plan, evaluate, write and commit.
     ``loop_stats`` (a list) receives each loop's rounds and updates. ``rebuild``: recompute
     the pipeline from its inputs' since, as if it had never run, and replace its state and
     outputs in the run's one commit (for an edited pipeline file; the old outputs stay
-    readable until then)."""
+    readable until then). ``planned`` is told the plan once it is made (lineage events)."""
     plan = plan_run(store, path, name=name, rebuild=rebuild)
+    if planned is not None:
+        planned(plan)
     if plan.nothing_to_do:
         return RunResult(plan.p.name, True, plan.frontier)
     precheck(plan.p, {n: v.trace.schema for n, v in plan.views.items()})  # column mistakes, before the JVM
@@ -294,6 +298,8 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
     progress(f"Spark ready in {started['seconds']:.1f} s" if started["seconds"] >= 0.05 else "Spark already running")
     progress.attach(spark)
     delta_rows = sum(l.rows for v in views.values() for l in v.new)
+    progress(f"pipeline {p.name}: reading {updates(delta_rows)} from " + ", ".join(
+        f"{len(v.new)} layer{'s' if len(v.new) != 1 else ''} of {n}" for n, v in views.items() if v.new))
     size_partitions(spark, delta_rows, single_ok=not any(n.op == "loop" for n in p.nodes))
     schemas = check_pipeline(spark, p, views, d)
     runtime = Runtime(p, _stored_arrangements(store, plan, schemas), progress=progress, loop_stats=loop_stats,
@@ -555,6 +561,6 @@ def _check_rebuild(state: State, p: Pipeline) -> None:
         t = state.traces.get(out)
         readers = sorted(h for h in (t.holds if t is not None else {}) if h != p.name)
         if readers:
-            raise PipelineError(f"output {out!r} of pipeline {p.name!r} is an input of pipeline {readers[0]!r}, "
-                                f"which has consumed its old history; drop {readers[0]!r} before rebuilding "
-                                f"{p.name!r}, then run it again")
+            who = describe_holder(readers[0])
+            raise PipelineError(f"output {out!r} of pipeline {p.name!r} is read by {who}, which has consumed "
+                                f"its old history; drop it before rebuilding {p.name!r}, then run it again")
