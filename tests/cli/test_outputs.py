@@ -169,3 +169,17 @@ def test_benchmark_figures_and_plots_replace_their_files_too(tmp_path):
     assert kept.read_text() == "old bytes\n"
     assert (tmp_path / "figures.json").read_text() == '{\n  "x": 1\n}\n'
     assert (tmp_path / "plot.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_change_feed_goes_to_s3_and_is_acknowledged_only_once_the_object_is_whole(words, s3_env, monkeypatch):
+    """`changes --ack -o s3://…`: a put that never happened (the writer failed) leaves the
+    reader where it was; the next read gives the same changes, whole, and acknowledges them."""
+    url = f"s3://{BUCKET}/feeds/{uuid.uuid4().hex[:8]}/batch.csv"
+    want = ok(ddcli(words, "changes", "words", "-r", "etl", "-f", "csv")).stdout
+    with monkeypatch.context() as m:
+        _fail_after(m, 5)
+        assert ddcli(words, "changes", "words", "-r", "etl", "-o", url, "--ack").exit_code == 1
+    assert _object(url) is None
+    ok(ddcli(words, "changes", "words", "-r", "etl", "-o", url, "--ack"))
+    assert _object(url).decode() == want and len(parse_csv(want)) > 5
+    assert ok(ddcli(words, "changes", "words", "-r", "etl", "-f", "csv")).stdout == "word,time,diff\n"
