@@ -3,7 +3,8 @@
 Every refusal is exit 2 with one `error:` line, and the store (every file hashed, every
 object of an S3 store) and the directory around it are left exactly as they were. Every
 test runs on a local store and on an S3 store (moto), whose layers DuckDB reads through
-local copies.
+local copies. Since every test checks that the store is left as it was, the tests of a
+backend share one store.
 """
 
 from __future__ import annotations
@@ -14,14 +15,23 @@ import pytest
 
 from tests.conftest import tree_digest
 from tests.helpers.cli import WORD_UPDATES, WORDS, ddcli, ok, one_line_error, parse_csv
+from tests.helpers.s3 import BACKENDS, aws_env, new_prefix
 
 
-@pytest.fixture
-def words(store_location):
-    store = store_location
-    ok(ddcli(store, "ingest", "words", str(WORDS[0])))
-    ok(ddcli(store, "ingest", "words", str(WORDS[1])))
-    return store
+@pytest.fixture(scope="module", params=BACKENDS)
+def words(request, tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        if request.param == "s3":
+            for k, v in aws_env(request.getfixturevalue("moto_endpoint")).items():
+                mp.setenv(k, v)
+            from storage.blobs.resolve import forget_clients
+            forget_clients()  # clients built for another endpoint
+            store = new_prefix()
+        else:
+            store = str(tmp_path_factory.mktemp("sql") / "store")
+        ok(ddcli(store, "ingest", "words", str(WORDS[0])))
+        ok(ddcli(store, "ingest", "words", str(WORDS[1])))
+        yield store
 
 
 def _layer(store: str) -> str:
