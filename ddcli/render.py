@@ -261,6 +261,22 @@ def text(message: str, output: str | None = None) -> None:
         fh.write(message.rstrip("\n") + "\n")
 
 
+def records(rows: list[dict], output: str | None = None) -> None:
+    """JSON Lines of records whose values may nest (lists, objects), one record a line."""
+    with _text_out(output) as fh:
+        _jsonl(rows, fh)
+
+
+def renderables(items: list, output: str | None = None) -> None:
+    """Rich renderables (trees, tables, groups) for people, one after another."""
+    with _text_out(output) as fh:
+        con = _console(fh)
+        for i, item in enumerate(items):
+            if i:
+                con.print()
+            con.print(item)
+
+
 def error(message: str) -> None:
     """One line on stderr: ``error: ...``."""
     text = " ".join(str(message).split())

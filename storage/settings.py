@@ -138,6 +138,8 @@ SETTINGS: list[Setting] = [
     # the store's files
     Setting("log_retention", "DDCLI_LOG_RETENTION", _seconds, "3600",
             "seconds old metadata versions are kept before a checkpoint lets them go"),
+    Setting("run_history", "DDCLI_RUN_HISTORY", _NON_NEGATIVE, "30",
+            "runs whose figures each pipeline keeps in the store (ddcli runs, ddcli report)"),
     Setting("lease_seconds", "DDCLI_LEASE_SECONDS", _seconds, "60",
             "seconds a run's lease on its pipeline lasts without being renewed"),
     Setting("s3_timeout", "DDCLI_S3_TIMEOUT", _seconds, "5", "seconds an S3 request may take"),

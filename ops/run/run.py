@@ -29,13 +29,15 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Callable
 
 import pyarrow as pa
 
 from ops.dataflow.builder import Pipeline
-from ops.dataflow.graph import Node, node_key
+from ops.dataflow.graph import Node, node_key, state_trace_name
 from ops.dataflow.load import load_pipeline
 from ops.dataflow.precheck import precheck
 from ops.errors import PipelineError
@@ -50,8 +52,9 @@ from ops.run.evaluate import Runtime, evaluate
 from ops.run.progress import RunProgress, cone_of, updates
 from ops.spark.session import check_interrupt, get_spark, no_interrupts, partitions, size_partitions
 from storage.errors import Conflict
-from storage.lattice import Frontier, time_columns
+from storage.lattice import Frontier, format_frontier, time_columns
 from storage.layer import Layer
+from storage.state.history import history_limit, run_entry
 from storage.state.readers import describe_holder
 from storage.state.trace import Trace, check_new_name
 from storage.state.transitions import RunCommit, State, append_run, loop_frontier
@@ -78,10 +81,6 @@ class InputView:
     old: list[Layer]
     new: list[Layer]
     seq: int  # the trace's next sequence number: everything below it is consumed now
-
-
-def state_trace_name(pipeline: str, node: Node) -> str:
-    return f"{pipeline}.{node.name}"
 
 
 def fingerprint(path: str) -> str:
@@ -257,6 +256,8 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     the pipeline from its inputs' since, as if it had never run, and replace its state and
     outputs in the run's one commit (for an edited pipeline file; the old outputs stay
     readable until then). ``planned`` is told the plan once it is made (lineage events)."""
+    started = time.monotonic()
+    history_limit()  # a bad DDCLI_RUN_HISTORY is one line before any work
     plan = plan_run(store, path, name=name, rebuild=rebuild)
     if planned is not None:
         planned(plan)
@@ -267,9 +268,17 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     ev = evaluate_batches(store, plan, master=master, progress=progress, batch_times=batch_times,
                           loop_stats=loop_stats)
     targets = run_targets(plan, ev.runtime)
+
+    def figures(w: RunWrites) -> dict:  # for the pipeline's history, committed with the run
+        return run_entry(when=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                         seconds=time.monotonic() - started, rows_in=ev.delta_rows,
+                         outputs={o: (w.sealed[o].rows if w.sealed[o] else 0) for o in plan.p.outputs},
+                         inputs={n: len(v.new) for n, v in plan.views.items()}, spark_jobs=progress.jobs_so_far(),
+                         frontier=format_frontier(plan.frontier), steps=progress.steps, rebuild=plan.rebuild)
+
     written = store.write_and_commit(
         "run", lambda registry: write_targets(store, plan, ev, targets, registry, progress),
-        lambda s, w: _run_change(store, plan, targets, w)(s), merge=list(targets), guard=_committing)
+        lambda s, w: _run_change(store, plan, targets, w, figures(w))(s), merge=list(targets), guard=_committing)
     return RunResult(plan.p.name, False, plan.frontier,
                      {o: (written.sealed[o].rows if written.sealed[o] else 0) for o in plan.p.outputs},
                      {n: len(v.new) for n, v in plan.views.items()}, rows_in=ev.delta_rows, steps=progress.steps,
@@ -473,7 +482,7 @@ def _write_together(group: dict[str, LayerWrite], write_all, targets: dict, out:
         _report_write(progress, rec)
 
 
-def _run_change(store: Store, plan: RunPlan, targets: dict[str, tuple[Node, bool]], w: RunWrites):
+def _run_change(store: Store, plan: RunPlan, targets: dict[str, tuple[Node, bool]], w: RunWrites, figures: dict):
     """The run's change of the store's metadata (:func:`storage.state.transitions.append_run`),
     after checking that the input layers it read are still there."""
     p, views = plan.p, plan.views
@@ -489,7 +498,8 @@ def _run_change(store: Store, plan: RunPlan, targets: dict[str, tuple[Node, bool
                 "inputs": {n: {"seq": v.seq, "upper": v.trace.upper.to_json()} for n, v in views.items()},
                 "outputs": sorted(p.outputs), "state": sorted(t for t, (_, st) in targets.items() if st)},
         inputs={n: v.seq for n, v in views.items()}, targets={t: st for t, (_, st) in targets.items()},
-        protos=w.protos, written=w.sealed, held=w.held, unheld=unheld, rebuild=plan.rebuild)
+        protos=w.protos, written=w.sealed, held=w.held, unheld=unheld, rebuild=plan.rebuild,
+        figures=figures, history_runs=history_limit())
 
     def change(s: State) -> State:
         _check_inputs_exist(store, views)

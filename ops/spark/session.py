@@ -332,10 +332,17 @@ def cores(spark) -> int:
     """Task slots of the session for sizing partitions: N for ``local[N]``, the CPUs for
     ``local[*]``; on a cluster ``spark.default.parallelism``, which this session sets to 4
     whatever the executors hold (tasks that must run together use :func:`slots`)."""
+    n = local_cores(spark.sparkContext.master)
+    return max(2, spark.sparkContext.defaultParallelism) if n is None else n
+
+
+def local_cores(master: str) -> int | None:
+    """Task slots of a local-mode master (``local``: 1, ``local[N]``: N, ``local[*]``: the
+    CPUs); None for a cluster."""
     import re
-    m = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", spark.sparkContext.master)
-    if m is None:  # a cluster
-        return max(2, spark.sparkContext.defaultParallelism)
+    m = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", master)
+    if m is None:
+        return None
     slots = m.group(1)
     if slots is None:
         return 1

@@ -72,7 +72,7 @@ def test_sizes_are_kept_exactly_in_a_form_every_reader_takes():
 
 def test_the_registry_defaults_are_what_the_code_uses_when_nothing_is_set(monkeypatch):
     """Each default of the registry, set explicitly, reads as the code's own default."""
-    from ops.loops import local
+    from ops.loops import route
     from ops.loops.plan import loop_path
     from ops.reduce import budget, kernel
     from ops.spark import class_archive, session
@@ -80,7 +80,7 @@ def test_the_registry_defaults_are_what_the_code_uses_when_nothing_is_set(monkey
     from storage.settings import BY_ENV
     from storage.writes.lease import ttl_seconds
     readers = {"DDCLI_REDUCE_MEMORY": kernel.memory_budget, "DDCLI_REDUCE_TASK_ROWS": budget.task_rows,
-               "DDCLI_LOOP_TASK_ROWS": local.task_rows, "DDCLI_LOOP_TASKS": local.resident_task_cap,
+               "DDCLI_LOOP_TASK_ROWS": route.task_rows, "DDCLI_LOOP_TASKS": route.resident_task_cap,
                "DDCLI_LOOP_PATH": loop_path, "DDCLI_MAX_LINE_BYTES": limits.max_line_bytes,
                "DDCLI_INGEST_MEMORY": lambda: limits.ReadBudget().limit, "DDCLI_LEASE_SECONDS": ttl_seconds,
                "DDCLI_SPARK_CONNECT_TIMEOUT": session.connect_timeout, "DDCLI_SPARK_MASTER": session.master_url,
