@@ -143,6 +143,10 @@ SETTINGS: list[Setting] = [
     Setting("lease_seconds", "DDCLI_LEASE_SECONDS", _seconds, "60",
             "seconds a run's lease on its pipeline lasts without being renewed"),
     Setting("s3_timeout", "DDCLI_S3_TIMEOUT", _seconds, "5", "seconds an S3 request may take"),
+    Setting("delta", "DDCLI_DELTA", _flag, "1",
+            "write each trace's Delta Lake log beside its layers, so other engines read it"),
+    Setting("delta_retention", "DDCLI_DELTA_RETENTION", _seconds, None,
+            "seconds compact keeps the layer files a Delta version names (default: the grace period)"),
     # Spark
     Setting("spark_master", "DDCLI_SPARK_MASTER", _text, "local[*]",
             "Spark master URL (run --master): local[*] or spark://HOST:PORT"),
