@@ -174,7 +174,7 @@ def run(
     """
     import time
 
-    out = render.choose_format(fmt, json_, output)
+    out = render.choose_format(fmt, json_, output, store)
     if name is not None and len(pipelines) > 1:
         raise typer.BadParameter("--name names one pipeline: give one PIPELINE.py with it", param_hint="--name")
     _quiet_pyspark_logging()
@@ -246,7 +246,7 @@ def verify(
 
         ddcli verify sample_data/pipelines/length_count.py --at "(1,1)"
     """
-    out = render.choose_format(fmt, json_, output)
+    out = render.choose_format(fmt, json_, output, store)
     say, _ = progress_output(out, live=False)
     if say:
         say(f"loading {pipeline} and Spark's libraries")
