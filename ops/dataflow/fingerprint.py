@@ -38,6 +38,7 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 # Python 3.14 marks code that has a docstring; before it, a function's first constant is
 # its docstring slot (None when it has none)
 _HAS_DOCSTRING = getattr(inspect, "CO_HAS_DOCSTRING", None)
+_DEPTH = 32  # objects and functions nested deeper than this are read by their text
 
 
 def digest(value) -> str:
@@ -72,13 +73,16 @@ def canonical(value, ref=None, seen: frozenset = frozenset()):
         return _class(value, seen)
     module = type(value).__module__ or ""
     if module.startswith("pyspark"):  # a Column: the expression Spark prints, no job
-        return ["spark", type(value).__name__, str(value)]
+        return ["spark", type(value).__name__, _ADDRESS.sub("", str(value))]
     if module.startswith("pyarrow"):  # a schema or type: its text
         return ["arrow", type(value).__name__, str(value)]
-    if module.startswith("numpy"):
-        return ["numpy", _ADDRESS.sub("", repr(value))]
+    if module.startswith("numpy") and hasattr(value, "tobytes"):  # an array or scalar: its bytes
+        return ["numpy", str(getattr(value, "dtype", "")), list(getattr(value, "shape", ())),
+                hashlib.sha256(value.tobytes()).hexdigest()]
     attrs = getattr(value, "__dict__", None)
-    if attrs is not None:  # a reducer or another plain object: its class and attributes
+    if attrs is not None and not module.startswith(("numpy", "pandas")) and ("object", id(value)) not in seen \
+            and len(seen) < _DEPTH:  # a reducer or another plain object: its class and attributes
+        seen = seen | {("object", id(value))}
         return ["object", _class(type(value), seen), canonical(dict(attrs), ref, seen)]
     return ["repr", type(value).__qualname__, _ADDRESS.sub("", repr(value))]
 

@@ -281,6 +281,7 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     progress(f"rebuilding {plan.p.name!r}: {plan.ident.changes.summary()}")
     first = _execute(store, plan, master, progress, batch_times, loop_stats)
     first.rebuilt = plan.backfill.describe(plan.p)
+    first.rows_in, first.inputs = 0, dict.fromkeys(plan.views, 0)  # it read history, no new input
     then = plan_run(store, path, name=name)  # the new input, as any run
     if then.nothing_to_do:
         return first
@@ -292,6 +293,8 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
 
 def _execute(store: Store, plan: RunPlan, master: str | None, progress: RunProgress, batch_times: int | None,
              loop_stats: list | None) -> RunResult:
+    """Evaluate, write and commit what ``plan`` decided (a backfill with nothing to
+    recompute commits the new record alone, without Spark)."""
     if plan.nothing_to_do:
         return RunResult(plan.p.name, True, plan.frontier)
     precheck(plan.p, {n: v.trace.schema for n, v in plan.views.items()})  # column mistakes, before the JVM
@@ -349,7 +352,8 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
             sources[n] = read_layers(spark, store.read_paths(v.trace, v.new),
                                      _empty_frame(spark, update_schema(v.trace.schema, d)).schema)
     for t in boundaries.values():  # a partial rebuild reads unchanged operators' state whole
-        sources[t.name] = read_layers(spark, store.read_paths(t), _empty_frame(spark, update_schema(t.schema, t.d)).schema)
+        sources[t.name] = read_layers(spark, store.read_paths(t),
+                                      _empty_frame(spark, update_schema(t.schema, t.d)).schema)
     # batches only for one-dimensional times: with more, compacting to a batch's first time
     # could merge times the stored state must keep apart (the frontier need not be beyond it)
     if d == 1 and loops:
@@ -368,7 +372,7 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
         batch_sources = {n: _between(df, first, lo, hi) for n, df in sources.items() if n in inside}
         runtime.record_floor = _record_floor(d, hi, plan.frontier)
         preset = None if backfill is None else (  # boundaries read from state; what is not recomputed, nothing
-            {i: batch_sources.get(t.name) for i, t in boundaries.items()} | dict.fromkeys(backfill.skipped))
+            {nid: batch_sources.get(t.name) for nid, t in boundaries.items()} | dict.fromkeys(backfill.skipped))
         with progress.step("batch", batch=i + 1):
             frames = evaluate(p, ctx, batch_sources, runtime, preset)
             outs = {node.id: frames.get(node.id) for node in p.outputs.values()}
