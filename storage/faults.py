@@ -17,6 +17,9 @@ Points (in the order a writer reaches them):
 * ``ingest.before_commit``, ``ingest.after_commit`` — around the commit of an ingest;
 * ``advance.before_commit``, ``advance.after_commit`` — around the commit of an advance;
 * ``compact.before_commit``, ``compact.after_commit`` — around the commit of a merge.
+* ``reader.before_commit``, ``reader.after_commit`` — around creating or dropping a named reader;
+* ``ack.before_commit``, ``ack.after_commit`` — around a named reader's acknowledgement
+  (``ddcli changes --ack``: its output is completely written by then).
 """
 
 from __future__ import annotations

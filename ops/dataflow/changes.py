@@ -15,6 +15,10 @@ newly loaded pipeline with that record (:func:`compare`) gives each operator one
 Counterparts are found by fingerprint first, then by kind and matched inputs, then by
 kind and own definition. ``ddcli run`` names the changes when it refuses to run an edited
 pipeline; ``ddcli explain`` can show them (:func:`pipeline_changes`).
+
+The state trace of an arranged node is the one the record names for its fingerprint,
+wherever the node now sits in the file; a node with no valid state gets a new name
+(:func:`state_names`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ops.dataflow.fingerprint import fingerprints, own
-from ops.dataflow.graph import Graph, Node
+from ops.dataflow.graph import Graph, Node, state_nodes, state_trace_name
 
 STATUSES = ("unchanged", "changed", "affected", "new", "removed")
 
@@ -131,16 +135,54 @@ def compare(p: Graph, fps: dict[int, str], old: list[dict]) -> list[OperatorChan
     return out
 
 
+def recorded_operators(p: Graph, path: str, record: dict | None, traces, fps: dict[int, str]) -> list[dict] | None:
+    """The operators ``record`` holds (None: no record, or one that cannot tell). A record
+    written before fingerprints holds only the file's hash: when the file is unchanged, its
+    operators are ``p``'s, their state traces named ``pipeline.op_id`` as they were then."""
+    if record is None:
+        return None
+    old = record.get("operators")
+    if old is None and record.get("fingerprint") == file_hash(path):
+        legacy = {n.id: state_trace_name(p.name, n) for n in state_nodes(p) if state_trace_name(p.name, n) in traces}
+        old = record_operators(p, fps, legacy)
+    return old
+
+
+def assign_state_names(p: Graph, fps: dict[int, str], old: list[dict] | None,
+                       traces) -> tuple[dict[int, str], dict[int, str]]:
+    """(every state node's trace, the nodes whose recorded state trace is still valid):
+    the trace the record names for a node's fingerprint, else a new name, unique."""
+    state_of = {e["fp"]: e["state"] for e in old or [] if e.get("state") in traces}
+    nodes = state_nodes(p)
+    reused = {n.id: state_of[fps[n.id]] for n in nodes if fps[n.id] in state_of}
+    names = dict(reused)
+    taken = set(reused.values())
+    for n in nodes:
+        if n.id not in names:
+            name = state_trace_name(p.name, n)
+            names[n.id] = name if name not in taken else f"{name}_{fps[n.id][:6]}"
+            taken.add(names[n.id])
+    return names, reused
+
+
+def state_names(p: Graph, path: str, record: dict | None, traces) -> dict[int, str]:
+    """The state trace of every state node of ``p`` (loaded from ``path``) against the
+    store's record of its last run and its traces (``State.traces``)."""
+    fps = fingerprints(p)
+    return assign_state_names(p, fps, recorded_operators(p, path, record, traces, fps), traces)[0]
+
+
 def pipeline_changes(p: Graph, path: str, record: dict | None) -> PipelineChanges:
     """``p`` (loaded from ``path``) against ``record``, the store's record of its last run
     (``State.pipelines[name]``; None: it never ran)."""
     fps = fingerprints(p)
+    return changes_against(p, fps, record, recorded_operators(p, path, record, (), fps))
+
+
+def changes_against(p: Graph, fps: dict[int, str], record: dict | None, old: list[dict] | None) -> PipelineChanges:
+    """``p`` against the ``old`` operators of ``record`` (:func:`recorded_operators`)."""
     if record is None:
         return PipelineChanges([OperatorChange("new", n.op, n.where, n) for n in p.nodes], first_run=True)
-    old = record.get("operators")
-    if old is None:  # recorded before fingerprints: only the file's bytes can tell
-        if record.get("fingerprint") != file_hash(path):
-            return PipelineChanges([OperatorChange("changed", n.op, n.where, n) for n in p.nodes], known=False)
-        old = record_operators(p, fps)
+    if old is None:  # recorded before fingerprints, from another file: nothing is known
+        return PipelineChanges([OperatorChange("changed", n.op, n.where, n) for n in p.nodes], known=False)
     return PipelineChanges(compare(p, fps, old))
-

@@ -131,6 +131,23 @@ def node_key(n: Node, columns: list[str]) -> list[str]:
     return columns[:1]
 
 
+def node_priority(node: Node):
+    """The iteration expression of an ``enter_at`` node or a prioritized variable (None: none)."""
+    return node.args.get("priority")
+
+
+def state_trace_name(pipeline: str, node: Node) -> str:
+    """The name a new state trace gets (a node's recorded state keeps the name it was given:
+    ops/dataflow/changes.py, ``state_names``)."""
+    return f"{pipeline}.{node.name}"
+
+
+def state_nodes(p: Graph) -> list[Node]:
+    """The nodes whose collection a run stores as a state trace: every arranged one but
+    inputs (traces already) and entered collections (their outer collection is stored)."""
+    return [n for n in arranged_nodes(p).values() if n.op not in ("input", "enter")]
+
+
 def reduce_spec(n: Node, columns: list[str]) -> tuple[list[str], Reducer]:
     """The key and the reducer of a reduce-family node (``distinct`` and ``threshold`` are
     reduces keyed by the whole row)."""

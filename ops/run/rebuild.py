@@ -30,9 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ops.dataflow.builder import Pipeline
-from ops.dataflow.changes import PipelineChanges, compare, file_hash, record_operators
+from ops.dataflow.changes import (PipelineChanges, assign_state_names, changes_against, file_hash,
+                                  record_operators, recorded_operators)
 from ops.dataflow.fingerprint import dataflow_fingerprint, fingerprints, loop_body
-from ops.dataflow.graph import Node, arranged_nodes, scope_nodes
+from ops.dataflow.graph import Node, scope_nodes, state_nodes
 from storage.lattice import Frontier
 from storage.state.trace import Trace
 from storage.state.transitions import State
@@ -59,45 +60,17 @@ class Identity:
         return record_operators(p, self.fps, self.state_names)
 
 
-def state_nodes(p: Pipeline) -> list[Node]:
-    """The nodes whose collection a run stores as a state trace: every arranged one but
-    inputs (traces already) and entered collections (their outer collection is stored)."""
-    return [n for n in arranged_nodes(p).values() if n.op not in ("input", "enter")]
-
-
 def identify(p: Pipeline, path: str, record: dict | None, state: State) -> Identity:
-    """``p``'s fingerprints, its changes against ``record``, and its state traces' names:
-    the recorded trace for every node whose fingerprint it knows, a new name otherwise.
-
-    A record written before pipelines were identified by their dataflow holds only the
-    file's hash: when the file is unchanged its state traces are ``pipeline.op_id``, as
-    they were named then; otherwise nothing is known and a rebuild recomputes everything."""
+    """``p``'s fingerprints, its changes against ``record`` and its state traces' names
+    (ops/dataflow/changes.py). A record written before pipelines were identified by their
+    dataflow holds only the file's hash: an unchanged file is known, another is not (a
+    rebuild then recomputes everything)."""
     fps = fingerprints(p)
-    fh = file_hash(path)
-    stored = state_nodes(p)
-    old = None
-    if record is not None:
-        old = record.get("operators")
-        if old is None and record.get("fingerprint") == fh:
-            legacy = {n.id: f"{p.name}.{n.name}" for n in stored if f"{p.name}.{n.name}" in state.traces}
-            old = record_operators(p, fps, legacy)
-    if record is None:
-        changes = PipelineChanges(first_run=True)
-    elif old is None:
-        changes = PipelineChanges(known=False)
-    else:
-        changes = PipelineChanges(compare(p, fps, old))
-    state_of = {e["fp"]: e["state"] for e in old or [] if e.get("state") in state.traces}
-    reused = {n.id: state_of[fps[n.id]] for n in stored if fps[n.id] in state_of}
-    names = dict(reused)
-    taken = set(reused.values())
-    for n in stored:
-        if n.id not in names:
-            name = f"{p.name}.{n.name}"
-            names[n.id] = name if name not in taken else f"{name}_{fps[n.id][:6]}"
-            taken.add(names[n.id])
+    old = recorded_operators(p, path, record, state.traces, fps)
+    names, reused = assign_state_names(p, fps, old, state.traces)
     old_outputs = {e["trace"]: e["fp"] for e in old or [] if e["op"] == "output"}
-    return Identity(fps, dataflow_fingerprint(fps), fh, changes, names, reused, old_outputs)
+    return Identity(fps, dataflow_fingerprint(fps), file_hash(path), changes_against(p, fps, record, old),
+                    names, reused, old_outputs)
 
 
 @dataclass

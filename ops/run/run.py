@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Callable
 
 import pyarrow as pa
@@ -50,8 +52,10 @@ from ops.run.progress import RunProgress, cone_of, updates
 from ops.run.rebuild import Backfill, Identity, identify, plan_backfill, state_reusable
 from ops.spark.session import check_interrupt, get_spark, no_interrupts, partitions, size_partitions
 from storage.errors import Conflict
-from storage.lattice import Frontier, time_columns
+from storage.lattice import Frontier, format_frontier, time_columns
 from storage.layer import Layer
+from storage.state.history import history_limit, run_entry
+from storage.state.readers import describe_holder
 from storage.state.trace import Trace, check_new_name
 from storage.state.transitions import RunCommit, State, append_run, loop_frontier
 from storage.store import Store
@@ -266,53 +270,72 @@ def _edited(p: Pipeline, record: dict, ident: Identity) -> str:
 
 def run_pipeline(store: Store, path: str, *, name: str | None = None, master: str | None = None,
                  progress: Callable[[str], None] | RunProgress | None = None, batch_times: int | None = None,
-                 loop_stats: list | None = None, rebuild: bool = False, rebuild_all: bool = False) -> RunResult:
+                 loop_stats: list | None = None, rebuild: bool = False, rebuild_all: bool = False,
+                 planned: Callable[[RunPlan], None] | None = None) -> RunResult:
     """One run (see the module's docstring): plan, evaluate, write and commit.
     ``loop_stats`` (a list) receives each loop's rounds and updates. ``rebuild`` (after
     editing the pipeline's file): first recompute the operators that changed and what
     depends on them, up to the frontier the pipeline had, reusing the stored state of the
     others, in a commit of its own (ops/run/rebuild.py); then run over new input as usual.
     ``rebuild_all``: recompute everything from the inputs' since, in the run's one commit.
-    The old outputs stay readable until the commit that replaces them."""
+    The old outputs stay readable until the commit that replaces them. ``planned`` is told
+    the plan once it is made (lineage events)."""
+    started = time.monotonic()
+    history_limit()  # a bad DDCLI_RUN_HISTORY is one line before any work
     plan = plan_run(store, path, name=name, rebuild=rebuild, rebuild_all=rebuild_all)
+    if planned is not None:
+        planned(plan)
     progress = progress if isinstance(progress, RunProgress) else RunProgress(progress)
     if plan.backfill is None:
-        return _execute(store, plan, master, progress, batch_times, loop_stats)
+        return _execute(store, plan, master, progress, batch_times, loop_stats, started)
     progress(f"rebuilding {plan.p.name!r}: {plan.ident.changes.summary()}")
-    first = _execute(store, plan, master, progress, batch_times, loop_stats)
+    first = _execute(store, plan, master, progress, batch_times, loop_stats, started)
     first.rebuilt = plan.backfill.describe(plan.p)
     first.rows_in, first.inputs = 0, dict.fromkeys(plan.views, 0)  # it read history, no new input
     then = plan_run(store, path, name=name)  # the new input, as any run
     if then.nothing_to_do:
         return first
-    res = _execute(store, then, master, progress, batch_times, loop_stats)
+    res = _execute(store, then, master, progress, batch_times, loop_stats, time.monotonic())
     res.rebuilt, res.spark_jobs = first.rebuilt, res.spark_jobs + first.spark_jobs
     res.outputs = {o: n + first.outputs.get(o, 0) for o, n in res.outputs.items()}
     return res
 
 
 def _execute(store: Store, plan: RunPlan, master: str | None, progress: RunProgress, batch_times: int | None,
-             loop_stats: list | None) -> RunResult:
+             loop_stats: list | None, started: float) -> RunResult:
     """Evaluate, write and commit what ``plan`` decided (a backfill with nothing to
     recompute commits the new record alone, without Spark)."""
     if plan.nothing_to_do:
         return RunResult(plan.p.name, True, plan.frontier)
     precheck(plan.p, {n: v.trace.schema for n, v in plan.views.items()})  # column mistakes, before the JVM
     if plan.backfill is not None and not plan.backfill.needed:  # nothing to recompute: a new record only
-        store.write_and_commit("run", lambda registry: RunWrites(), lambda s, w: _run_change(store, plan, {}, w)(s),
+        empty = RunWrites()
+        store.write_and_commit("run", lambda registry: empty,
+                               lambda s, w: _run_change(store, plan, {}, w, _figures(plan, started, progress, 0, w))(s),
                                guard=_committing)
         return RunResult(plan.p.name, False, plan.frontier)
     ev = evaluate_batches(store, plan, master=master, progress=progress, batch_times=batch_times,
                           loop_stats=loop_stats)
     targets = run_targets(plan, ev.runtime)
+    rows_in = 0 if plan.backfill is not None else ev.delta_rows  # a rebuild reads history, not new input
     written = store.write_and_commit(
         "run", lambda registry: write_targets(store, plan, ev, targets, registry, progress),
-        lambda s, w: _run_change(store, plan, targets, w)(s), merge=list(targets), guard=_committing)
+        lambda s, w: _run_change(store, plan, targets, w, _figures(plan, started, progress, rows_in, w))(s),
+        merge=list(targets), guard=_committing)
     outputs = [o for o in plan.p.outputs if o in targets]
     return RunResult(plan.p.name, False, plan.frontier,
                      {o: (written.sealed[o].rows if written.sealed[o] else 0) for o in outputs},
                      {n: len(v.new) for n, v in plan.views.items()}, rows_in=ev.delta_rows, steps=progress.steps,
                      spark_jobs=progress.jobs_so_far())
+
+
+def _figures(plan: RunPlan, started: float, progress: RunProgress, rows_in: int, w: RunWrites) -> dict:
+    """A run's figures for the pipeline's history, committed with the run."""
+    return run_entry(when=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                     seconds=time.monotonic() - started, rows_in=rows_in,
+                     outputs={o: (l.rows if l else 0) for o, l in w.sealed.items() if o in plan.p.outputs},
+                     inputs={n: len(v.new) for n, v in plan.views.items()}, spark_jobs=progress.jobs_so_far(),
+                     frontier=format_frontier(plan.frontier), steps=progress.steps, rebuild=plan.rebuild)
 
 
 @dataclass
@@ -339,6 +362,9 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
     backfill = plan.backfill
     boundaries = backfill.boundaries if backfill is not None else {}
     delta_rows = sum(l.rows for v in views.values() for l in v.new) + sum(t.rows() for t in boundaries.values())
+    progress(f"pipeline {p.name}: reading {updates(delta_rows)} from " + ", ".join(
+        [f"{len(v.new)} layer{'s' if len(v.new) != 1 else ''} of {n}" for n, v in views.items() if v.new]
+        + [f"the stored state {t.name}" for t in boundaries.values()]))
     loops = any(n.op == "loop" and (backfill is None or n.id in backfill.needed) for n in p.nodes)
     size_partitions(spark, delta_rows, single_ok=not loops)
     schemas = check_pipeline(spark, p, views, d)
@@ -528,7 +554,7 @@ def _write_together(group: dict[str, LayerWrite], write_all, targets: dict, out:
         _report_write(progress, rec)
 
 
-def _run_change(store: Store, plan: RunPlan, targets: dict[str, tuple[Node, bool]], w: RunWrites):
+def _run_change(store: Store, plan: RunPlan, targets: dict[str, tuple[Node, bool]], w: RunWrites, figures: dict):
     """The run's change of the store's metadata (:func:`storage.state.transitions.append_run`),
     after checking that the input layers it read are still there."""
     p, views, backfill = plan.p, plan.views, plan.backfill
@@ -547,7 +573,7 @@ def _run_change(store: Store, plan: RunPlan, targets: dict[str, tuple[Node, bool
                 "operators": plan.ident.operators(p)},
         inputs={n: v.seq for n, v in views.items()}, targets={t: st for t, (_, st) in targets.items()},
         protos=w.protos, written=w.sealed, held=w.held, unheld=unheld, rebuild=plan.rebuild,
-        reads=backfill.reads if backfill is not None else None,
+        reads=backfill.reads if backfill is not None else None, figures=figures, history_runs=history_limit(),
         released=[o for o in (plan.record or {}).get("outputs", []) if plan.rebuild and o not in p.outputs])
     boundaries = list(backfill.boundaries.values()) if backfill is not None else []
 
@@ -626,6 +652,6 @@ def _check_rebuild(state: State, p: Pipeline, outputs: list[str]) -> None:
         t = state.traces.get(out)
         readers = sorted(h for h in (t.holds if t is not None else {}) if h != p.name)
         if readers:
-            raise PipelineError(f"output {out!r} of pipeline {p.name!r} is an input of pipeline {readers[0]!r}, "
-                                f"which has consumed its old history; drop {readers[0]!r} before rebuilding "
-                                f"{p.name!r}, then run it again")
+            who = describe_holder(readers[0])
+            raise PipelineError(f"output {out!r} of pipeline {p.name!r} is read by {who}, which has consumed "
+                                f"its old history; drop it before rebuilding {p.name!r}, then run it again")

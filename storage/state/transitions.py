@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from storage.errors import Conflict, StoreError
 from storage.lattice import Frontier, format_frontier
 from storage.layer import Layer
+from storage.state import history
 from storage.state import ingested as ingested_record
 from storage.state.trace import Hold, Trace
 
@@ -252,6 +253,8 @@ class RunCommit:
     rebuild: bool = False  # state and outputs of an earlier version are replaced
     reads: dict[str, list[str]] | None = None  # output -> the unheld inputs it was computed from (None: all)
     released: list[str] = field(default_factory=list)  # outputs the new version no longer writes
+    figures: dict | None = None  # the run's figures, for the pipeline's history (storage/state/history.py)
+    history_runs: int = history.DEFAULT_RUNS  # the runs the history keeps
 
 
 def append_run(s: State, run: RunCommit) -> State:
@@ -287,7 +290,11 @@ def append_run(s: State, run: RunCommit) -> State:
             if t is not None and t.owner == run.pipeline and o not in changed:
                 changed[o] = t.with_(owner=None, pending=[])  # what waited for the pipeline never comes
     out = s.with_traces(changed)
-    out.pipelines[run.pipeline] = run.record
+    record = dict(run.record)
+    if run.figures is not None:  # kept across runs (and rebuilds); bounded
+        kept = cur.get(history.HISTORY_KEY) if cur else None
+        record[history.HISTORY_KEY] = history.with_run(kept, run.record["runs"], run.figures, run.history_runs)
+    out.pipelines[run.pipeline] = record
     return out
 
 
