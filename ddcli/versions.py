@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from importlib import metadata
 
-PACKAGES = ("ddcli", "pyspark", "duckdb", "pyarrow")
+PACKAGES = ("ddcli", "pyspark", "duckdb", "pyarrow", "deltalake")
 JAVA_SECONDS = 10  # a JVM printing its version takes well under a second; a broken one may hang
 
 

@@ -16,10 +16,14 @@ Points (in the order a writer reaches them):
   in ``compact``): before the first deletion, and after it;
 * ``ingest.before_commit``, ``ingest.after_commit`` — around the commit of an ingest;
 * ``advance.before_commit``, ``advance.after_commit`` — around the commit of an advance;
-* ``compact.before_commit``, ``compact.after_commit`` — around the commit of a merge.
+* ``compact.before_commit``, ``compact.after_commit`` — around the commit of a merge;
 * ``reader.before_commit``, ``reader.after_commit`` — around creating or dropping a named reader;
 * ``ack.before_commit``, ``ack.after_commit`` — around a named reader's acknowledgement
-  (``ddcli changes --ack``: its output is completely written by then).
+  (``ddcli changes --ack``: its output is completely written by then);
+* ``delta.before_commit`` — ddcli's commit is done, the Delta version of one of the traces
+  it changed is not (reached once per trace); ``delta.before_link`` — creating that Delta
+  version's commit file; ``delta.after_commit`` — every Delta version is written, the
+  record of how far they are (storage/lake/follow.py) is not.
 """
 
 from __future__ import annotations
@@ -28,6 +32,12 @@ import errno
 import os
 
 _hits: dict[str, int] = {}
+
+
+def reset() -> None:
+    """Count the points from 1 again: each command of a process that runs many (ddcli's
+    service) counts its own hits, as a process of its own would."""
+    _hits.clear()
 
 
 def point(name: str) -> None:

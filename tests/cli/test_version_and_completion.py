@@ -40,10 +40,12 @@ def test_version_names_every_part_one_line_each_without_spark():
     lines = res.stdout.splitlines()
     assert lines[-1] == "no pyspark 0", lines
     by = dict(line.split(" ", 1) for line in lines[:-1])
-    assert list(by) == ["ddcli", "Python", "pyspark", "duckdb", "pyarrow", "Java"], lines
+    assert list(by) == ["ddcli", "Python", "pyspark", "duckdb", "pyarrow", "deltalake", "Java"], lines
     assert re.fullmatch(r"\d+\.\d+\.\d+.*", by["ddcli"])
     assert by["Python"].startswith(platform.python_version() + " ")
     assert (by["pyspark"], by["duckdb"], by["pyarrow"]) == (pyspark.__version__, duckdb.__version__, pyarrow.__version__)
+    from importlib.metadata import version
+    assert by["deltalake"] == version("deltalake")
     java = shutil.which("java")
     if java:  # the same version `java -version` reports, and which java it is
         said = subprocess.run([java, "-version"], capture_output=True, text=True).stderr

@@ -232,7 +232,8 @@ def test_real_processes_a_killed_run_leaves_no_lock_and_two_racing_runs_one_wins
     for _ in range(2):
         store.ingest("words", [stream.next_file()])
     tmp = {"TMPDIR": str(tmp_path)}  # Spark's scratch, which a killed process leaves behind
-    killed = ddcli_process(["run", WORDCOUNT], store.path, env={"DDCLI_FAULT": "run.before_commit", **tmp})
+    killed = ddcli_process(["run", WORDCOUNT], store.path,  # in a process of its own, which dies
+                           env={"DDCLI_FAULT": "run.before_commit", "DDCLI_SERVICE": "0", **tmp})
     killed.communicate(timeout=300)
     assert killed.returncode == 137
     assert "wordcount" not in store.state().pipelines
@@ -546,7 +547,8 @@ def test_bench_storage_saves_json_and_a_png_plot(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib is in the test extra: pip install -e '.[test]'")
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
     ok(runner.invoke(app, ["bench", "storage", "--updates", "2000", "--keys", "200", "--small-ingests", "12",
-                           "--small-size", "20", "--repeat", "1", "--meta-ingests", "0", "--out", str(out),
+                           "--small-size", "20", "--repeat", "1", "--meta-ingests", "0", "--delta-ingests", "0",
+                           "--out", str(out),
                            "--plot", str(png)]))
     fig = json.loads(out.read_text())
     small = fig["small_ingests"]
