@@ -239,8 +239,14 @@ def _as_of(store: Store, tr: Trace, t, where: str | None) -> pa.Table:
         # Every update of a sealed layer has a time below upper (d = 1 has no pending
         # updates but an output's, left out), and compaction preserves sums: the
         # collection at upper - 1 is the sum of them all, whatever the since. No time
-        # condition, so nothing to refuse.
+        # condition, so nothing to refuse -- except for a pipeline's output recomputed
+        # from history compacted to its frontier (a rebuild): its updates from before
+        # the upper then wait beyond it with the rest, and it answers no time until its
+        # pipeline's frontier passes its since.
         tt = None
+        latest = default_time(tr)
+        if tr.owner and latest is not None and tr.pending:
+            _check_since(tr, latest)
     else:
         tt = _as_time(tr, t)
         _check_since(tr, tt)
