@@ -221,7 +221,7 @@ def plan_run(store: Store, path: str, *, name: str | None = None, rebuild: bool 
     """Load the pipeline and decide what its run reads, writes and may refuse: its inputs'
     old and new layers, its frontiers before and after, the clashes and edits that stop it."""
     p = load_pipeline(path, name)
-    state = store.state()
+    state = store.state(to_write=True)
     views = input_views(store, state, p, fresh=rebuild)
     d = next(iter(views.values())).trace.d
     record = state.pipelines.get(p.name)

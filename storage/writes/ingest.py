@@ -53,7 +53,7 @@ def ingest(store, name: str, paths: list, *, key: list[str] | None = None,
     to write (an upsert adds its retractions, storage/writes/upsert.py) or raises a user error.
     """
     check_name(name)
-    state = store.state()
+    state = store.state(to_write=True)
     existing = state.traces.get(name)
     if existing is None:
         check_new_name(name, state.traces)
