@@ -46,6 +46,7 @@ class Store:
         self.blobs.check()  # a missing bucket or refused credentials: one line, here
         self.log = Log(self.path, log_retention)
         self.warnings: list[str] = []  # what went wrong but did not stop the command
+        self.committed: State | None = None  # the newest state this process committed
         self._on_warning = on_warning
 
     def warn(self, message: str) -> None:
@@ -142,7 +143,8 @@ class Store:
             v = raw["version"] if raw else 0
             return change(State.from_json(v, raw)).to_json()
         version, raw = self.log.commit(apply)
-        return State.from_json(version, raw)
+        self.committed = State.from_json(version, raw)
+        return self.committed
 
     def write_and_commit(self, name: str, write: Callable[[Written], W], change: Callable[[State, W], State], *,
                          merge: Iterable[str] = (), guard: Callable[[], ContextManager] | None = None) -> W:

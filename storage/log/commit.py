@@ -55,7 +55,7 @@ from typing import Callable
 
 from storage import clock, faults
 from storage.blobs.resolve import for_path
-from storage.errors import Ambiguous, Conflict, CorruptionError
+from storage.errors import Ambiguous, Conflict, CorruptionError, StoreUnreachable
 from storage.log import delta as log_delta
 
 _VERSION_RE = re.compile(r"^v(\d{12})\.json$")
@@ -326,7 +326,13 @@ class Log:
         try:
             created = self.blobs.put_if_absent(self.path(version), data)
         except Ambiguous as e:
-            if self._load(version)[0] is _MISSING:
+            try:
+                missing = self._load(version)[0] is _MISSING
+            except StoreUnreachable:
+                raise StoreUnreachable(f"the commit of metadata version {version} ended without an answer ({e}) "
+                                       f"and the store cannot be reached to tell whether it landed; run "
+                                       f"'ddcli status' once it answers") from None
+            if missing:
                 raise Conflict(f"the commit of metadata version {version} ended without an answer ({e}) "
                                f"and it is not in the store; nothing was written, retry") from None
             created = False

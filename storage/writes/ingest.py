@@ -37,6 +37,7 @@ class IngestResult:
     skipped: list[str]
     upper: Frontier
     created: bool
+    committed: Trace | None = None  # the trace as this ingest committed it (and the merges after)
 
 
 def ingest(store, name: str, paths: list, *, key: list[str] | None = None,
@@ -100,7 +101,8 @@ def ingest(store, name: str, paths: list, *, key: list[str] | None = None,
 
     store.write_and_commit("ingest", write, lambda s, w: transitions.ingest(s, proto, existing, w[0], seal_to,
                                                                             w[1], files), merge=[name])
-    return IngestResult(name, table.num_rows, [b.path for b in fresh], skipped, seal_to, existing is None)
+    return IngestResult(name, table.num_rows, [b.path for b in fresh], skipped, seal_to, existing is None,
+                        store.committed.traces.get(name))
 
 
 def _read_new(name: str, existing: Trace | None, objects: list, tag: str, *, fmt, time, null, columns,
