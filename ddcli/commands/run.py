@@ -164,15 +164,17 @@ def run(
     st = store_at(store)
     progress = _progress_printer(out == "table" and sys.stderr.isatty())
     records, messages, failures, committed = [], [], [], []
+    from ops.spark.session import check_interrupt, interrupted
     with stopping_spark_on_interrupt(committed):
         for path in pipelines:
+            check_interrupt()  # Ctrl-C stops the whole command, not one pipeline of it
             started = time.monotonic()
             try:
                 with _leased(st.path, name or default_name(path)):
                     res = run_pipeline(st, path, name=name, master=master, batch_times=batch_times,
                                        rebuild=rebuild, progress=progress)
             except Exception as e:  # noqa: BLE001 - named below, with its own exit code
-                if len(pipelines) == 1:
+                if len(pipelines) == 1 or interrupted():  # a cancelled job surfaces as any error
                     raise
                 failures.append((path, e))
                 continue
