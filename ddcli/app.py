@@ -48,7 +48,7 @@ EXIT_CODES_HELP = (
     "5 the store is damaged (a layer file missing or not what the log recorded, or an unreadable "
     "metadata version): retrying will not help, run ddcli check."
     "\n\n"
-    "The store is --store PATH, or $DDCLI_STORE, or ./ddstore. "
+    "The store is --store PATH, or $DDCLI_STORE, or ddcli.toml's store, or ./ddstore (see ddcli config). "
     "Times are written 7 or (1,2); a frontier is one or more times, e.g. \"(0,3) (1,2)\"."
 )
 
@@ -135,6 +135,18 @@ def _handle(exc: BaseException, cmd: str) -> int:
 
 
 store_warnings: list[str] = []  # what a store said went wrong without stopping the command
+# variables the configuration file set for this command (ddcli/config.py), with their values
+# before it (None: unset); put back when the command ends
+restore_env: dict[str, str | None] = {}
+
+
+def _restore_env() -> None:
+    for name, value in restore_env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    restore_env.clear()
 
 
 class Group(TyperGroup):
@@ -168,6 +180,8 @@ class Group(TyperGroup):
             code = 130
         except Exception as e:  # noqa: BLE001 - the one place every error is turned into a code
             code = _handle(e, prog)
+        finally:
+            _restore_env()
         if not standalone_mode:
             return code
         sys.exit(code)
@@ -180,7 +194,7 @@ app = typer.Typer(
          "Spark, SQL over any past state.",
     epilog=EXIT_CODES_HELP,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",
     context_settings={"help_option_names": ["-h", "--help"]},

@@ -15,7 +15,9 @@ from typing import Annotated, Optional
 import typer
 
 from ddcli.app import EXIT_NOOP, store_warnings
+from ddcli.completion import complete_ingested, complete_pipelines, complete_traces
 from ddcli.render import OutputFormat
+from storage.settings import BY_KEY
 
 StoreOpt = Annotated[str, typer.Option(
     "--store", envvar="DDCLI_STORE", metavar="PATH", show_default=True,
@@ -33,7 +35,23 @@ StrictNoopOpt = Annotated[bool, typer.Option(
 WhereOpt = Annotated[Optional[str], typer.Option(
     "--where", "-w", metavar="EXPR",
     help="A DuckDB SQL condition on the data columns, e.g. \"word LIKE 'a%'\".")]
-DEFAULT_STORE = "./ddstore"
+HistoryWhereOpt = Annotated[Optional[str], typer.Option(
+    "--where", "-w", metavar="EXPR",
+    help="A DuckDB SQL condition on the data columns, time (or time_0, ...) and diff of the "
+         "consolidated updates, e.g. \"time >= 6 AND diff < 0\".")]
+DEFAULT_STORE = BY_KEY["store"].default
+
+
+def trace_arg(help: str, *, ingested: bool = False):
+    """A trace name argument; the shell completes it from the store (``ingested``: only
+    the traces no pipeline writes)."""
+    return typer.Argument(metavar="TRACE", help=help,
+                          autocompletion=complete_ingested if ingested else complete_traces)
+
+
+def pipeline_arg(help: str):
+    """A pipeline name argument; the shell completes it from the store."""
+    return typer.Argument(metavar="PIPELINE", help=help, autocompletion=complete_pipelines)
 
 
 class InputFormat(str, Enum):

@@ -167,15 +167,17 @@ def _escape(s: str) -> str:
 
 
 def table(tbl, fmt: str, output: str | None = None, *, title: str | None = None,
-          kind: str | None = None) -> None:
+          kind: str | None = None, every_row: bool = False) -> None:
     """Write an Arrow table in ``fmt`` to stdout or ``output``.
 
     ``kind`` adds a leading ``"kind"`` field to JSON Lines records (used when one stream
-    carries several kinds of record, like ``status``).
+    carries several kinds of record, like ``status``). ``every_row``: a terminal table
+    shows every row, not the first :data:`TABLE_ROWS` (rows a reader acknowledges).
     """
     if fmt == "table":
         with _text_out(output) as fh:
-            _console(fh).print(_rich_table(tbl, title, TABLE_ROWS if output is None else None))
+            limit = TABLE_ROWS if output is None and not every_row else None
+            _console(fh).print(_rich_table(tbl, title, limit))
     elif fmt == "csv":
         import csv
         with _text_out(output) as fh:
@@ -247,6 +249,22 @@ def report(record: dict, message: str, fmt: str, output: str | None = None) -> N
         flat = {k: (json.dumps(v, default=_json_default) if isinstance(v, (list, dict)) else v)
                 for k, v in record.items()}
         table(pa.Table.from_pylist([flat]), fmt, output)
+
+
+def records(rows: list[dict], output: str | None = None) -> None:
+    """JSON Lines of records whose values may nest (lists, objects), one record a line."""
+    with _text_out(output) as fh:
+        _jsonl(rows, fh)
+
+
+def renderables(items: list, output: str | None = None) -> None:
+    """Rich renderables (trees, tables, groups) for people, one after another."""
+    with _text_out(output) as fh:
+        con = _console(fh)
+        for i, item in enumerate(items):
+            if i:
+                con.print()
+            con.print(item)
 
 
 def error(message: str) -> None:

@@ -16,7 +16,14 @@ Points (in the order a writer reaches them):
   in ``compact``): before the first deletion, and after it;
 * ``ingest.before_commit``, ``ingest.after_commit`` — around the commit of an ingest;
 * ``advance.before_commit``, ``advance.after_commit`` — around the commit of an advance;
-* ``compact.before_commit``, ``compact.after_commit`` — around the commit of a merge.
+* ``compact.before_commit``, ``compact.after_commit`` — around the commit of a merge;
+* ``reader.before_commit``, ``reader.after_commit`` — around creating or dropping a named reader;
+* ``ack.before_commit``, ``ack.after_commit`` — around a named reader's acknowledgement
+  (``ddcli changes --ack``: its output is completely written by then);
+* ``delta.before_commit`` — ddcli's commit is done, the Delta version of one of the traces
+  it changed is not (reached once per trace); ``delta.before_link`` — creating that Delta
+  version's commit file; ``delta.after_commit`` — every Delta version is written, the
+  record of how far they are (storage/lake/follow.py) is not.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import pyarrow as pa
 from storage import faults, integrity
 from storage.blobs.resolve import open_store
 from storage.errors import Conflict, CorruptionError, DiffOverflow, LayerVanished, StoreError
+from storage.lake import follow as delta_follow
 from storage.lattice import Frontier, beyond_mask, format_frontier, parse_frontier, time_columns
 from storage.layer import Layer, consolidate, empty_updates, read_layer_files, write_layer_file
 from storage.log.commit import Log
@@ -41,13 +42,16 @@ DEFAULT_GRACE_SECONDS = 3600.0
 
 class Store:
     def __init__(self, path: str, on_warning: Callable[[str], None] | None = None,
-                 log_retention: float | None = None):
+                 log_retention: float | None = None, delta: bool | None = None):
         self.blobs, self.path = open_store(path)
         self.blobs.check()  # a missing bucket or refused credentials: one line, here
         self.log = Log(self.path, log_retention)
         self.warnings: list[str] = []  # what went wrong but did not stop the command
         self.committed: State | None = None  # the newest state this process committed
         self._on_warning = on_warning
+        # every trace is also a Delta Lake table whose log follows this one (storage/lake/)
+        self.delta = delta_follow.Follower(self) if (delta_follow.enabled() if delta is None else delta) else None
+        self._writing = 0  # depth of write_and_commit: the Delta logs follow the outermost one
 
     def warn(self, message: str) -> None:
         if message not in self.warnings:
@@ -139,10 +143,15 @@ class Store:
 
     def commit(self, change: Callable[[State], State]) -> State:
         """Apply a pure change to the newest state and commit it (see storage/log/commit.py)."""
+        before: list[dict | None] = [None]
+
         def apply(raw: dict | None) -> dict:
             v = raw["version"] if raw else 0
+            before[0] = raw
             return change(State.from_json(v, raw)).to_json()
         version, raw = self.log.commit(apply)
+        if self.delta is not None:
+            self.delta.committed(before[0], raw)
         self.committed = State.from_json(version, raw)
         return self.committed
 
@@ -158,6 +167,7 @@ class Store:
         landed after all). ``name`` names the fault points ``NAME.before_commit`` and
         ``NAME.after_commit``; the traces in ``merge`` have their layers merged geometrically
         after the commit; the commit and those merges run inside ``guard()`` when given.
+        Then the Delta logs of the traces it changed follow (storage/lake/follow.py).
         Returns what ``write`` returned.
         """
         written = Written()
@@ -166,6 +176,7 @@ class Store:
         except BaseException:
             self._discard(written)
             raise
+        self._writing += 1
         try:
             with guard() if guard is not None else contextlib.nullcontext():
                 faults.point(f"{name}.before_commit")
@@ -176,7 +187,22 @@ class Store:
         except BaseException:
             self._discard_unless_committed(written)
             raise
+        finally:
+            self._writing -= 1
+        if self._writing == 0:
+            self.follow_delta()
         return result
+
+    def follow_delta(self, *, catch_up: bool = False) -> None:
+        """Write the Delta versions of what this process committed (``catch_up``: of
+        whatever the Delta logs lag behind). Never raises: the commits stand."""
+        if self.delta is None:
+            return
+        try:
+            self.delta.catch_up() if catch_up else self.delta.follow()
+        except Exception as e:  # noqa: BLE001 - e.g. the object store stopped answering
+            self.warn(f"writing the Delta Lake logs failed ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
+                      f"ddcli's commit stands, the next command that changes the store catches them up")
 
     def _still_there(self, state: State, written: Written) -> State:
         """Refuse to commit layers whose files are gone (collected as garbage meanwhile)."""
@@ -305,6 +331,7 @@ class Store:
                 except Conflict:
                     if attempt == 2:
                         conflicts += 1
+        self.follow_delta(catch_up=True)  # Delta logs a killed command left behind
         removed = self.collect_garbage(grace_seconds)
         return {"traces": len(names), "merges": merged, "removed_files": removed, "conflicts": conflicts}
 

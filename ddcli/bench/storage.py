@@ -15,7 +15,10 @@ The benchmark, with every size a parameter (a test runs it tiny):
    warm-up itself as ``first_s``: the first query of a new process, which checks every
    layer's hash (on an object store: fetches every layer once);
 5. the metadata log (ddcli/bench/metadata.py): ``meta_ingests`` one-row ingests into a
-   fresh store; the log's size and the commit latency after 10^2 of them and after all.
+   fresh store; the log's size and the commit latency after 10^2 of them and after all;
+6. the Delta Lake logs (ddcli/bench/delta.py): ``delta_ingests`` small ingests into a store
+   that writes a Delta version after each commit and into one that does not, taking turns;
+   the ratio of their median latencies, and what importing delta-rs adds to a command's start.
 """
 
 from __future__ import annotations
@@ -71,7 +74,8 @@ def _forget_checked_layers(store, trace) -> None:
 def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ingests: int = 1000,
                   small_size: int = 1000, repeat: int = 5, workdir: str | None = None,
                   seed: int = 1, log: Callable[[str], None] | None = None,
-                  meta_ingests: int = 10_000, log_retention: float = 30.0, s3: bool = False) -> dict:
+                  meta_ingests: int = 10_000, log_retention: float = 30.0, s3: bool = False,
+                  delta_ingests: int = 200) -> dict:
     """Run the storage benchmark and return its figures (see the module docstring)."""
     import duckdb
     import numpy as np
@@ -87,7 +91,8 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
     try:
         rng = np.random.default_rng(seed)
         gen_dir = os.path.join(root, "input")
-        store_dir = stack.enter_context(store_locations(s3, root))("store")  # a folder, or an s3:// prefix
+        where = stack.enter_context(store_locations(s3, root))
+        store_dir = where("store")  # a folder, or an s3:// prefix
         if os.path.exists(store_dir):
             shutil.rmtree(store_dir)
         os.makedirs(gen_dir, exist_ok=True)
@@ -104,11 +109,15 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
         if meta_ingests:
             from ddcli.bench.metadata import bench_metadata
             metadata = bench_metadata(root, ingests=meta_ingests, log_retention=log_retention, say=say)
+        delta = None
+        if delta_ingests:
+            from ddcli.bench.delta import bench_delta
+            delta = bench_delta(root, where, ingests=delta_ingests, say=say)
         return {
             "benchmark": "storage",
             "params": {"updates": updates, "keys": keys, "small_ingests": small_ingests,
                        "small_size": small_size, "repeat": repeat, "big_times": BIG_TIMES,
-                       "big_files": len(big_paths), "seed": seed},
+                       "big_files": len(big_paths), "seed": seed, "delta_ingests": delta_ingests},
             **ingests,
             "store": {"location": store.path, "where": store.blobs.where(), "commits": commits},
             "bytes": {"trace_layers": tr.bytes(), "store_dir": dir_bytes(store_dir) if os.path.isdir(store_dir) else None,
@@ -117,6 +126,7 @@ def bench_storage(*, updates: int = 10_000_000, keys: int = 1_000_000, small_ing
             "rows": {"trace": tr.rows(), "consolidated": cons_rows},
             "query": queries,
             "metadata": metadata,
+            "delta": delta,
             "environment": {"python": platform.python_version(), "pyarrow": pa.__version__,
                             "duckdb": duckdb.__version__, "cpus": os.cpu_count(),
                             "machine": platform.machine()},
@@ -339,5 +349,11 @@ def print_table(res: dict, output: str | None = None) -> None:
         t.add_row(f"commit latency after {l['ingests']:,} ingests (median)",
                   _fmt_s(l["commit_latency_s"]["median"]),
                   f"after {e['ingests']:,}: {_fmt_s(e['commit_latency_s']['median'])} ({m['latency_ratio']:.2f}x)")
+    dl = res.get("delta")
+    if dl:
+        w, wo = dl["with_delta_s"], dl["without_delta_s"]
+        t.add_row(f"ingest latency with Delta logs ({dl['ingests']:,} ingests, median)", _fmt_s(w["median"]),
+                  f"without: {_fmt_s(wo['median'])} ({dl['latency_ratio']:.2f}x; p90 {dl['p90_ratio']:.2f}x)")
+        t.add_row("start cost of importing delta-rs", _fmt_s(dl["import_deltalake_s"]), "commands that commit")
     with _text_out(output) as fh:
         _console(fh).print(t)

@@ -41,6 +41,9 @@ def bench_storage(
                     "after 10^2 of them against after all; 0 skips it).")] = 10_000,
     log_retention: Annotated[float, typer.Option(
         min=0, help="Seconds the metadata benchmark keeps old log versions.")] = 30.0,
+    delta_ingests: Annotated[int, typer.Option(
+        min=0, help="Small ingests into a store writing Delta Lake logs and into one not, "
+                    "for the latency ratio (0 skips it).")] = 200,
     workdir: Annotated[Optional[str], typer.Option(
         "--dir", metavar="DIR", help="Where to put the generated files and the store (default: a temp dir, removed).")] = None,
     s3: Annotated[bool, typer.Option(
@@ -60,7 +63,8 @@ def bench_storage(
     SMALL-SIZE updates; reports updates/s, layers, bytes on disk against one consolidated
     Parquet file, and query --as-of against DuckDB over that file. Then META-INGESTS
     one-row ingests into a fresh store: the metadata log's size and commit latency after
-    10^2 of them against after all.
+    10^2 of them against after all. Then DELTA-INGESTS ingests with and without Delta Lake
+    logs: the latency ratio.
 
     Example:
 
@@ -72,7 +76,7 @@ def bench_storage(
     res = bench.bench_storage(updates=updates, keys=keys, small_ingests=small_ingests,
                               small_size=small_size, repeat=repeat, workdir=workdir,
                               meta_ingests=meta_ingests, log_retention=log_retention, s3=s3,
-                              log=None if out != "table" else console_log())
+                              delta_ingests=delta_ingests, log=None if out != "table" else console_log())
     if out_json:
         write_json(res, out_json)
     if plot:

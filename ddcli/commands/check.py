@@ -11,12 +11,12 @@ import typer
 
 from ddcli import render
 from ddcli.app import EXIT_CODES_HELP, EXIT_CORRUPT, app
-from ddcli.options import DEFAULT_STORE, FormatOpt, JsonOpt, OutputOpt, StoreOpt, plural, store_at
+from ddcli.options import DEFAULT_STORE, FormatOpt, JsonOpt, OutputOpt, StoreOpt, plural, store_at, trace_arg
 
 
 @app.command(epilog=EXIT_CODES_HELP)
 def check(
-    trace: Annotated[Optional[str], typer.Argument(metavar="TRACE", help="One trace (default: every trace).")] = None,
+    trace: Annotated[Optional[str], trace_arg("One trace (default: every trace).")] = None,
     store: StoreOpt = DEFAULT_STORE,
     fmt: FormatOpt = None,
     json_: JsonOpt = False,

@@ -12,7 +12,7 @@ import typer
 
 from ddcli import render
 from ddcli.app import EXIT_CODES_HELP, app
-from ddcli.options import DEFAULT_STORE, FormatOpt, JsonOpt, OutputOpt, StoreOpt, store_at
+from ddcli.options import DEFAULT_STORE, FormatOpt, JsonOpt, OutputOpt, StoreOpt, pipeline_arg, store_at
 
 PIPELINE_COLUMNS = [("pipeline", "string"), ("file", "string"), ("file_hash", "string"), ("runs", "int64"),
                     ("frontier", "string"), ("inputs", "string"), ("holds", "string"), ("outputs", "string"),
@@ -50,7 +50,7 @@ def pipelines_(
 
 @app.command(epilog=EXIT_CODES_HELP)
 def drop(
-    pipeline: Annotated[str, typer.Argument(metavar="PIPELINE", help="The pipeline's name (see ddcli pipelines).")],
+    pipeline: Annotated[str, pipeline_arg("The pipeline's name (see ddcli pipelines).")],
     keep_outputs: Annotated[bool, typer.Option(
         "--keep-outputs", help="Keep the output traces (they become ordinary traces).")] = False,
     store: StoreOpt = DEFAULT_STORE,

@@ -11,14 +11,15 @@ import typer
 
 from ddcli import render
 from ddcli.app import EXIT_CODES_HELP, app
-from ddcli.options import DEFAULT_STORE, FormatOpt, JsonOpt, OutputOpt, StoreOpt, WhereOpt, store_at
+from ddcli.options import (DEFAULT_STORE, FormatOpt, HistoryWhereOpt, JsonOpt, OutputOpt, StoreOpt, WhereOpt,
+                           store_at, trace_arg)
 
 # ---------------------------------------------------------------- reading
 
 
 @app.command(epilog=EXIT_CODES_HELP)
 def query(
-    trace: Annotated[str, typer.Argument(metavar="TRACE", help="The trace to read.")],
+    trace: Annotated[str, trace_arg("The trace to read.")],
     as_of: Annotated[Optional[str], typer.Option(
         "--as-of", "-a", metavar="T",
         help="The time (default: the latest complete time; for d >= 2 every update present).")] = None,
@@ -32,6 +33,9 @@ def query(
     output: OutputOpt = None,
 ) -> None:
     """The collection at a time: the data columns plus `count` (the multiplicity).
+
+    The multiplicity column is `count`, or `multiplicity` when the trace has a data column
+    named `count` (a word count's output, for one), so no column is ever shadowed.
 
     A time not beyond the trace's since was compacted away and is refused, naming the
     earliest time that works. A time beyond the upper is not complete yet: the answer
@@ -68,8 +72,8 @@ def query(
 
 @app.command(epilog=EXIT_CODES_HELP)
 def history(
-    trace: Annotated[str, typer.Argument(metavar="TRACE", help="The trace to read.")],
-    where: WhereOpt = None,
+    trace: Annotated[str, trace_arg("The trace to read.")],
+    where: HistoryWhereOpt = None,
     store: StoreOpt = DEFAULT_STORE,
     fmt: FormatOpt = None,
     json_: JsonOpt = False,
@@ -77,11 +81,14 @@ def history(
 ) -> None:
     """The consolidated updates (data, time, diff), ordered by data then time.
 
-    Times are shown advanced to the trace's since.
+    Times are shown advanced to the trace's since; --where sees them so, and the
+    consolidated diff.
 
-    Example:
+    Examples:
 
         ddcli history words --where "word = 'apple'"
+
+        ddcli history words --where "time >= 6 AND diff < 0"
     """
     out = render.choose_format(fmt, json_, output)
     from storage.sql.query import history as history_
@@ -117,27 +124,34 @@ def sql(
 
 @app.command(epilog=EXIT_CODES_HELP)
 def status(
-    trace: Annotated[Optional[str], typer.Argument(metavar="TRACE", help="One trace (default: all, and the pipelines).")] = None,
+    trace: Annotated[Optional[str], trace_arg("One trace (default: all, and the pipelines).")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Also list pipeline state (internal traces).")] = False,
     pipelines: Annotated[bool, typer.Option(
         "--pipelines", help="For csv/parquet output: the pipelines table instead of the traces table.")] = False,
     lag: Annotated[bool, typer.Option(
         "--lag", help="For csv/parquet output: the lag table (one row per pipeline input) instead of the traces table.")] = False,
+    readers: Annotated[bool, typer.Option(
+        "--readers",
+        help="For csv/parquet output: the named readers table (ddcli changes) instead of the traces table.")] = False,
     store: StoreOpt = DEFAULT_STORE,
     fmt: FormatOpt = None,
     json_: JsonOpt = False,
     output: OutputOpt = None,
 ) -> None:
-    """Traces, pipelines and how far each pipeline lags behind its inputs.
+    """Traces, pipelines, and how far each pipeline and named reader lags behind.
 
     Traces: schema, key, d, since, upper, layers, rows, bytes, reader holds. Pipelines:
     runs, frontier, inputs and outputs. Lag, one row per pipeline input: the input's
     upper when the pipeline last ran (`consumed`) against its upper now, and the sealed
     layers and updates the next `ddcli run` will process (`behind` is true when there
     are any); `pending` counts updates ingested beyond the upper, not yet sealed.
+    Readers, one row per named reader (`ddcli changes`): its position (the upper it last
+    acknowledged; empty for a new reader), the trace's upper, the layers and updates it
+    has not read, `behind_by` (upper - position, for one-dimensional times) and where its
+    hold keeps the trace's history (`holds_since`).
 
-    With --format jsonl every record has a "kind" field: "trace", "pipeline" or "lag".
-    With TRACE: that trace, and the lag of every pipeline reading it.
+    With --format jsonl every record has a "kind" field: "trace", "pipeline", "lag" or
+    "reader". With TRACE: that trace, the lag of every pipeline reading it, its readers.
 
     Examples:
 
@@ -151,6 +165,7 @@ def status(
     from ddcli.status_rows import pipelines_table, short_columns
     from storage.sql.query import status as status_
     from storage.state.lag import lag_table
+    from storage.state.readers import reader_table
     st = store_at(store)
     state = st.state()
     traces = status_(st, trace, internal=all_)
@@ -159,13 +174,16 @@ def status(
         i = traces.schema.get_field_index("columns")
         traces = traces.set_column(i, "columns", [[short_columns(c) for c in traces.column(i).to_pylist()]])
     lags = lag_table(state, trace)
+    followers = reader_table(state, trace)
     parts = [("trace", traces, f"traces in {st.path}")]
     if pipes.num_rows or pipelines:
         parts.append(("pipeline", pipes, "pipelines"))
     if lags.num_rows or lag:
         parts.append(("lag", lags, "pipeline inputs: lag"))
-    if out in ("csv", "parquet") and (pipelines or lag):
-        parts = [p for p in parts if p[0] == ("lag" if lag else "pipeline")]
+    if followers.num_rows or readers:
+        parts.append(("reader", followers, "named readers: lag"))
+    if out in ("csv", "parquet") and (pipelines or lag or readers):
+        parts = [p for p in parts if p[0] == ("lag" if lag else "reader" if readers else "pipeline")]
     if out == "table" and output is None:  # where the store lives, e.g. an object store's endpoint
         render.report({}, f"store: {st.path} ({st.blobs.where()})", out)
     render.tables(parts, out, output)

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 from typing import Annotated, Optional
 
 import typer
 
 from ddcli import render
-from ddcli.app import EXIT_CODES_HELP, app, exit_code_for
+from ddcli.app import EXIT_CODES_HELP, app, exit_code_for, store_warnings
+from ddcli.completion import complete_pipelines
+from ddcli.run_display import progress_output
 from ddcli.options import DEFAULT_STORE, FormatOpt, JsonOpt, OutputOpt, StoreOpt, StrictNoopOpt, finish, store_at
 
 MasterOpt = Annotated[Optional[str], typer.Option(
@@ -23,7 +24,8 @@ MasterOpt = Annotated[Optional[str], typer.Option(
          "(DDCLI_SPARK_EXECUTOR_PYTHON); ddcli ships its own code. See DDCLI_SPARK_DRIVER_HOST and "
          "DDCLI_SPARK_BIND_ADDRESS for the driver's address.")]
 NameOpt = Annotated[Optional[str], typer.Option(
-    "--name", "-n", metavar="N", help="The pipeline's name (default: the file name); it names its state and holds.")]
+    "--name", "-n", metavar="N", autocompletion=complete_pipelines,
+    help="The pipeline's name (default: the file name); it names its state and holds.")]
 
 
 def _quiet_pyspark_logging() -> None:
@@ -35,17 +37,6 @@ def _quiet_pyspark_logging() -> None:
     from pyspark.logger import PySparkLogger
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
-
-
-def _progress_printer(enabled: bool):
-    """Progress lines on stderr: on a terminal, or anywhere with DDCLI_PROGRESS=1."""
-    import os
-    enabled = enabled or os.environ.get("DDCLI_PROGRESS", "") not in ("", "0")
-    if not enabled:
-        return None
-    from rich.console import Console
-    con = Console(stderr=True)
-    return lambda msg: con.print(f"[dim]· {msg}[/dim]", soft_wrap=True, highlight=False)  # one line each
 
 
 @contextlib.contextmanager
@@ -77,6 +68,34 @@ def _leased(store_path: str, name: str):
     from ops.dataflow.load import NAME_RE
     from storage.writes.lease import lease
     return lease(store_path, name) if NAME_RE.match(name) else contextlib.nullcontext()
+
+
+def _announce_at_exit(say) -> None:
+    """Let Spark's session say what it does when the command ends (it may take seconds)."""
+    from ops.spark import session
+    session.announce = say
+
+
+def _run_one(st, path: str, name: str | None, live, emitter, **options):
+    """One pipeline's run under its lease, shown by ``live`` (a live display) and told to
+    OpenLineage through ``emitter`` (START, COMPLETE or FAIL)."""
+    from ops.dataflow.load import default_name
+    from ops.run.lineage import RunLineage
+    from ops.run.run import run_pipeline
+    pipeline = name or default_name(path)
+    if live is not None:
+        live.pipeline(pipeline)
+    events = RunLineage(emitter, st, pipeline, path) if emitter is not None else None
+    try:
+        with _leased(st.path, pipeline):
+            res = run_pipeline(st, path, name=name, planned=events.planned if events else None, **options)
+    except BaseException as e:
+        if events is not None:
+            events.failed(e)
+        raise
+    if events is not None:
+        events.completed(res)
+    return res
 
 
 def _run_record(res, seconds: float) -> tuple[dict, str]:
@@ -159,30 +178,36 @@ def run(
     if name is not None and len(pipelines) > 1:
         raise typer.BadParameter("--name names one pipeline: give one PIPELINE.py with it", param_hint="--name")
     _quiet_pyspark_logging()
-    from ops.dataflow.load import default_name
-    from ops.run.run import run_pipeline
+    from ops.run import lineage
+    from ops.run.progress import RunProgress
     st = store_at(store)
-    progress = _progress_printer(out == "table" and sys.stderr.isatty())
+    say, live = progress_output(out)
+    _announce_at_exit(say)
+    emitter = lineage.Emitter() if lineage.enabled() else None
     records, messages, failures, committed = [], [], [], []
     from ops.spark.session import check_interrupt, interrupted
-    with stopping_spark_on_interrupt(committed):
-        for path in pipelines:
-            check_interrupt()  # Ctrl-C stops the whole command, not one pipeline of it
-            started = time.monotonic()
-            try:
-                with _leased(st.path, name or default_name(path)):
-                    res = run_pipeline(st, path, name=name, master=master, batch_times=batch_times,
-                                       rebuild=rebuild, progress=progress)
-            except Exception as e:  # noqa: BLE001 - named below, with its own exit code
-                if len(pipelines) == 1 or interrupted():  # a cancelled job surfaces as any error
-                    raise
-                failures.append((path, e))
-                continue
-            if not res.nothing_to_do:
-                committed.append(res.pipeline)
-            record, msg = _run_record(res, time.monotonic() - started)
-            records.append(record)
-            messages.append(msg)
+    try:
+        with stopping_spark_on_interrupt(committed), (live or contextlib.nullcontext()):
+            for path in pipelines:
+                check_interrupt()  # Ctrl-C stops the whole command, not one pipeline of it
+                started = time.monotonic()
+                try:
+                    res = _run_one(st, path, name, live, emitter, master=master, batch_times=batch_times,
+                                   rebuild=rebuild, progress=RunProgress(say, live))
+                except Exception as e:  # noqa: BLE001 - named below, with its own exit code
+                    if len(pipelines) == 1 or interrupted():  # a cancelled job surfaces as any error
+                        raise
+                    failures.append((path, e))
+                    continue
+                if not res.nothing_to_do:
+                    committed.append(res.pipeline)
+                record, msg = _run_record(res, time.monotonic() - started)
+                records.append(record)
+                messages.append(msg)
+    finally:
+        lost = emitter.close() if emitter is not None else None
+        if lost:
+            store_warnings.append(lost)  # printed when the command succeeds
     if records:
         _report_all(records, messages, out, output)
     if failures:
@@ -224,12 +249,16 @@ def verify(
         ddcli verify sample_data/pipelines/length_count.py --at "(1,1)"
     """
     out = render.choose_format(fmt, json_, output)
+    say, _ = progress_output(out, live=False)
+    if say:
+        say(f"loading {pipeline} and Spark's libraries")
+    _announce_at_exit(say)
     _quiet_pyspark_logging()
     from ops.verify.verify import verify_pipeline
     from storage.lattice import format_time, parse_time
     st = store_at(store)
     times = [parse_time(t) for t in at] if at else None
-    res = verify_pipeline(st, pipeline, name=name, at=times, master=master, max_times=max_times)
+    res = verify_pipeline(st, pipeline, name=name, at=times, master=master, max_times=max_times, progress=say)
     record = {"command": "verify", "pipeline": res.pipeline, "ok": res.ok,
               "times": [format_time(t) for t in res.times],
               "differences": [d.describe() for d in res.differences]}

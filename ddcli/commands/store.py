@@ -13,14 +13,14 @@ import typer
 from ddcli import render
 from ddcli.app import EXIT_CODES_HELP, app
 from ddcli.options import (DEFAULT_STORE, FormatOpt, InputFormat, JsonOpt, OutputOpt, StoreOpt, StrictNoopOpt, finish,
-                           plural, store_at)
+                           plural, store_at, trace_arg)
 
 # ---------------------------------------------------------------- ingest
 
 
 @app.command(epilog=EXIT_CODES_HELP)
 def ingest(
-    trace: Annotated[str, typer.Argument(metavar="TRACE", help="The trace to append to (created by its first ingest).")],
+    trace: Annotated[str, trace_arg("The trace to append to (created by its first ingest).", ingested=True)],
     files: Annotated[list[str], typer.Argument(
         metavar="SOURCE...",
         help="Update files: CSV, JSON Lines or Parquet (CSV and JSON Lines may be .gz or .zst): "
@@ -171,7 +171,7 @@ def _then(first, second):
 
 @app.command(epilog=EXIT_CODES_HELP)
 def advance(
-    trace: Annotated[str, typer.Argument(metavar="TRACE", help="The trace whose frontiers move.")],
+    trace: Annotated[str, trace_arg("The trace whose frontiers move.")],
     upper: Annotated[Optional[str], typer.Option(
         "--upper", "-u", metavar="F", help="Seal every time not beyond F (no more updates there).")] = None,
     since: Annotated[Optional[str], typer.Option(
@@ -234,7 +234,7 @@ def advance(
 
 @app.command(epilog=EXIT_CODES_HELP)
 def compact(
-    trace: Annotated[Optional[str], typer.Argument(metavar="TRACE", help="One trace (default: every trace).")] = None,
+    trace: Annotated[Optional[str], trace_arg("One trace (default: every trace).")] = None,
     full: Annotated[bool, typer.Option("--full", help="Merge all layers into one (per reader hold).")] = False,
     grace: Annotated[float, typer.Option(
         "--grace", metavar="SECONDS", min=0,

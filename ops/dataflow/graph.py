@@ -131,6 +131,16 @@ def node_key(n: Node, columns: list[str]) -> list[str]:
     return columns[:1]
 
 
+def node_priority(node: Node):
+    """The iteration expression of an ``enter_at`` node or a prioritized variable (None: none)."""
+    return node.args.get("priority")
+
+
+def state_trace_name(pipeline: str, node: Node) -> str:
+    """The trace that keeps a derived collection's arrangement between runs."""
+    return f"{pipeline}.{node.name}"
+
+
 def reduce_spec(n: Node, columns: list[str]) -> tuple[list[str], Reducer]:
     """The key and the reducer of a reduce-family node (``distinct`` and ``threshold`` are
     reduces keyed by the whole row)."""

@@ -53,7 +53,9 @@ def _reduce(n: Node, cols: Columns) -> Columns | None:
     if isinstance(reducer, (reducers.Count, reducers.CountDistinct)):
         out[reducer.name] = pa.int64()
     elif isinstance(reducer, reducers.Sum):
-        out[reducer.name] = None
+        t = cols[named]
+        numeric = t is not None and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t))
+        out[reducer.name] = reducer.output_schema(pa.schema([(named, t)])).field(0).type if numeric else None
     elif isinstance(reducer, (reducers.Min, reducers.Max)):
         out[reducer.name] = cols[named]
     else:
@@ -81,13 +83,17 @@ def _join(n: Node, left: Columns, right: Columns) -> Columns:
     return {**left, **right}
 
 
-def _node(n: Node, ins: list[Columns | None], schemas: dict[str, pa.Schema]) -> Columns | None:
+def _node(n: Node, ins: list[Columns | None], schemas: dict[str, pa.Schema], expression_type) -> Columns | None:
     a = n.args
     if n.op == "input":
         s = schemas.get(a["trace"])
         return None if s is None else {f.name: f.type for f in s}
-    if any(c is None for c in ins) or n.scope is not None:
+    if n.op == "leave":  # inputs: the loop, and the collection that leaves it
+        ins = ins[1:]
+    if any(c is None for c in ins):
         return None
+    if n.op in ("enter", "variable", "leave"):  # a loop's collections: the columns of what they carry in or out
+        return dict(ins[0])
     if n.op in ("output", "negate", "consolidate", "filter", "distinct", "threshold", "arrange"):
         if n.op == "arrange":
             _need(n, ins[0], a["key"], "arrange key")
@@ -96,7 +102,8 @@ def _node(n: Node, ins: list[Columns | None], schemas: dict[str, pa.Schema]) -> 
         if not all(isinstance(c, str) and _PLAIN.match(c) for c in a["columns"]):
             return None  # Spark columns or expressions among the plain names
         _need(n, ins[0], a["columns"], "select")
-        return {**{c: ins[0][c] for c in a["columns"]}, **{name: None for name in a["exprs"]}}
+        typed = expression_type or (lambda e, cols: None)
+        return {**{c: ins[0][c] for c in a["columns"]}, **{name: typed(e, ins[0]) for name, e in a["exprs"].items()}}
     if n.op == "flat_map":
         if a["keep"] is not None:
             _need(n, ins[0], a["keep"], "flat_map keep")
@@ -114,14 +121,26 @@ def _node(n: Node, ins: list[Columns | None], schemas: dict[str, pa.Schema]) -> 
     return None  # loops and calculus operators: Spark's check covers them
 
 
-def precheck(p: Pipeline, schemas: dict[str, pa.Schema]) -> None:
-    """Raise :class:`PipelineError` for a column mistake found from the input schemas alone."""
+def node_columns(p: Pipeline, schemas: dict[str, pa.Schema], *, in_loops: bool = False,
+                 expression_type=None) -> dict[int, Columns | None]:
+    """Each node's columns (node id -> name -> type, None where unknown), found from the
+    input schemas alone; a column mistake found on the way is a :class:`PipelineError`.
+
+    ``in_loops``: follow collections into loops too (a variable has the columns of its
+    initial collection; Spark checks a loop's body against them anyway).
+    ``expression_type(expression, columns)``: the type of a computed column, or None."""
     cols: dict[int, Columns | None] = {}
     for n in p.nodes:  # declaration order: every node comes after its inputs
-        if n.op in ("loop", "variable", "leave", "enter"):
+        if n.op == "loop" or (not in_loops and (n.scope is not None or n.op in ("variable", "leave", "enter"))):
             cols[n.id] = None
             continue
         try:
-            cols[n.id] = _node(n, [cols.get(i.id) for i in n.inputs], schemas)
+            cols[n.id] = _node(n, [cols.get(i.id) for i in n.inputs], schemas, expression_type)
         except AttributeError:  # a reducer this walk does not know: Spark's check covers it
             cols[n.id] = None
+    return cols
+
+
+def precheck(p: Pipeline, schemas: dict[str, pa.Schema]) -> None:
+    """Raise :class:`PipelineError` for a column mistake found from the input schemas alone."""
+    node_columns(p, schemas)

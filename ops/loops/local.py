@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -51,33 +50,20 @@ from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from ops.dataflow.builder import Pipeline
-from ops.dataflow.graph import Node, reduce_spec, scope_nodes
+from ops.dataflow.graph import Node, scope_nodes
 from ops.errors import PipelineError
 from ops.io.read import layer_table
 from ops.io.wide_frame import pack_frames, pack_tables, unpack_frame, unpack_table, wide_schema
-from ops.loops.exchange import Exchange, ExchangeAborted, Router, read_keys
-from ops.loops.plan import LoopPlan, loop_path, portable_sql
-from ops.loops.priority import check_iteration, node_priority
-from ops.loops.task import Body, TaskNode, fixed_point, update_schema
+from ops.loops.exchange import Exchange, ExchangeAborted, Router
+from ops.loops.plan import LoopPlan, loop_path
+from ops.loops.priority import check_iteration
+from ops.loops.route import (BROADCAST_ROWS, ONE_TASK_ROWS, Engine, Resident, build_body, resident_decision,
+                             stored_refusal, task_rows)
+from ops.loops.task import Body, fixed_point, update_schema
 from ops.operators.context import EvalContext
 from ops.spark.session import partitions
 
-BROADCAST_ROWS = 500_000  # rows (old + new) up to which an entered collection is broadcast
-#: Rows (state + new) up to which a loop without partition columns runs in one task. Above
-#: it the loop runs round by round, a Spark job a round: measured on cc over 50,000 nodes and
-#: 100,000 edges, a run of 5,000 updates took 25.5 s in one task (4.5 M rows held at the
-#: peak) and 73.9 s round by round. A task's rows are bounded by TASK_ROWS anyway.
-ONE_TASK_ROWS = 2_000_000
 TOO_BIG = -1  # ``converged`` of a task that refused its rows, or stopped holding too many
-#: Rows a loop's task may hold after a round (``DDCLI_LOOP_TASK_ROWS``): a loop's rows are a
-#: few integer columns, ~40-60 bytes, so about 1 GB. At 10^5 updates per run the bench's
-#: tasks held at most 4.7 M (reach), 6.9 M (bfs) and 6.7 M (cc) rows, before their records
-#: were folded as they grow (which halved cc's captured tasks).
-TASK_ROWS = 1 << 24
-
-
-def task_rows() -> int:
-    return max(1, int(os.environ.get("DDCLI_LOOP_TASK_ROWS", TASK_ROWS)))
 
 
 class TaskStats(AccumulatorParam):
@@ -96,62 +82,6 @@ class TaskStats(AccumulatorParam):
             return b if a is None else a
         refused = min((x for x in (a[4:], b[4:]) if x[0] is not None), default=(None, None))
         return (max(a[0], b[0]), a[1] + b[1], min(a[2], b[2]), max(a[3], b[3])) + tuple(refused)
-
-
-def build_body(p: Pipeline, loop_node: Node, plan: LoopPlan, schemas: dict, arranged: dict, d: int) -> Body | str:
-    """The body as the tasks run it, or a reason it cannot run there (an expression that
-    DuckDB would not evaluate exactly as Spark does)."""
-
-    scope = loop_node.args["scope"]
-    nodes = []
-    for n in scope_nodes(p, scope):
-        t = TaskNode(n.id, n.op, [] if n.op == "enter" else [i.id for i in n.inputs], schemas[n.id],
-                     arranged=n.id in arranged)
-        a = n.args
-        if n.op in ("select", "filter"):
-            src = schemas[n.inputs[0].id]
-            if n.op == "select":
-                if not all(isinstance(c, str) for c in a["columns"]):
-                    return f"{n.describe()} selects a Spark column object"
-                t.columns = list(a["columns"])
-                for k, e in a["exprs"].items():
-                    sql = portable_sql(e, src.names)
-                    if sql is None or _duck_type(sql, src) != schemas[n.id].field(k).type:
-                        return f"{n.describe()}: expression {e!r} is not one DuckDB evaluates as Spark does"
-                    t.exprs[k] = sql
-            else:
-                sql = portable_sql(a["condition"], src.names)
-                if sql is None or _duck_type(sql, src) != pa.bool_():
-                    return f"{n.describe()}: condition {a['condition']!r} is not one DuckDB evaluates as Spark does"
-                t.condition = sql
-        elif n.op in ("join", "semijoin"):
-            t.on = list(a["on"])
-        elif n.op in ("reduce", "distinct", "threshold"):
-            t.key, t.reducer = reduce_spec(n, schemas[n.inputs[0].id].names)
-        elif n.op == "enter":
-            t.at_priority = node_priority(n) is not None  # its updates arrive at their iterations already
-        elif n.op == "variable" and node_priority(n) is not None:
-            sql = portable_sql(node_priority(n), schemas[n.id].names)
-            if sql is None or not pa.types.is_integer(_duck_type(sql, schemas[n.id]) or pa.null()):
-                return f"{n.describe()}: priority {node_priority(n)!r} is not one DuckDB evaluates as Spark does"
-            t.priority = sql
-        nodes.append(t)
-    variables = [(v.id, v.inputs[0].id, v.args["result"].id) for v in scope.variables]
-    leaves = [(l.id, l.inputs[1].id) for l in p.nodes if l.op == "leave" and l.inputs[0] is loop_node]
-    return Body(scope.name, d, nodes, variables, leaves, loop_node.args["max_rounds"])
-
-
-def _duck_type(sql: str, schema: pa.Schema) -> pa.DataType | None:
-    import duckdb
-
-    con = duckdb.connect()
-    try:
-        con.register("t", schema.empty_table())
-        return con.sql(f"SELECT ({sql}) AS x FROM t").to_arrow_table().schema.field("x").type
-    except Exception:  # noqa: BLE001 - any DuckDB refusal means: not portable
-        return None
-    finally:
-        con.close()
 
 
 def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalContext, entered: dict, runtime) -> dict | None:
@@ -175,10 +105,9 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
         # ships every row to the tasks only for them to refuse them (every later run would)
         stored = sum(a.stored.rows for n in nodes if n.id in runtime.arranged
                      for a in [runtime.arrangement(n)] if a.stored is not None)
-        if stored > ONE_TASK_ROWS * max(1, tasks):
-            report(runtime, plan, f"no columns deal it to tasks, and its stored state holds {stored:,} rows, "
-                                  f"more than {ONE_TASK_ROWS:,} rows a task for {max(1, tasks)} "
-                                  f"task{'s' if tasks > 1 else ''} ({plan.unpartitioned})")
+        refused = stored_refusal(plan, stored, tasks, ONE_TASK_ROWS)
+        if refused:
+            report(runtime, plan, refused)
             return None
     ins = _task_inputs(nodes, plan, ictx, entered, runtime, tasks)
     if not ins.parts:  # nothing dealt by P: no variable state and nothing entering it
@@ -407,60 +336,18 @@ def _finished(loop_node: Node, plan: LoopPlan, body: Body, nodes: list[Node], ac
     return True
 
 
-@dataclass
-class Resident:
-    """A loop runs resident in ``tasks`` tasks, routing each arranged node by ``keys``
-    (``ops.loops.exchange.read_keys``), exchanging through a folder under ``root``."""
-
-    tasks: int
-    keys: dict[int, list[str]]
-    root: str
-
-
-#: the most tasks a resident loop runs in: at every exchange each task waits for and reads a
-#: note of every other task (and writes up to a file of rows to each), so on a big cluster
-#: more tasks make a round of a few rows dearer (not measured beyond 2 tasks)
-LOOP_TASKS = 16
-
-
-def resident_task_cap() -> int:
-    """``DDCLI_LOOP_TASKS`` (a positive integer), else :data:`LOOP_TASKS`."""
-    raw = os.environ.get("DDCLI_LOOP_TASKS", "").strip()
-    if not raw:
-        return LOOP_TASKS
-    if not raw.isdigit() or int(raw) < 1:
-        raise PipelineError(f"DDCLI_LOOP_TASKS must be a positive integer, not {raw!r}")
-    return int(raw)
-
-
 def resident(plan: LoopPlan, body: Body, spark, shared_root: str | None = None) -> Resident | str:
-    """How the loop runs resident, or why it does not (empty: it is partition-local).
-    ``shared_root``: a folder every executor sees (the store's), for the exchange on a
-    cluster; local mode uses the machine's temporary folder."""
+    """How the loop runs resident, or why it does not (empty: it is partition-local), from
+    the facts of the session (:func:`ops.loops.route.resident_decision`). ``shared_root``:
+    a folder every executor sees (the store's), for the exchange on a cluster; local mode
+    uses the machine's temporary folder."""
     from ops.spark.session import is_local, slots
 
     if plan.by and loop_path() != "resident":
         return ""
-    # the tasks that can run at once now: a barrier stage of more partitions than that never
-    # starts (Spark retries its slot check, then fails the job); on a cluster not
-    # ``cores()``, which is the session's spark.default.parallelism (4), not its executors'
-    tasks = slots(spark)
-    if tasks < 1:
-        return "the session knows of no task slot (no executor registered)"
-    cap = resident_task_cap()
-    if min(tasks, cap) < 2 and loop_path() != "resident":
-        return "the session has one task slot" if tasks < 2 else f"DDCLI_LOOP_TASKS={cap}"
-    tasks = min(tasks, cap)
-    keys = read_keys(body)
-    if isinstance(keys, str):
-        return keys
-    if is_local(spark.sparkContext.master):
-        return Resident(tasks, keys, tempfile.gettempdir())
-    if spark.conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
-        return "Spark's dynamic allocation is on (tasks that run together need fixed executors)"
-    if shared_root is None:
-        return "its tasks would need a shared folder to exchange rows, and the store is not in one"
-    return Resident(tasks, keys, shared_root)
+    local = is_local(spark.sparkContext.master)
+    dynamic = spark.conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true"
+    return resident_decision(plan, body, Engine(slots(spark), local, dynamic, shared_root))
 
 
 def _resident_job(packed, tasks: int, task, out_wide: pa.Schema, folder: str):

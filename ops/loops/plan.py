@@ -18,7 +18,7 @@ every operator of the body only ever combines rows of the same task:
 column of the loop variable. A loop that no columns deal (connected components: labels
 cross every partition) still runs inside a task when all its rows are few: ``P`` is
 then empty, one task holds every row (``ops/loops/local.py`` checks the size at run time,
-up to :data:`~ops.loops.local.ONE_TASK_ROWS`, and otherwise runs the loop round by round).
+up to :data:`~ops.loops.route.ONE_TASK_ROWS`, and otherwise runs the loop round by round).
 
 The plan is a pure function of the pipeline graph and the planned schemas; a loop that
 does not qualify gets a reason, shown in the run's report. ``DDCLI_LOOP_PATH=round`` turns
@@ -57,13 +57,15 @@ class LoopPlan:
     """How a loop runs. ``by``: the partition columns (as the variables name them);
     ``placed``: node id -> the columns that carry ``P`` in that node (None: broadcast);
     ``reason``: why the loop runs round by round (empty when partition-local);
-    ``unpartitioned``: why no columns deal it (``by`` is then empty: one task, if small)."""
+    ``unpartitioned``: why no columns deal it (``by`` is then empty: one task, if small);
+    ``unplanned``: the reason is a collection whose schema was not given."""
 
     loop: str
     by: list[str] = field(default_factory=list)
     placed: dict[int, tuple[str, ...] | None] = field(default_factory=dict)
     reason: str = ""
     unpartitioned: str = ""
+    unplanned: bool = False
 
     @property
     def local(self) -> bool:
@@ -82,7 +84,7 @@ def plan_loop(p: Pipeline, loop_node: Node, schemas: dict[int, pa.Schema] | None
         plan.reason = "DDCLI_LOOP_PATH=round"
         return plan
     if schemas is None:
-        plan.reason = "no planned schemas"
+        plan.reason, plan.unplanned = "no planned schemas", True
         return plan
     if loop_node.scope is not None:
         plan.reason = "a loop nested in another loop"
@@ -93,7 +95,7 @@ def plan_loop(p: Pipeline, loop_node: Node, schemas: dict[int, pa.Schema] | None
             plan.reason = f"{n.describe()} is not supported inside tasks"
             return plan
         if n.id not in schemas:
-            plan.reason = f"{n.describe()} has no planned schema"
+            plan.reason, plan.unplanned = f"{n.describe()} has no planned schema", True
             return plan
     variables = list(scope.variables)
     declared = loop_node.args.get("partition_by")

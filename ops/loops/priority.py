@@ -27,7 +27,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from ops.dataflow.graph import Node
+from ops.dataflow.graph import Node, node_priority
 from ops.errors import PipelineError
 from ops.operators.linear import expr
 
@@ -69,11 +69,6 @@ def check_iteration(value: int | None, loop: str, node: Node) -> None:
     what = "priority" if node.op == "variable" else "enter_at iteration"
     raise PipelineError(f"loop {loop}: {node.describe()}: a record's {what} {_show(node_priority(node))} "
                         f"is {shown}; it must be a non-negative integer")
-
-
-def node_priority(node: Node):
-    """The iteration expression of an ``enter_at`` node or a prioritized variable (None: none)."""
-    return node.args.get("priority")
 
 
 def _show(priority) -> str:

@@ -159,6 +159,8 @@ def _rounds(p: Pipeline, loop_node: Node, ctx: EvalContext, ictx: EvalContext, e
     while True:
         started = time.monotonic()
         updates += count or 0
+        if runtime.progress is not None:
+            runtime.progress.phase(f"loop {scope.name}: round {rounds} (iteration {iteration})")
         preset = {e.id: (plain.get(e.id) if first else None) for e in enters}
         for eid, base in at.items():
             if mins.get(eid) == iteration:

@@ -26,8 +26,9 @@ class RunProgress:
     the job ids, no Spark job.
     """
 
-    def __init__(self, say: Callable[[str], None] | None = None):
+    def __init__(self, say: Callable[[str], None] | None = None, watcher: "Watcher | None" = None):
         self.say = say
+        self.watcher = watcher or Watcher()
         self.steps: list[dict] = []
         self._tracker = None
 
@@ -38,6 +39,11 @@ class RunProgress:
     def attach(self, spark) -> None:
         self._tracker = spark.sparkContext.statusTracker()
         self._first = self._jobs()
+        self.watcher.attach(self._tracker)
+
+    def phase(self, label: str) -> None:
+        """What runs now, within the current step (a loop's round): for a live display."""
+        self.watcher.phase(label)
 
     def jobs_so_far(self) -> int:
         """Spark jobs since :meth:`attach` (every job of the run: a check that the steps
@@ -53,7 +59,11 @@ class RunProgress:
         figures) in the yielded dict, which becomes one of :attr:`steps`."""
         rec = {"step": kind, **fields}
         before, t0 = self._jobs(), time.monotonic()
-        yield rec
+        self.watcher.begin(step_label(kind, fields))
+        try:
+            yield rec
+        finally:
+            self.watcher.end()
         rec["seconds"] = round(time.monotonic() - t0, 3)
         rec["jobs"] = len(self._jobs() - before)
         self.steps.append(rec)
@@ -84,6 +94,71 @@ class RunProgress:
             where = f"computed by the write{'s' if len(by) > 1 else ''} of {', '.join(by)} in {seconds:.2f} s" \
                 if by else "not computed by any write (its changes cancelled or fed nothing)"
             self(f"{n.describe()}: {rows}; {where}")
+
+
+def step_label(kind: str, fields: dict) -> str:
+    """What a step does, in a few words."""
+    if kind == "spark_start":
+        return "starting Spark"
+    if kind == "batch":
+        return f"evaluating batch {fields['batch']}" if fields.get("batch", 1) > 1 else "evaluating"
+    if kind == "write":
+        together = fields.get("together") or []
+        return f"writing {', '.join(together)}" if len(together) > 1 else f"writing {fields.get('trace')}"
+    return kind.replace("_", " ")
+
+
+class Watcher:
+    """What a live display is told while a run works (this one ignores it): the steps as
+    they begin and end, the phases within them (a loop's rounds), and Spark's status
+    tracker, to read task counts from (:class:`TaskCounts`)."""
+
+    def attach(self, tracker) -> None:
+        pass
+
+    def begin(self, label: str) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+    def phase(self, label: str) -> None:
+        pass
+
+
+class TaskCounts:
+    """Tasks done and in all of the Spark jobs started since :meth:`mark`, read from the
+    status tracker: driver-side look-ups, no job. A finished job counts whole (the stages it
+    skipped, their output already computed, report tasks that never run) and is not looked
+    up again."""
+
+    def __init__(self, tracker):
+        self.tracker = tracker
+        self.finished: dict[int, tuple[int, int]] = {}
+        self.base: set[int] = set()
+
+    def mark(self) -> None:
+        self.base = set(self.tracker.getJobIdsForGroup())
+
+    def now(self) -> tuple[int, int]:
+        done = total = 0
+        for job in set(self.tracker.getJobIdsForGroup()) - self.base:
+            counts = self.finished.get(job) or self._job(job)
+            done, total = done + counts[0], total + counts[1]
+        return done, total
+
+    def _job(self, job: int) -> tuple[int, int]:
+        info = self.tracker.getJobInfo(job)
+        if info is None:
+            return 0, 0
+        done = total = 0
+        for stage in info.stageIds:
+            st = self.tracker.getStageInfo(stage)
+            if st is not None:
+                done, total = done + st.numCompletedTasks, total + st.numTasks
+        if info.status in ("SUCCEEDED", "FAILED"):
+            self.finished[job] = (total, total) if info.status == "SUCCEEDED" else (done, total)
+        return done, total
 
 
 def cone_of(node, ran: set[int]) -> list:

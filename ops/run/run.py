@@ -29,13 +29,15 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Callable
 
 import pyarrow as pa
 
 from ops.dataflow.builder import Pipeline
-from ops.dataflow.graph import Node, node_key
+from ops.dataflow.graph import Node, node_key, state_trace_name
 from ops.dataflow.load import load_pipeline
 from ops.dataflow.precheck import precheck
 from ops.errors import PipelineError
@@ -50,8 +52,10 @@ from ops.run.evaluate import Runtime, evaluate
 from ops.run.progress import RunProgress, cone_of, updates
 from ops.spark.session import check_interrupt, get_spark, no_interrupts, partitions, size_partitions
 from storage.errors import Conflict
-from storage.lattice import Frontier, time_columns
+from storage.lattice import Frontier, format_frontier, time_columns
 from storage.layer import Layer
+from storage.state.history import history_limit, run_entry
+from storage.state.readers import describe_holder
 from storage.state.trace import Trace, check_new_name
 from storage.state.transitions import RunCommit, State, append_run, loop_frontier
 from storage.store import Store
@@ -77,10 +81,6 @@ class InputView:
     old: list[Layer]
     new: list[Layer]
     seq: int  # the trace's next sequence number: everything below it is consumed now
-
-
-def state_trace_name(pipeline: str, node: Node) -> str:
-    return f"{pipeline}.{node.name}"
 
 
 def fingerprint(path: str) -> str:
@@ -249,13 +249,18 @@ def plan_run(store: Store, path: str, *, name: str | None = None, rebuild: bool 
 
 def run_pipeline(store: Store, path: str, *, name: str | None = None, master: str | None = None,
                  progress: Callable[[str], None] | RunProgress | None = None, batch_times: int | None = None,
-                 loop_stats: list | None = None, rebuild: bool = False) -> RunResult:
+                 loop_stats: list | None = None, rebuild: bool = False,
+                 planned: Callable[[RunPlan], None] | None = None) -> RunResult:
     """One run (see the module's docstring): plan, evaluate, write and commit.
     ``loop_stats`` (a list) receives each loop's rounds and updates. ``rebuild``: recompute
     the pipeline from its inputs' since, as if it had never run, and replace its state and
     outputs in the run's one commit (for an edited pipeline file; the old outputs stay
-    readable until then)."""
+    readable until then). ``planned`` is told the plan once it is made (lineage events)."""
+    started = time.monotonic()
+    history_limit()  # a bad DDCLI_RUN_HISTORY is one line before any work
     plan = plan_run(store, path, name=name, rebuild=rebuild)
+    if planned is not None:
+        planned(plan)
     if plan.nothing_to_do:
         return RunResult(plan.p.name, True, plan.frontier)
     precheck(plan.p, {n: v.trace.schema for n, v in plan.views.items()})  # column mistakes, before the JVM
@@ -263,9 +268,17 @@ def run_pipeline(store: Store, path: str, *, name: str | None = None, master: st
     ev = evaluate_batches(store, plan, master=master, progress=progress, batch_times=batch_times,
                           loop_stats=loop_stats)
     targets = run_targets(plan, ev.runtime)
+
+    def figures(w: RunWrites) -> dict:  # for the pipeline's history, committed with the run
+        return run_entry(when=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                         seconds=time.monotonic() - started, rows_in=ev.delta_rows,
+                         outputs={o: (w.sealed[o].rows if w.sealed[o] else 0) for o in plan.p.outputs},
+                         inputs={n: len(v.new) for n, v in plan.views.items()}, spark_jobs=progress.jobs_so_far(),
+                         frontier=format_frontier(plan.frontier), steps=progress.steps, rebuild=plan.rebuild)
+
     written = store.write_and_commit(
         "run", lambda registry: write_targets(store, plan, ev, targets, registry, progress),
-        lambda s, w: _run_change(store, plan, targets, w)(s), merge=list(targets), guard=_committing)
+        lambda s, w: _run_change(store, plan, targets, w, figures(w))(s), merge=list(targets), guard=_committing)
     return RunResult(plan.p.name, False, plan.frontier,
                      {o: (written.sealed[o].rows if written.sealed[o] else 0) for o in plan.p.outputs},
                      {n: len(v.new) for n, v in plan.views.items()}, rows_in=ev.delta_rows, steps=progress.steps,
@@ -294,6 +307,8 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
     progress(f"Spark ready in {started['seconds']:.1f} s" if started["seconds"] >= 0.05 else "Spark already running")
     progress.attach(spark)
     delta_rows = sum(l.rows for v in views.values() for l in v.new)
+    progress(f"pipeline {p.name}: reading {updates(delta_rows)} from " + ", ".join(
+        f"{len(v.new)} layer{'s' if len(v.new) != 1 else ''} of {n}" for n, v in views.items() if v.new))
     size_partitions(spark, delta_rows, single_ok=not any(n.op == "loop" for n in p.nodes))
     schemas = check_pipeline(spark, p, views, d)
     runtime = Runtime(p, _stored_arrangements(store, plan, schemas), progress=progress, loop_stats=loop_stats,
@@ -467,7 +482,7 @@ def _write_together(group: dict[str, LayerWrite], write_all, targets: dict, out:
         _report_write(progress, rec)
 
 
-def _run_change(store: Store, plan: RunPlan, targets: dict[str, tuple[Node, bool]], w: RunWrites):
+def _run_change(store: Store, plan: RunPlan, targets: dict[str, tuple[Node, bool]], w: RunWrites, figures: dict):
     """The run's change of the store's metadata (:func:`storage.state.transitions.append_run`),
     after checking that the input layers it read are still there."""
     p, views = plan.p, plan.views
@@ -483,7 +498,8 @@ def _run_change(store: Store, plan: RunPlan, targets: dict[str, tuple[Node, bool
                 "inputs": {n: {"seq": v.seq, "upper": v.trace.upper.to_json()} for n, v in views.items()},
                 "outputs": sorted(p.outputs), "state": sorted(t for t, (_, st) in targets.items() if st)},
         inputs={n: v.seq for n, v in views.items()}, targets={t: st for t, (_, st) in targets.items()},
-        protos=w.protos, written=w.sealed, held=w.held, unheld=unheld, rebuild=plan.rebuild)
+        protos=w.protos, written=w.sealed, held=w.held, unheld=unheld, rebuild=plan.rebuild,
+        figures=figures, history_runs=history_limit())
 
     def change(s: State) -> State:
         _check_inputs_exist(store, views)
@@ -555,6 +571,6 @@ def _check_rebuild(state: State, p: Pipeline) -> None:
         t = state.traces.get(out)
         readers = sorted(h for h in (t.holds if t is not None else {}) if h != p.name)
         if readers:
-            raise PipelineError(f"output {out!r} of pipeline {p.name!r} is an input of pipeline {readers[0]!r}, "
-                                f"which has consumed its old history; drop {readers[0]!r} before rebuilding "
-                                f"{p.name!r}, then run it again")
+            who = describe_holder(readers[0])
+            raise PipelineError(f"output {out!r} of pipeline {p.name!r} is read by {who}, which has consumed "
+                                f"its old history; drop it before rebuilding {p.name!r}, then run it again")

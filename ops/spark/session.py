@@ -44,6 +44,7 @@ logger.native.level = error
 """
 
 _session = None
+announce = None  # a progress line's printer (the command's), told of long work at the end
 _archive = class_archive.Plan("")  # the class archive this process's JVM maps or writes
 
 LOOPBACK = "127.0.0.1"
@@ -59,6 +60,12 @@ def is_local(master: str) -> bool:
 
 def _env(name: str) -> str | None:
     return os.environ.get(name) or None
+
+
+def executor_settings() -> dict[str, str]:
+    """The settings Spark tasks read (storage/settings.py), as this process has them."""
+    from storage.settings import SETTINGS
+    return {s.env: os.environ[s.env] for s in SETTINGS if s.executors and os.environ.get(s.env)}
 
 
 def connect_timeout() -> float:
@@ -143,6 +150,9 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "5s")
         .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "12")
     )
+    if not local:  # local workers inherit this process's environment; a cluster's are handed it
+        for name, value in executor_settings().items():
+            builder = builder.config(f"spark.executorEnv.{name}", value)
     try:
         _session = _quietly(builder.getOrCreate, os.path.join(scratch, "jvm.log"))
     except Exception:
@@ -323,10 +333,17 @@ def cores(spark) -> int:
     """Task slots of the session for sizing partitions: N for ``local[N]``, the CPUs for
     ``local[*]``; on a cluster ``spark.default.parallelism``, which this session sets to 4
     whatever the executors hold (tasks that must run together use :func:`slots`)."""
+    n = local_cores(spark.sparkContext.master)
+    return max(2, spark.sparkContext.defaultParallelism) if n is None else n
+
+
+def local_cores(master: str) -> int | None:
+    """Task slots of a local-mode master (``local``: 1, ``local[N]``: N, ``local[*]``: the
+    CPUs); None for a cluster."""
     import re
-    m = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", spark.sparkContext.master)
-    if m is None:  # a cluster
-        return max(2, spark.sparkContext.defaultParallelism)
+    m = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", master)
+    if m is None:
+        return None
     slots = m.group(1)
     if slots is None:
         return 1
@@ -388,6 +405,8 @@ def stop_spark() -> None:
         _session.stop()
         _session = None
         if _archive.pending:
+            if announce is not None:  # the JVM takes seconds to write it as it exits
+                announce("writing Spark's class archive as the JVM exits (once: later starts are faster)")
             class_archive.finish(_archive, getattr(gateway, "proc", None))
             _archive = class_archive.Plan("")
             SparkContext._gateway = None  # that JVM is gone: a later session starts a new one

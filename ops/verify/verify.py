@@ -14,7 +14,9 @@ user's audit and the test suite's oracle.
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import pyarrow as pa
 from pyspark.sql import functions as F
@@ -60,7 +62,11 @@ def _beyond_all(t: Time, frontiers: list[Frontier]) -> bool:
 
 
 def verify_pipeline(store: Store, path: str, *, name: str | None = None, at: list[Time] | None = None,
-                    master: str | None = None, max_times: int | None = DEFAULT_MAX_TIMES) -> VerifyResult:
+                    master: str | None = None, max_times: int | None = DEFAULT_MAX_TIMES,
+                    progress: Callable[[str], None] | None = None) -> VerifyResult:
+    """Check pipeline ``path``'s outputs at the times ``at`` (default: every time they tell
+    apart); ``progress`` receives a line as each long piece of work starts."""
+    say = progress or (lambda msg: None)
     p = load_pipeline(path, name)
     check_supported(p)
     state = store.state()
@@ -80,7 +86,10 @@ def verify_pipeline(store: Store, path: str, *, name: str | None = None, at: lis
     sinces = [t.since for t, _ in inputs.values()] + [t.since for t in outputs.values()]
 
     from ops.spark.session import get_spark, size_partitions
+    say("starting Spark")
+    started = time.monotonic()
     spark = get_spark(master)
+    say(f"Spark ready in {time.monotonic() - started:.1f} s")
     size_partitions(spark, sum(l.rows for _, layers in inputs.values() for l in layers))
 
     def read(t, layers):
@@ -99,6 +108,7 @@ def verify_pipeline(store: Store, path: str, *, name: str | None = None, at: lis
                                     f"their history before it is compacted")
         times = sorted(set(at))
     else:
+        say("finding the times the inputs and outputs tell apart")
         times = _default_times(list(frames.values()) + list(actual_frames.values()), d, frontier, sinces, max_times)
     result = VerifyResult(p.name, times)
     if not times:
@@ -123,6 +133,8 @@ def verify_pipeline(store: Store, path: str, *, name: str | None = None, at: lis
     oracle = Oracle(spark, p, sources)
 
     for out, node in p.outputs.items():
+        say(f"checking output {out} at {len(times)} time{'s' if len(times) != 1 else ''}: the pipeline from "
+            f"scratch against the trace")
         expected = oracle.output(node)
         trace = outputs.get(out)
         data_cols = trace.data_columns if trace else [c for c in expected.columns if c not in (AT, M)]

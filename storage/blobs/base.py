@@ -47,7 +47,8 @@ class Blobs:
     def get(self, path: str) -> bytes: raise NotImplementedError
     def get_with_ident(self, path: str) -> tuple[bytes, tuple]: raise NotImplementedError
     def stat(self, path: str) -> Stat: raise NotImplementedError
-    def put_if_absent(self, path: str, data: bytes) -> bool: raise NotImplementedError
+    def put_if_absent(self, path: str, data: bytes, point: str = "log.before_link") -> bool:
+        raise NotImplementedError  # ``point``: the fault point just before the create (storage/faults.py)
     def replace(self, path: str, data: bytes) -> None: raise NotImplementedError
     def delete(self, path: str) -> bool: raise NotImplementedError
     def list(self, folder: str) -> list[str]: raise NotImplementedError

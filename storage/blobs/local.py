@@ -94,7 +94,7 @@ class LocalBlobs(Blobs):
         faults.point("layer.after_rename")
         return {"bytes": os.path.getsize(path), **sums}
 
-    def put_if_absent(self, path: str, data: bytes) -> bool:
+    def put_if_absent(self, path: str, data: bytes, point: str = "log.before_link") -> bool:
         directory = os.path.dirname(path)
         tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
         try:
@@ -106,7 +106,7 @@ class LocalBlobs(Blobs):
             _remove_quietly(tmp)  # e.g. a full disk: leave no partial version behind
             raise
         try:
-            faults.point("log.before_link")
+            faults.point(point)
             os.link(tmp, path)
         except FileExistsError:
             return False

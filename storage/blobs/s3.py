@@ -314,9 +314,9 @@ class S3Blobs(Blobs):
         faults.point("layer.after_rename")
         return {"bytes": len(data), **sums}
 
-    def put_if_absent(self, path: str, data: bytes) -> bool:
+    def put_if_absent(self, path: str, data: bytes, point: str = "log.before_link") -> bool:
         import botocore.exceptions as bx
-        faults.point("log.before_link")
+        faults.point(point)
         try:
             self._call("put_object", path, Key=_split(path)[1], Body=data, IfNoneMatch="*")
             return True

@@ -20,6 +20,7 @@ from storage.errors import TimeSyntaxError
 from storage.files import limits
 from storage.files.messages import first_failure, first_index, show
 from storage.files.sources import JsonSource, Source
+from storage.lake.types import lake_type
 from storage.lattice import INT64_MAX, format_time, parse_time, time_columns
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -150,6 +151,8 @@ def validate(src: Source, table: pa.Table, digest: str, *, schema, d, time) -> U
     else:
         for n in data_names:
             col = _infer(src, table, n)
+            if lake_type(col.type) != col.type:  # a type a Delta Lake table holds (storage/lake/types.py)
+                col = _convert_to(src, table, n, lake_type(col.type))
             cols.append(col)
             fields.append(pa.field(n, col.type))
     for f, col in zip(fields, cols):

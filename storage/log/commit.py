@@ -479,6 +479,19 @@ class Log:
                 out[v] = log_delta.copy_state(state)
         return out
 
+    def newest(self, n: int) -> list[tuple[int, float | None, dict]]:
+        """The newest ``n`` versions still in the log that can be rebuilt, oldest first:
+        ``(version, when it was committed (epoch seconds; None: unknown), state)``."""
+        versions = self._versions()[-n:] if n > 0 else []
+        out = []
+        for v, state in sorted(self.states(versions).items()):
+            try:
+                when = self.blobs.stat(self.path(v)).mtime
+            except FileNotFoundError:  # pruned meanwhile
+                when = None
+            out.append((v, when, state))
+        return out
+
     def recent_states(self, newer_than: float) -> list[dict]:
         """States of the versions that were the newest at some moment after ``newer_than``
         (for garbage collection: a reader may still be reading any of them)."""

@@ -71,12 +71,13 @@ def _empty_updates(trace: Trace) -> pa.Table:
     return pa.schema(fields + [pa.field("diff", pa.int64())]).empty_table()
 
 
-def _check_where(con, trace: Trace, where: str | None) -> str | None:
-    """Validate ``where`` as one SQL expression over the trace's data columns.
+def _check_where(con, trace: Trace, where: str | None, schema: pa.Schema | None = None) -> str | None:
+    """Validate ``where`` as one SQL expression over the trace's data columns (or over the
+    columns of ``schema``: a history's updates also have ``time`` and ``diff``).
 
-    It is bound against an empty table with exactly the data columns, so a typo, an
-    unknown column or a reference to ``time``/``diff`` is a one-line StoreError here,
-    before any file is read.
+    It is bound against an empty table with exactly those columns, so a typo, an unknown
+    column or (for a collection) a reference to ``time``/``diff`` is a one-line StoreError
+    here, before any file is read.
     """
     if where is None or not where.strip():
         return None
@@ -85,12 +86,12 @@ def _check_where(con, trace: Trace, where: str | None) -> str | None:
         expr = str(duckdb.SQLExpression(where))
     except duckdb.Error as e:
         raise StoreError(f"bad --where expression {where!r} for trace {trace.name!r}: {_one_line(e)}") from None
-    probe = pa.schema(list(trace.schema)).empty_table()
+    probe = (schema or pa.schema(list(trace.schema))).empty_table()
     try:
         con.register("__ddcli_probe", probe)
         con.execute(f"SELECT 1 FROM __ddcli_probe WHERE ({expr})").fetchall()
     except duckdb.Error as e:
-        cols = ", ".join(trace.data_columns)
+        cols = ", ".join(probe.column_names)
         raise StoreError(f"bad --where expression {where!r} for trace {trace.name!r} "
                          f"(columns: {cols}): {_refusal(e) or _one_line(e)}") from None
     finally:
@@ -218,7 +219,8 @@ def count_column(trace: Trace) -> str:
 
 
 def as_of(store: Store, trace: str, t=None, where: str | None = None) -> pa.Table:
-    """The collection of ``trace`` at time ``t``: its data columns plus ``count``.
+    """The collection of ``trace`` at time ``t``: its data columns plus the multiplicity,
+    ``count`` (or ``multiplicity`` when a data column is named ``count``: :func:`count_column`).
 
     ``t`` is a time (``7``, ``(1,2)``, a tuple) or None for the latest complete time (see
     :func:`default_time`). A time not beyond the trace's ``since`` is refused with a
@@ -252,14 +254,16 @@ def history(store: Store, trace: str, where: str | None = None) -> pa.Table:
 
     Times are advanced to the trace's ``since`` (layers compacted at different moments
     may hold the same update at different, equivalent times); updates that then agree on
-    (data, time) are summed, zeros dropped.
+    (data, time) are summed, zeros dropped. ``where`` is a DuckDB SQL expression over the
+    data columns, ``time`` (or ``time_0``…) and ``diff`` of those consolidated updates
+    (``"time >= 6"``, ``"diff < 0"``).
     """
     return _retrying(lambda: _history(store, store.trace(trace), where), f"history of trace {trace!r}")
 
 
 def _history(store: Store, tr: Trace, where: str | None) -> pa.Table:
     with connect(store) as con:
-        expr = _check_where(con, tr, where)
+        expr = _check_where(con, tr, where, _empty_updates(tr).schema)
         src = _source(store, tr)
         if src is None:
             return _empty_updates(tr)
@@ -278,8 +282,8 @@ def _history_query(con, store: Store, tr: Trace, src: str, expr: str | None) -> 
     group = ", ".join(data + times)
     order = ", ".join(data + [quote(c) for c in tcols])
     q = (f"SELECT {sel}, CAST(SUM(diff) AS BIGINT) AS diff FROM {src}"
-         + (f" WHERE ({expr})" if expr else "")
-         + f" GROUP BY {group} HAVING SUM(diff) <> 0 ORDER BY {order}")
+         f" GROUP BY {group} HAVING SUM(diff) <> 0")
+    q = f"SELECT * FROM ({q})" + (f" WHERE ({expr})" if expr else "") + f" ORDER BY {order}"
     return _cast(_run(con, q, f"history of trace {tr.name!r} failed", store, [tr]),
                  _empty_updates(tr).schema)
 

@@ -74,10 +74,28 @@ def type_from_str(s: str) -> pa.DataType:
 @dataclass(frozen=True)
 class Hold:
     """A reader's claim on a trace: compaction stays at or behind ``since`` and layers are
-    never merged across sequence number ``seq`` (the point the reader consumed)."""
+    never merged across sequence number ``seq`` (the point the reader consumed).
+
+    For a named reader (storage/state/readers.py): ``position`` is the upper it last
+    acknowledged, and ``start`` the trace's since when it was created, until it
+    acknowledges for the first time. Both None for a pipeline's hold."""
 
     since: Frontier
     seq: int
+    position: Frontier | None = None
+    start: Frontier | None = None
+
+    def to_json(self) -> dict:
+        v = {"since": self.since.to_json(), "seq": self.seq}
+        for key in ("position", "start"):
+            if getattr(self, key) is not None:
+                v[key] = getattr(self, key).to_json()
+        return v
+
+    @classmethod
+    def from_json(cls, v: dict, d: int) -> "Hold":
+        position, start = (Frontier.from_json(v[k], d) if k in v else None for k in ("position", "start"))
+        return cls(Frontier.from_json(v["since"], d), v["seq"], position, start)
 
 
 @dataclass
@@ -126,7 +144,7 @@ class Trace:
             "layers": [l.to_json() for l in self.layers],
             "pending": [l.to_json() for l in self.pending],
             "next_seq": self.next_seq,
-            "holds": {h: {"since": v.since.to_json(), "seq": v.seq} for h, v in self.holds.items()},
+            "holds": {h: v.to_json() for h, v in self.holds.items()},
             "ingested": dict(self.ingested), "owner": self.owner,
         }
 
@@ -141,6 +159,6 @@ class Trace:
             layers=[Layer.from_json(l, d) for l in v["layers"]],
             pending=[Layer.from_json(l, d) for l in v.get("pending", [])],
             next_seq=v["next_seq"],
-            holds={h: Hold(Frontier.from_json(x["since"], d), x["seq"]) for h, x in v.get("holds", {}).items()},
+            holds={h: Hold.from_json(x, d) for h, x in v.get("holds", {}).items()},
             ingested=ingested.from_json(v.get("ingested")), owner=v.get("owner"),
         )

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from storage.errors import Conflict, CorruptionError, StoreError
 from storage.lattice import Frontier, format_frontier
 from storage.layer import Layer
+from storage.state import history
 from storage.state import ingested as ingested_record
 from storage.state.trace import Hold, Trace
 
@@ -275,6 +276,8 @@ class RunCommit:
     held: dict[str, Layer | None]  # output -> its changes beyond the frontier, pending
     unheld: list[str]  # inputs the pipeline did not hold before (their history may be compacted)
     rebuild: bool = False  # state and outputs of an earlier version are replaced
+    figures: dict | None = None  # the run's figures, for the pipeline's history (storage/state/history.py)
+    history_runs: int = history.DEFAULT_RUNS  # the runs the history keeps
 
 
 def append_run(s: State, run: RunCommit) -> State:
@@ -299,7 +302,11 @@ def append_run(s: State, run: RunCommit) -> State:
         changed.update({n: None for n, t in s.traces.items()
                         if t.owner == run.pipeline and "." in n and n not in run.targets})
     out = s.with_traces(changed)
-    out.pipelines[run.pipeline] = run.record
+    record = dict(run.record)
+    if run.figures is not None:  # kept across runs (and rebuilds); bounded
+        kept = cur.get(history.HISTORY_KEY) if cur else None
+        record[history.HISTORY_KEY] = history.with_run(kept, run.record["runs"], run.figures, run.history_runs)
+    out.pipelines[run.pipeline] = record
     return out
 
 

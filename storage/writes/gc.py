@@ -3,13 +3,15 @@
 A reader that took a version less than ``grace_seconds``
 ago still finds every layer file it names: files stay while any version that was the
 newest within the grace period names them, and the log keeps those versions (and the
-checkpoint they are built on) for as long (storage/log/commit.py, ``Log.prune``).
+checkpoint they are built on) for as long (storage/log/commit.py, ``Log.prune``). Files a
+trace's Delta table may still name stay for the Delta retention (storage/lake/retention.py).
 """
 
 from __future__ import annotations
 
 from storage import clock
 from storage.errors import CorruptionError
+from storage.lake import retention as delta_retention
 from storage.state.transitions import State
 
 
@@ -41,18 +43,13 @@ def collect_garbage(store, grace_seconds: float) -> int:
     removed = 0
     blobs = store.blobs
     root = blobs.join(store.path, "traces")
+    delta_cutoff = clock.now() - delta_retention.retention_seconds(grace_seconds)
     for tname in blobs.list_folders(root):
-        tdir = blobs.join(root, tname)
-        for fname in blobs.list(tdir):
-            p = blobs.join(tdir, fname)
-            try:
-                if p not in referenced and (known or fname.startswith(".tmp-")) and blobs.stat(p).mtime < cutoff:
-                    blobs.delete(p)
-                    removed += 1
-            except FileNotFoundError:
-                continue
+        removed += _collect_folder(store, tname, referenced, known, cutoff, delta_cutoff)
         if tname not in live_traces:
-            blobs.remove_folder(tdir, older_than=cutoff)  # only when empty and old: a new trace's writer may have just made it
+            delta_retention.remove_dead_table(store, tname, delta_cutoff)
+            # only when empty and old: a new trace's writer may have just made it
+            blobs.remove_folder(blobs.join(root, tname), older_than=cutoff)
     for p in store.log.stray_tmp_files():
         try:
             if blobs.stat(p).mtime < cutoff:
@@ -62,3 +59,28 @@ def collect_garbage(store, grace_seconds: float) -> int:
             continue
     store.log.prune(cutoff, listing=True)
     return removed
+
+
+def _collect_folder(store, tname: str, referenced: set[str], known: bool, cutoff: float, delta_cutoff: float) -> int:
+    """Remove the old files of one trace folder that no version names, neither one of
+    ddcli's log a reader may still use nor one of the trace's Delta table inside its
+    retention (read only when there is something to remove)."""
+    blobs = store.blobs
+    tdir = blobs.join(store.path, "traces", tname)
+    doomed = []
+    for fname in blobs.list(tdir):
+        p = blobs.join(tdir, fname)
+        try:
+            if p not in referenced and (known or fname.startswith(".tmp-")) and blobs.stat(p).mtime < cutoff:
+                doomed.append((fname, p))
+        except FileNotFoundError:
+            continue
+    if doomed and delta_retention.has_table(store, tname):
+        kept = delta_retention.kept_files(store, tname, delta_cutoff)
+        if kept is None:
+            store.warn(f"trace folder {tdir}: its Delta Lake log cannot be read; none of its files were collected")
+            return 0
+        doomed = [(fname, p) for fname, p in doomed if fname not in kept]
+    for _, p in doomed:
+        blobs.delete(p)
+    return len(doomed)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from storage.errors import StoreError
 from storage.lattice import Frontier, format_frontier
 from storage.state import transitions
+from storage.state.readers import reader_of
 from storage.state.transitions import State
 
 
@@ -24,7 +25,7 @@ def _record(state: State, store, name: str) -> dict:
 
 
 def _readers(state: State, traces: list[str], but: str) -> list[tuple[str, str]]:
-    """(trace, pipeline) for every other pipeline holding one of ``traces``."""
+    """(trace, holder) for every other pipeline or named reader holding one of ``traces``."""
     return [(t, h) for t in traces if t in state.traces for h in sorted(state.traces[t].holds) if h != but]
 
 
@@ -71,9 +72,14 @@ def drop_pipeline(store, name: str, *, keep_outputs: bool = False) -> dict:
     if not keep_outputs:
         readers = _readers(state, outputs, but=name)
         if readers:
-            t, reader = readers[0]
-            raise StoreError(f"output {t!r} of pipeline {name!r} is an input of pipeline {reader!r}; "
-                             f"drop {reader!r} first, or keep the outputs with --keep-outputs")
+            t, holder = readers[0]
+            reader = reader_of(holder)
+            if reader is not None:
+                raise StoreError(f"output {t!r} of pipeline {name!r} is followed by reader {reader!r}; drop it "
+                                 f"first (ddcli changes {t} --reader {reader} --drop), or keep the outputs "
+                                 f"with --keep-outputs")
+            raise StoreError(f"output {t!r} of pipeline {name!r} is an input of pipeline {holder!r}; "
+                             f"drop {holder!r} first, or keep the outputs with --keep-outputs")
 
     def change(s: State, _) -> State:
         _record(s, store, name)

@@ -413,7 +413,8 @@ def test_bench_priority_is_a_command_that_names_a_bad_variant_before_any_work(tm
 def test_bench_storage_smoke(tmp_path):
     out = tmp_path / "bench.json"
     res = ok(runner.invoke(app, ["bench", "storage", "--updates", "3000", "--keys", "300", "--small-ingests", "20",
-                                 "--small-size", "50", "--repeat", "1", "--meta-ingests", "25", "--out", str(out)]))
+                                 "--small-size", "50", "--repeat", "1", "--meta-ingests", "25", "--delta-ingests", "6",
+                                 "--out", str(out)]))
     assert "updates/s" in res.stdout and "commit latency" in res.stdout
     fig = json.loads(out.read_text())
     assert fig["big_ingest"]["updates"] == 3000 and fig["big_ingest"]["updates_per_s"] > 0
@@ -426,7 +427,10 @@ def test_bench_storage_smoke(tmp_path):
         assert q["same_answer"] and q["store_s"] > 0 and q["duckdb_consolidated_s"] > 0
     meta = fig["metadata"]
     assert meta["ingests"] == 25 and meta["late"]["log_bytes"] > 0 and meta["latency_ratio"] > 0
+    delta = fig["delta"]
+    assert delta["ingests"] == 6 and delta["latency_ratio"] > 0 and delta["delta_versions"] >= 2
+    assert "with Delta logs" in res.stdout
     rec = jsonl(ok(runner.invoke(app, ["bench", "storage", "--updates", "500", "--keys", "50",
                                        "--small-ingests", "2", "--small-size", "10", "--repeat", "1",
-                                       "--meta-ingests", "0", "--json"])).stdout)[0]
+                                       "--meta-ingests", "0", "--delta-ingests", "0", "--json"])).stdout)[0]
     assert rec["benchmark"] == "storage"

@@ -123,6 +123,7 @@ def test_every_example_of_the_guide_runs(spark, tmp_path):
     assert "verified" in out("ddcli verify letters.py")
     assert '"behind":true' in out("grep '\"kind\":\"lag\"'")
     assert "exit code 4" in out("--strict-noop")
+    assert out("ddcli config --json").count('"source":"file"') == 2 and "\nJava " in out("ddcli --version")
     assert "exit code 2: history before since 4 is merged" in out("ddcli advance words --since 4")
     store = Store(os.path.join(work, "ddstore"))
     assert store.state().pipelines["wordcount"]["runs"] == 3  # the guide's two runs and the cron job's

@@ -546,7 +546,8 @@ def test_bench_storage_saves_json_and_a_png_plot(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib is in the test extra: pip install -e '.[test]'")
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
     ok(runner.invoke(app, ["bench", "storage", "--updates", "2000", "--keys", "200", "--small-ingests", "12",
-                           "--small-size", "20", "--repeat", "1", "--meta-ingests", "0", "--out", str(out),
+                           "--small-size", "20", "--repeat", "1", "--meta-ingests", "0", "--delta-ingests", "0",
+                           "--out", str(out),
                            "--plot", str(png)]))
     fig = json.loads(out.read_text())
     small = fig["small_ingests"]

@@ -205,7 +205,8 @@ def test_where_filters_data_columns(tmp_path):
                                  "1 = 1; DROP TABLE x", "word = 'a') UNION (SELECT 1"])
 def test_a_bad_where_is_one_line_naming_the_trace(tmp_path, bad):
     store = _words_store(tmp_path)
-    for fn in (Q.as_of, Q.history):
+    # a history's updates have a time and a diff; a collection has neither
+    for fn in (Q.as_of,) if bad in ("time > 3", "diff = 1") else (Q.as_of, Q.history):
         with pytest.raises(StoreError) as info:
             fn(store, "w", where=bad)
         msg = str(info.value)

@@ -1,0 +1,166 @@
+"""``ddcli explain``: what a pipeline will do, read from its file and the store, without Spark.
+
+The pipeline file is loaded as a run loads it (``ops/dataflow/load.py``), its columns are
+found from the input traces' schemas (``ops/explain/schemas.py``), and every question is
+answered by the functions a run asks (``ops/dataflow/graph.py``, ``ops/loops/``), so the
+explanation says what the run does. Nothing here imports pyspark: a JVM never starts.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ops.dataflow.builder import Pipeline
+from ops.dataflow.graph import STATEFUL, Node, arranged_nodes, node_key, state_trace_name
+from ops.dataflow.load import load_pipeline
+from ops.explain import model
+from ops.explain.loops import engine_for, explain_loop, priorities
+from ops.explain.operators import summary
+from ops.explain.schemas import planned_schemas
+from storage.lattice import Frontier, format_frontier
+from storage.state.lag import lag_rows
+from storage.state.seal import hold_back
+from storage.state.trace import Trace
+from storage.state.transitions import State
+
+
+def explain_pipeline(store, path: str, *, name: str | None = None, master: str | None = None) -> model.Explanation:
+    """The explanation of the pipeline in ``path`` against ``store`` (see the module's docstring)."""
+    from ops.spark.session import master_url
+
+    p = load_pipeline(path, name)
+    state = store.state()
+    traces = state.traces
+    inputs = {n: traces[n].schema for n in p.inputs if n in traces}
+    schemas = planned_schemas(p, inputs)
+    dims = {traces[n].d for n in p.inputs if n in traces}
+    d = min(dims) if dims else 1
+    record = state.pipelines.get(p.name) if isinstance(state.pipelines.get(p.name), dict) else None
+    ex = model.Explanation(p.name, os.path.abspath(path), store.path, int(record.get("runs", 0)) if record else 0,
+                           _frontier(record), "")
+    arranged = arranged_nodes(p)
+    ex.operators = [_operator(n, schemas, arranged) for n in p.nodes]
+    ex.arrangements = _arrangements(p, arranged, schemas, traces)
+    engine = engine_for(master_url(master), store.exchange_folder())
+
+    def rows_of(trace: str) -> int | None:
+        return traces[trace].rows() if trace in traces else None
+
+    ex.loops = [explain_loop(p, n, schemas, d, engine, rows_of) for n in p.nodes if n.op == "loop"]
+    ex.priorities = priorities(p)
+    ex.inputs = [_input(state, p, n) for n in p.inputs]
+    ex.outputs = [_trace_info(traces.get(n), n, "output") for n in p.outputs]
+    ex.state = [_state_trace(traces.get(state_trace_name(p.name, n)), state_trace_name(p.name, n), n)
+                for n in arranged.values() if n.op not in ("input", "enter")]
+    ex.next_run = _next_run(ex, record)
+    ex.notes = _notes(ex, dims)
+    return ex
+
+
+def _frontier(record: dict | None) -> str | None:
+    if not record or "frontier" not in record:
+        return None
+    return format_frontier(Frontier.from_json(record["frontier"], record.get("d", 1)))
+
+
+def _operator(n: Node, schemas: dict, arranged: dict) -> model.Operator:
+    cols = schemas[n.id].names if n.id in schemas else None
+    return model.Operator(n.id, n.name, n.op, n.where, summary(n),
+                          [i.name for i in n.inputs if i.op != "loop"], cols,
+                          n.scope.name if n.scope is not None else None,
+                          n.args["scope"].name if n.op == "loop" else None,
+                          stateful=n.op in STATEFUL, arranged=n.id in arranged)
+
+
+def _read_by(reader: Node, columns: list[str]) -> list[str]:
+    """The columns a stateful operator looks its input's old updates up by."""
+    if reader.op in ("join", "semijoin", "as_of_join"):
+        return list(reader.args["on"])
+    if reader.op == "reduce":
+        return list(reader.args["key"])
+    return list(columns)  # distinct, threshold: the whole row; a delta join: its variables
+
+
+def _arrangements(p: Pipeline, arranged: dict, schemas: dict, traces: dict[str, Trace]) -> list[model.Arrangement]:
+    out = []
+    for n in arranged.values():
+        readers = [r for r in p.nodes if r.op in STATEFUL and n in r.inputs]
+        readers += [e for e in p.nodes if e.op == "enter" and e.inputs[0] is n and e.id in arranged]
+        cols = schemas[n.id].names if n.id in schemas else []
+        shown = [f"{r.name} (by {', '.join(_read_by(r, cols)) or 'its row'})" if r.op != "enter"
+                 else f"{r.name} (into loop {r.scope.name})" for r in readers]
+        if n.op == "input":
+            kind, trace = "input", n.args["trace"]
+        elif n.op == "enter":
+            kind, trace = "entered", None
+        else:
+            kind, trace = "state", state_trace_name(p.name, n)
+        t = traces.get(trace) if trace else None
+        key = t.key if t is not None else node_key(n, cols)
+        a = model.Arrangement(n.name, n.where, kind, trace, list(key), shown, len(readers) > 1)
+        if t is not None:
+            a.rows, a.bytes, a.layers = t.rows(), t.bytes(), len(t.all_layers())
+        out.append(a)
+    return out
+
+
+def _trace_info(t: Trace | None, name: str, role: str) -> model.TraceInfo:
+    if t is None:
+        return model.TraceInfo(name, role, False)
+    return model.TraceInfo(name, role, True, list(t.key), t.d, format_frontier(t.since), format_frontier(t.upper),
+                           t.rows(), t.bytes(), len(t.all_layers()), t.owner)
+
+
+def _input(state: State, p: Pipeline, name: str) -> model.TraceInfo:
+    t = state.traces.get(name)
+    info = _trace_info(t, name, "input")
+    if t is None:
+        return info
+    lag = [r for r in lag_rows(state, name) if r["pipeline"] == p.name and r["input"] == name]
+    if lag:
+        r = lag[0]
+        info.lag = model.Lag(r["consumed"], r["updates"], r["layers"], r["pending"], r["behind"],
+                             r["holds_back"], r["behind_by"])
+    else:  # never ran: the first run reads every sealed update
+        uppers = {n: state.traces[n].upper for n in p.inputs if n in state.traces}
+        waits, by = hold_back(uppers)[name]
+        info.lag = model.Lag(None, sum(l.rows for l in t.layers), len(t.layers), sum(l.rows for l in t.pending),
+                             bool(t.layers), waits, by)
+    return info
+
+
+def _state_trace(t: Trace | None, name: str, n: Node) -> model.StateTrace:
+    if t is None:
+        return model.StateTrace(name, n.name, n.where, False)
+    return model.StateTrace(name, n.name, n.where, True, t.rows(), t.bytes(), len(t.all_layers()),
+                            format_frontier(t.since), format_frontier(t.upper))
+
+
+def _next_run(ex: model.Explanation, record: dict | None) -> str:
+    missing = [i.name for i in ex.inputs if not i.exists]
+    if missing:
+        return f"refuses to run: input trace {missing[0]} does not exist yet (ingest it first)"
+    clash = [o for o in ex.outputs if o.exists and o.owner != ex.pipeline]
+    if clash:
+        who = f"pipeline {clash[0].owner}" if clash[0].owner else "ingest"
+        return f"refuses to run: output {clash[0].name} is a trace written by {who}"
+    updates = sum(i.lag.updates for i in ex.inputs if i.lag)
+    behind = any(i.lag.behind for i in ex.inputs if i.lag)
+    if record and not behind:
+        return "nothing to do: every sealed input update has been processed"
+    first = "its first run" if not record else "the next run"
+    return f"{first} reads {updates:,} new input update{'s' if updates != 1 else ''}"
+
+
+def _notes(ex: model.Explanation, dims: set[int]) -> list[str]:
+    notes = []
+    if len(dims) > 1:
+        notes.append("its inputs have different time dimensions: a run refuses it")
+    if any(l.unknown_types for l in ex.loops):
+        notes.append("some columns inside loops have types only Spark can tell; a run decides their loops' "
+                     "paths again with Spark's types")
+    if any(i.lag and i.lag.holds_back for i in ex.inputs):
+        slow = [i.name for i in ex.inputs if i.lag and i.lag.holds_back]
+        notes.append(f"{', '.join(slow)} holds the pipeline back: its upper is behind another input's "
+                     f"(a table complete for good can be sealed with `ddcli advance TRACE --seal`)")
+    return notes
