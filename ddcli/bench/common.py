@@ -14,7 +14,7 @@ from typing import Callable
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SAMPLES = os.path.join(REPO, "sample_data", "pipelines")  # the sample pipelines the benchmarks run
-OUTPUTS = {"reach": "reach", "bfs": "distances", "cc": "labels"}  # each loop sample's output trace
+OUTPUTS = {"reach": "reach", "bfs": "distances", "cc": "labels", "reach_nodes": "reached"}  # each loop sample's output trace
 
 
 def console_log() -> Callable[[str], None] | None:

@@ -7,6 +7,7 @@ commands' bodies.
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Optional
 
 import typer
@@ -408,3 +409,58 @@ def bench_priority(
     lines = [f"{r['variant']}, {r['run']} run: {r['seconds']:.1f} s, {r['rounds']:,} rounds, "
              f"{r['loop_updates']:,} updates inside the loop" for r in res["figures"]]
     render.report(res, "\n".join(lines), out, output)
+
+
+@bench_app.command("small", epilog=EXIT_CODES_HELP)
+def bench_small(
+    repeat: Annotated[int, typer.Option(min=1, help="Timed one-update runs and queries (medians reported).")] = 5,
+    updates: Annotated[int, typer.Option(min=2, help="Updates in the node-set reach's timed run.")] = 10_000,
+    nodes: Annotated[int, typer.Option(min=2, help="Nodes of the sliding-window graph.")] = 1000,
+    edges: Annotated[int, typer.Option(min=1, help="Edges of the sliding-window graph.")] = 2000,
+    roots: Annotated[int, typer.Option(min=1, help="Roots of the reachability.")] = 10,
+    no_pathway: Annotated[bool, typer.Option("--no-pathway", help="Leave Pathway out.")] = False,
+    workdir: WorkdirOpt = None,
+    out_json: OutJsonOpt = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", metavar="FILE.png", help="Save the figures as PNG.")] = None,
+    fmt: FormatOpt = None,
+    json_: JsonOpt = False,
+    output: OutputOpt = None,
+) -> None:
+    """What a small change costs: a one-update run of word count against a query, with
+    the warm engine off (cold) and on (warm), and the node-set reach at UPDATES updates a
+    run against Pathway, each command a real ddcli process (the benchmark's own service,
+    stopped at the end).
+
+    Example:
+
+        ddcli bench small --out docs/bench/small.json --plot docs/bench/small.png
+    """
+    out = render.choose_format(fmt, json_, output)
+    _check_bench_outputs(out_json, plot)
+    import shutil
+    import tempfile
+
+    from ddcli.bench import small
+    work = workdir or tempfile.mkdtemp(prefix="ddbs-", dir="/tmp" if os.path.isdir("/tmp") else None)
+    os.makedirs(work, exist_ok=True)
+    try:
+        res = small.bench_small(repeat=repeat, updates=updates, nodes=nodes, edges=edges, roots=roots, work=work,
+                                log=console_log(), pathway=not no_pathway)
+    finally:
+        if workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    if out_json:
+        write_json(res, out_json)
+    if plot:
+        small.plot_small(res, plot)
+    cold, warm, rn = res["wordcount_cold"], res["wordcount_warm"], res["reach_nodes"]
+    msg = (f"word count, a one-update run against a query (median of {repeat}): cold {cold['run_s']:.2f} s / "
+           f"{cold['query_s']:.2f} s = {cold['run_over_query']:.1f}x; warm {warm['run_s']:.2f} s / "
+           f"{warm['query_s']:.2f} s = {warm['run_over_query']:.1f}x\n"
+           f"node-set reach, {updates:,} updates in one run (warm): {rn['run_s']:.2f} s"
+           + (f"; Pathway {rn['pathway']['seconds']:.2f} s: ddcli / Pathway {rn['ddcli_over_pathway']:.2f}x"
+              if "pathway" in rn else "")
+           + f"\nnode-set reach's first run {rn['first_run_s']:.2f} s, a one-update run of it "
+             f"{rn['one_update_run_s']:.2f} s; first run / warm word count run "
+             f"{res['aims']['reach_nodes_first_run_over_warm_one_update_run']['value']:.1f}x")
+    render.report(res, msg, out, output)

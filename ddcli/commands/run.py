@@ -51,7 +51,7 @@ def stopping_spark_on_interrupt(committed: list[str]):
         if not (session.interrupted() or isinstance(e, KeyboardInterrupt)):
             raise
         try:
-            session.stop_spark()
+            session.stop_after_interrupt()
         except BaseException:  # noqa: BLE001 - stopping is best effort; the JVM dies with us
             pass
         before = f" (committed before it: {', '.join(committed)})" if committed else ""
