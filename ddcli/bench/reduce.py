@@ -27,6 +27,8 @@ import threading
 import time as _time
 from typing import Callable
 
+from ddcli.bench.common import save_figure
+
 PIPELINE = '''
 def pipeline(p):
     rows = p.input("flights")
@@ -279,5 +281,5 @@ def plot_reduce(res: dict, path: str) -> None:
     c.set_ylabel("seconds")
     c.set_title(f"incremental run of {res['new_updates']:,} updates")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)

@@ -92,7 +92,8 @@ def test_ctrl_c_during_a_run_stops_spark_exits_130_and_commits_nothing(tmp_path,
     sent = time.time()
     code, out, err = finished(run, timeout=120)
     assert code == 130, (out, err)
-    assert err == "error: interrupted; nothing was written\n"
+    *progress, last = err.splitlines()  # progress lines ("· …"), then the one error line
+    assert last == "error: interrupted; nothing was written" and all(x.startswith("· ") for x in progress), err
     assert time.time() - sent < 60, "Spark was not stopped: the run waited for its task"
     assert not after.exists(), "Ctrl-C stopped the first pipeline, then the command ran the second"
 
