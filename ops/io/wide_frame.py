@@ -35,9 +35,42 @@ def wide_schema(schemas: dict[int, pa.Schema], partition: list[pa.Field] | None 
 
 def pack_frames(parts: dict[int, tuple[DataFrame, tuple[str, ...] | None]], schemas: dict[int, pa.Schema],
                 partition: list[pa.Field] | None = None) -> DataFrame:
-    """One wide Spark frame of ``parts`` (tag -> (frame, its partition columns))."""
+    """One wide Spark frame of ``parts`` (tag -> (frame, its partition columns)).
+
+    Each part is projected by one ``selectExpr`` of SQL casts: built as Column objects,
+    the casts of a wide frame cost a few Py4J calls each (thousands a run)."""
     wide = wide_schema(schemas, partition)
     spark_types = {f.name: f.dataType for f in from_arrow_schema(wide).fields}
+    if not all(_sql_typed(t) for t in spark_types.values()):
+        return _pack_columns(parts, schemas, wide, spark_types, partition)
+    types = {name: t.simpleString() for name, t in spark_types.items()}
+    out = None
+    for tag, (df, pcols) in parts.items():
+        mine = {wide_name(tag, c): c for c in schemas[tag].names}
+        exprs = [f"CAST({int(tag)} AS BIGINT) AS {TAG}"]
+        for j, _ in enumerate(partition or []):
+            exprs.append(f"CAST({_quoted(pcols[j])} AS {types[f'_p{j}']}) AS _p{j}")
+        for name in wide.names[1 + len(partition or []):]:
+            src = _quoted(mine[name]) if name in mine else "NULL"
+            exprs.append(f"CAST({src} AS {types[name]}) AS {_quoted(name)}")
+        framed = df.selectExpr(*exprs)
+        out = framed if out is None else out.unionByName(framed)
+    return out
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _sql_typed(t) -> bool:
+    """Whether ``CAST(x AS <t.simpleString()>)`` names type ``t`` exactly (nested types carry
+    field names that would need quoting of their own)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+    return not isinstance(t, (ArrayType, MapType, StructType))
+
+
+def _pack_columns(parts, schemas, wide: pa.Schema, spark_types: dict, partition) -> DataFrame:
+    """:func:`pack_frames` with Column objects, for nested types."""
     out = None
     for tag, (df, pcols) in parts.items():
         mine = {wide_name(tag, c): c for c in schemas[tag].names}
@@ -58,7 +91,8 @@ def frame_schema(df: DataFrame) -> pa.Schema:
 
 def unpack_frame(wide: DataFrame, tag: int, schema: pa.Schema) -> DataFrame:
     """Collection ``tag`` of a wide Spark frame, with its own column names."""
-    return wide.filter(F.col(TAG) == tag).select(*[F.col(wide_name(tag, c)).alias(c) for c in schema.names])
+    return wide.filter(f"{TAG} = {int(tag)}").selectExpr(
+        *[f"{_quoted(wide_name(tag, c))} AS {_quoted(c)}" for c in schema.names])
 
 
 def unpack_table(wide: pa.Table, tag: int, schema: pa.Schema) -> pa.Table:

@@ -11,7 +11,11 @@ For a loop that ``ops/loops/plan.py`` finds partitionable by columns ``P``, a ba
    files themselves with pyarrow, and only this run's updates go through Spark;
 3. each task runs the rounds to the fixed point (``ops/loops/task.py``) and returns the
    leaves' changes and the arrangements' processed updates, materialised by one local
-   checkpoint; a tiny second job reads the rounds and checks convergence.
+   checkpoint; its statistics come back in an accumulator, with no job of their own.
+4. a loop that runs in one task, in a run of one batch, also writes the run's layers it
+   holds every row of (``ops.run.run.task_writes``): each output declared on its result,
+   its arrangements' state and that of the collections it enters; only the files' names
+   come back, so such a run is one Spark job.
 
 A loop that no columns deal (``P`` empty) is *resident*: its rows are dealt round-robin
 to N tasks that run together (a barrier stage, N the session's task slots: on a cluster
@@ -46,14 +50,16 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from ops.dataflow.builder import Pipeline
-from ops.dataflow.graph import Node, scope_nodes
+from ops.dataflow.graph import Node, node_priority, scope_nodes
 from ops.errors import PipelineError
 from ops.io.read import layer_table
+from ops.io.write import write_table_files
 from ops.io.wide_frame import pack_frames, pack_tables, unpack_frame, unpack_table, wide_schema
 from ops.loops.exchange import Exchange, ExchangeAborted, Router
 from ops.loops.plan import LoopPlan, loop_path
@@ -63,6 +69,7 @@ from ops.loops.route import (BROADCAST_ROWS, FEW_ROWS, ONE_TASK_ROWS, Engine, Re
 from ops.loops.task import Body, fixed_point, update_schema
 from ops.operators.context import EvalContext
 from ops.spark.session import is_local, partitions
+from storage.lattice import time_columns
 
 TOO_BIG = -1  # ``converged`` of a task that refused its rows, or stopped holding too many
 
@@ -124,11 +131,14 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
     pfields = [] if tasks else [schemas[v0.id].field(c) for c in plan.by]
     outs = _task_outputs(body, schemas, ictx.d)
     acc = spark.sparkContext.accumulator(None, TaskStats())
+    writes = _writes_in_task(p, runtime, body, nodes) if not tasks and not plan.by else {}
+    files = spark.sparkContext.accumulator([], WrittenFiles()) if writes else None
     folder = os.path.join(res.root, f"ddcli-loop-{os.getpid()}-{time.time_ns()}") if tasks else None
     task = _task_function(body, ins, outs, bc, acc, wide_schema({t: ins.schemas[t] for t in ins.parts}, pfields),
                           tasks=tasks, keys=res.keys if tasks else None, folder=folder,
                           row_limit=ONE_TASK_ROWS if not plan.by and limited else None,
-                          floor=runtime.record_floor)  # the processed updates leave the task advanced to it
+                          floor=runtime.record_floor,  # the processed updates leave the task advanced to it
+                          writes=writes, files=files)
     packed = pack_frames(ins.parts, {t: ins.schemas[t] for t in ins.parts}, pfields)
     if tasks:  # dealt any way: each task routes its rows to their owners first
         out = _resident_job(packed, tasks, task, outs.wide, folder)
@@ -143,6 +153,11 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
         bc.unpersist()
     if not _finished(loop_node, plan, body, nodes, acc, tasks, rows, res, started, runtime):
         return None
+    if writes:  # the layer files the task wrote, by trace (none: the trace has no changes)
+        written = {spec["trace"]: [] for specs in writes.values() for spec in specs}
+        for trace, row in files.value:
+            written[trace].append(row)
+        runtime.written_in_tasks.update(written)
     by_id = {n.id: n for n in nodes}
     for (kind, nid), tag in outs.tags.items():
         if kind == "rec":
@@ -153,19 +168,66 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
     return {nid: unpack_frame(out, tag, outs.schemas[tag]) for (kind, nid), tag in outs.tags.items() if kind == "leave"}
 
 
+class WrittenFiles(AccumulatorParam):
+    """The layer files a loop's task wrote: ``(trace, META_SCHEMA row)`` pairs, gathered
+    with the task's result (no job of their own)."""
+
+    @staticmethod
+    def zero(value):
+        return []
+
+    @staticmethod
+    def addInPlace(a, b):
+        return a + b
+
+
+def _writes_in_task(p: Pipeline, runtime, body: Body, nodes: list[Node]) -> dict[tuple[str, int], list[dict]]:
+    """What a loop running in one task writes itself, from the run's targets a task may
+    write (``runtime.task_writes``): each ``(kind, node id)`` of the task's tables (``leave``:
+    a leave's changes, ``rec``: an arranged node's processed updates, ``enter``: the updates
+    entered plainly from a top-level collection that nothing else enters, whose state they are)
+    -> the writes of that table."""
+    out = {}
+    for leave, _ in body.leaves:
+        if ("output", leave) in runtime.task_writes:
+            out[("leave", leave)] = runtime.task_writes[("output", leave)]
+    for t in body.nodes:
+        if t.arranged and t.op != "enter" and ("state", t.id) in runtime.task_writes:
+            out[("rec", t.id)] = runtime.task_writes[("state", t.id)]
+    for n in nodes:
+        if n.op != "enter" or node_priority(n) is not None:
+            continue
+        base = n.inputs[0]
+        entries = [e for e in p.nodes if e.op == "enter" and e.inputs[0] is base]
+        if base.scope is None and len(entries) == 1 and ("state", base.id) in runtime.task_writes:
+            out[("enter", n.id)] = runtime.task_writes[("state", base.id)]
+    return out
+
+
+def _outer_times(t: pa.Table, d: int) -> pa.Table:
+    """Updates entered into a loop back in the times of the ``d``-dimensional collection
+    they came from (the iteration coordinate, 0 for them all, dropped)."""
+    inner, outer = time_columns(d + 1), time_columns(d)
+    columns = {c: t.column(c) for c in t.column_names if c not in inner}
+    columns.update({o: t.column(i) for i, o in zip(inner, outer)})
+    return pa.table(columns)
+
+
 @dataclass
 class TaskInputs:
     """What a loop's tasks receive, each frame under a tag of the wide frame: ``tags``
     (kind, node id) -> tag, kind ``old`` (stored and processed updates) or ``new`` (entered
     this batch); the frames dealt to tasks (``parts``) and broadcast (``bparts``), each
     ``(frame, placement columns)``; the update schema of each tag; and the stored layer
-    files the tasks read themselves."""
+    files the tasks read themselves (an entered collection's: the outer collection's files,
+    moved into the loop's times at iteration 0 as they are read)."""
 
     tags: dict[tuple[str, int], int] = field(default_factory=dict)
     parts: dict[int, tuple] = field(default_factory=dict)
     bparts: dict[int, tuple] = field(default_factory=dict)
     schemas: dict[int, pa.Schema] = field(default_factory=dict)
     layer_files: dict[int, list[str]] = field(default_factory=dict)
+    entered_files: set[int] = field(default_factory=set)  # tags whose files hold the outer collection's times
 
 
 def _task_inputs(nodes: list[Node], plan: LoopPlan, ictx: EvalContext, entered: dict, runtime,
@@ -182,19 +244,24 @@ def _task_inputs(nodes: list[Node], plan: LoopPlan, ictx: EvalContext, entered: 
             # when one task takes every row, or resident tasks each a share (they route rows anyway)
             a = runtime.arrangement(n)
             files, old = a.for_tasks(ictx) if tasks or not plan.by else ([], a.whole(ictx))
-            frames.append(("old", old if old is not None or not files else
-                           spark.createDataFrame([], from_arrow_schema(schema))))
+            outer = a.outer_files_for_tasks() if n.op == "enter" and node_priority(n) is None else None
+            if (tasks or not plan.by) and outer is not None:  # entered at iteration 0, in the tasks
+                files, old = outer
+                ins.entered_files.add(len(ins.tags) + 1)
+            frames.append(("old", old))
         if n.op == "enter":
             frames.append(("new", entered.get(n.id)))
         for kind, df in frames:
-            if df is None:
+            if df is None and not (kind == "old" and files):
                 continue
             tag = ins.tags[(kind, n.id)] = len(ins.tags) + 1
             ins.schemas[tag] = schema
-            cols = plan.placed[n.id]
-            (ins.bparts if cols is None and not tasks else ins.parts)[tag] = (df.select(*schema.names), cols)
             if kind == "old" and files:
                 ins.layer_files[tag] = files
+            if df is None:  # its stored files alone: no frame, whose empty scan would cost Python tasks
+                continue
+            cols = plan.placed[n.id]
+            (ins.bparts if cols is None and not tasks else ins.parts)[tag] = (df.select(*schema.names), cols)
     return ins
 
 
@@ -235,12 +302,13 @@ def _task_outputs(body: Body, schemas: dict, d: int) -> TaskOutputs:
 
 
 def _task_function(body: Body, ins: TaskInputs, outs: TaskOutputs, bc, acc, in_wide: pa.Schema, *, tasks: int,
-                   keys, folder: str | None, row_limit: int | None, floor):
+                   keys, folder: str | None, row_limit: int | None, floor, writes: dict, files):
     """The function each Spark task runs over its batches (pickled by value with what it
-    closes over): the loop's rounds to the fixed point, its statistics into ``acc``."""
+    closes over): the loop's rounds to the fixed point, its statistics into ``acc``, the
+    layer files of ``writes`` (:func:`_writes_in_task`) written and told to ``files``."""
     row_budget = task_rows()
-    in_wide_tags = set(ins.parts)
-    tags, in_schemas, layer_files = ins.tags, ins.schemas, ins.layer_files
+    in_wide_tags, in_broadcast_tags = set(ins.parts), set(ins.bparts)
+    tags, in_schemas, layer_files, entered_files = ins.tags, ins.schemas, ins.layer_files, ins.entered_files
 
     def task(batches):
         ex = None
@@ -266,7 +334,8 @@ def _task_function(body: Body, ins: TaskInputs, outs: TaskOutputs, bc, acc, in_w
                 acc.add((0, 0, TOO_BIG, n, None, None))
                 return
         share = slice(None) if ex is None else slice(ex.me, None, tasks)  # resident tasks: a share each
-        stored = {tag: [layer_table(f, in_schemas[tag]) for f in files[share]] for tag, files in layer_files.items()}
+        stored = {tag: [(entered_layer_table if tag in entered_files else layer_table)(f, in_schemas[tag])
+                        for f in files[share]] for tag, files in layer_files.items()}
         n += sum(t.num_rows for ts in stored.values() for t in ts)
         if row_limit is not None:  # resident tasks together: every task refuses, or none
             total = n if ex is None else sum(ex.agree(n))
@@ -281,12 +350,20 @@ def _task_function(body: Body, ins: TaskInputs, outs: TaskOutputs, bc, acc, in_w
             small = pa.ipc.open_stream(pa.py_buffer(bc.value)).read_all()
         new, old = {}, {}
         for (kind, nid), tag in tags.items():
-            src = table if tag in in_wide_tags else small
-            t = pa.concat_tables([unpack_table(src, tag, in_schemas[tag])] + stored.get(tag, []))
+            src = table if tag in in_wide_tags else small if tag in in_broadcast_tags else None
+            shipped = in_schemas[tag].empty_table() if src is None else unpack_table(src, tag, in_schemas[tag])
+            t = pa.concat_tables([shipped] + stored.get(tag, []))
             (new if kind == "new" else old)[nid] = t
         got = fixed_point(body, new, old, floor, row_budget, None if ex is None else Router(ex, keys))
         bad = got.refused or (None, None)
         acc.add((got.rounds, got.updates, TOO_BIG if got.too_big else int(got.converged), got.held, bad[1], bad[0]))
+        if not got.too_big and not got.refused and got.converged:
+            for (kind, nid), specs in writes.items():
+                table = (got.leaves if kind == "leave" else got.records if kind == "rec" else new).get(nid)
+                for spec in specs if table is not None else []:
+                    mine = _outer_times(table, spec["d"]) if kind == "enter" else table
+                    for meta in write_table_files(mine, **{k: v for k, v in spec.items() if k != "trace"}):
+                        files.add([(spec["trace"], row) for row in meta.to_pylist()])
         out = {}
         for (kind, nid), tag in outs.tags.items():
             if kind == "leave" and nid in got.leaves:
@@ -298,6 +375,20 @@ def _task_function(body: Body, ins: TaskInputs, outs: TaskOutputs, bc, acc, in_w
             yield from wide.to_batches()
 
     return task
+
+
+def entered_layer_table(path: str, schema: pa.Schema) -> pa.Table:
+    """A layer file of a collection outside the loop as the loop's update ``schema`` (inside
+    a task): its time coordinates, then iteration 0 (``ops.loops.rounds.enter_frame``)."""
+    inner = [f.name for f in schema if f.name == "time" or f.name.startswith("time_")]
+    outer = time_columns(len(inner) - 1)
+    data = [f for f in schema if f.name not in inner and f.name != "diff"]
+    t = layer_table(path, pa.schema(data + [pa.field(c, pa.int64()) for c in outer] + [schema.field("diff")]))
+    columns = {f.name: t.column(f.name) for f in data}
+    columns.update({new: t.column(old) for old, new in zip(outer, inner)})
+    columns[inner[-1]] = pa.array(np.zeros(t.num_rows, np.int64))
+    columns["diff"] = t.column("diff")
+    return pa.table(columns).select(schema.names).cast(schema)
 
 
 def _finished(loop_node: Node, plan: LoopPlan, body: Body, nodes: list[Node], acc, tasks: int, rows: int, res,

@@ -174,6 +174,17 @@ class LiveArrangement:
             return [], self.whole(ctx)
         return list(self.stored.files), self.processed_union()
 
+    def outer_files_for_tasks(self) -> tuple[list[str], DataFrame | None] | None:
+        """For a collection entered into a loop: the outer collection's stored layer files,
+        which the loop's tasks read and move into the loop's times themselves, and every
+        other old update as a frame; None when the outer collection stores none (or is
+        entered from a loop further out)."""
+        outer = self.base
+        if outer is None or outer.base is not None or outer.stored is None or outer.stored.is_empty():
+            return None
+        rest = outer.processed_union()
+        return list(outer.stored.files), union_all(([self.enter(rest)] if rest is not None else []) + self.processed)
+
     def processed_union(self) -> DataFrame | None:
         """This run's processed updates as one frame (coalesced: a union of k frames would
         otherwise cost k times the tasks)."""

@@ -69,6 +69,10 @@ class Runtime:
         # a folder every executor sees, for a resident loop's exchange on a cluster (None:
         # the store is not in a filesystem folder; local mode uses the machine's temporary folder)
         self.exchange_root: str | None = None
+        # targets a loop's one task may write itself (ops/run/run.py: task_writes), and the
+        # files such tasks wrote, by trace (``META_SCHEMA`` rows of ops/io/write.py)
+        self.task_writes: dict[tuple[str, int], list[dict]] = {}
+        self.written_in_tasks: dict[str, list[dict]] = {}
 
     def loop_plan(self, loop_node: Node):
         """How ``loop_node`` runs (ops/loops/plan.py), planned once per run."""

@@ -41,7 +41,7 @@ from ops.dataflow.load import load_pipeline
 from ops.dataflow.precheck import precheck
 from ops.errors import PipelineError
 from ops.io.read import read_layers
-from ops.io.write import write_layer, write_sealed_and_pending
+from ops.io.write import layer_of, write_layer, write_sealed_and_pending
 from ops.io.write_many import LayerWrite, write_layers
 from ops.operators.arrangement import Arrangement
 from ops.operators.context import EvalContext
@@ -388,6 +388,8 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
         batches = time_batches(store, files, d, batch_times or BATCH_TIMES)
     else:
         batches = [(None, None, set(sources))]
+    if len(batches) == 1 and backfill is None:
+        runtime.task_writes = task_writes(store, plan, runtime, schemas)
     first = time_columns(d)[0]
     batch_frames: list[dict] = []
     for i, (lo, hi, inside) in enumerate(batches):
@@ -452,7 +454,8 @@ def write_targets(store: Store, plan: RunPlan, ev: Evaluation, targets: dict[str
     """Write one layer to every target (outputs also their pending changes beyond the
     frontier), each registered with the store's ``registry`` of written files. Traces
     whose frames are already partitioned by their key are written by a job of their own
-    (or of the shuffle their reduces share); the rest together, in one job."""
+    (or of the shuffle their reduces share); those a loop's one task wrote already
+    (``task_writes``) by none; the rest together, in one job."""
     out = RunWrites()
     writes: dict[str, dict] = {}  # trace -> its write step
     grouped: dict[str, LayerWrite] = {}  # trace -> its share of the one job writing the rest
@@ -463,7 +466,16 @@ def write_targets(store: Store, plan: RunPlan, ev: Evaluation, targets: dict[str
         if job is None:
             continue
         kind, write = job
-        if kind == "grouped":
+        if kind == "task":  # its files are written: their layers only
+            with progress.step("write", trace=tname, state=is_state, in_loop_task=True) as w:
+                sealed, held = _written_in_task(*write, out.protos[tname], plan, node, is_state)
+                out.sealed[tname] = registry.add(tname, sealed)
+                if not is_state:
+                    out.held[tname] = registry.add(tname, held)
+                _describe_write(w, tname, targets, out.sealed, out.held, out.protos, ran)
+            writes[tname] = w
+            _report_write(progress, w)
+        elif kind == "grouped":
             grouped[tname] = write
         elif kind == "shared":
             shared.setdefault(shared_token(write.df), {})[tname] = write
@@ -486,11 +498,11 @@ def write_targets(store: Store, plan: RunPlan, ev: Evaluation, targets: dict[str
     return out
 
 
-def _target_write(store: Store, plan: RunPlan, ev: Evaluation, tname: str, node: Node, is_state: bool,
-                  out: RunWrites):
-    """How one target is written: ``("grouped" | "shared", LayerWrite)`` to write with others,
-    ``("own", write)`` for a job of its own, None when it has no changes."""
-    d, schema = plan.d, ev.schemas[node.id]
+def _layout(store: Store, plan: RunPlan, schemas: dict[int, pa.Schema], tname: str, node: Node,
+            is_state: bool) -> tuple[Trace, Frontier, dict]:
+    """Where and how a target's layer goes: the trace as the run found (or creates) it, the
+    since a state layer is compacted to, and the layer's layout (``write_layer``'s arguments)."""
+    d, schema = plan.d, schemas[node.id]
     nd = node_dim(d, node)
     depth = nd - d
     existing = None if plan.rebuild else plan.state.traces.get(tname)
@@ -500,7 +512,41 @@ def _target_write(store: Store, plan: RunPlan, ev: Evaluation, tname: str, node:
              else (existing.since if existing else floor or Frontier.minimum(d)))
     proto = existing or Trace(tname, schema, key, nd, since, loop_frontier(plan.old_frontier, depth),
                               owner=plan.p.name)
+    layout = dict(directory=store.trace_dir(tname), schema=update_schema(schema, nd), key=key, d=nd,
+                  lower=loop_frontier(plan.old_frontier, depth), upper=loop_frontier(plan.frontier, depth),
+                  seq=proto.next_seq)
+    return proto, since, layout
+
+
+def task_writes(store: Store, plan: RunPlan, runtime: Runtime, schemas: dict[int, pa.Schema]) -> dict:
+    """The targets a loop's one task may write itself, once its fixed point is found, so that
+    a small run needs no job to write them (ops/loops/local.py): an output declared on a
+    loop's result with nothing pending, and the state of every arranged node. Keyed by
+    (``output`` or ``state``, node id), each a list of ``write_table_files`` arguments with
+    the trace's name; for one batch only (later batches add to what earlier ones recorded)."""
+    specs: dict[tuple[str, int], list[dict]] = {}
+    for tname, (node, is_state) in run_targets(plan, runtime).items():
+        proto, since, lay = _layout(store, plan, schemas, tname, node, is_state)
+        source = node.inputs[0] if node.op == "output" else node  # an output passes its input on
+        if not is_state and (source.op != "leave" or proto.pending):
+            continue
+        specs.setdefault(("state" if is_state else "output", source.id), []).append(dict(
+            trace=tname, directory=lay["directory"], schema=lay["schema"], key=lay["key"], d=lay["d"],
+            lower=lay["lower"], upper=lay["upper"], since=since if is_state else proto.effective_since(),
+            split=not is_state))
+    return specs
+
+
+def _target_write(store: Store, plan: RunPlan, ev: Evaluation, tname: str, node: Node, is_state: bool,
+                  out: RunWrites):
+    """How one target is written: ``("grouped" | "shared", LayerWrite)`` to write with others,
+    ``("own", write)`` for a job of its own, ``("task", files)`` when a loop's task wrote its
+    files already, None when it has no changes."""
+    proto, since, layout = _layout(store, plan, ev.schemas, tname, node, is_state)
     out.protos[tname] = proto
+    nd, key = layout["d"], layout["key"]
+    if tname in ev.runtime.written_in_tasks:
+        return "task", (ev.runtime.written_in_tasks[tname], since)
     if is_state:
         live = ev.runtime.live.get(node.id)
         df = live.processed_union() if live is not None else None
@@ -509,7 +555,7 @@ def _target_write(store: Store, plan: RunPlan, ev: Evaluation, tname: str, node:
         present = [f[node.id] for f in ev.batch_frames if f.get(node.id) is not None]
         if proto.pending:  # what waited beyond the old frontier: sealed now, or waits on
             present.append(read_layers(ev.spark, store.layer_paths(proto, proto.pending),
-                                       _empty_frame(ev.spark, update_schema(schema, nd)).schema))
+                                       _empty_frame(ev.spark, layout["schema"]).schema))
         df = union_coalesced(present) if present else None
         one_frame = len(present) == 1
         if df is not None and plan.backfill is not None and tname in plan.backfill.from_state:
@@ -518,9 +564,7 @@ def _target_write(store: Store, plan: RunPlan, ev: Evaluation, tname: str, node:
     if df is None:
         out.sealed[tname] = None
         return None
-    layout = dict(directory=store.trace_dir(tname), schema=update_schema(schema, nd), key=key, d=nd,
-                  lower=loop_frontier(plan.old_frontier, depth), upper=loop_frontier(plan.frontier, depth),
-                  seq=proto.next_seq, partitions=partitions(ev.spark),
+    layout.update(partitions=partitions(ev.spark),
                   partitioned=one_frame and ev.runtime.key_partitioned.get(node.id) == key)
     if not layout["partitioned"]:  # written together, in one job
         return "grouped", LayerWrite(df, layout["directory"], layout["schema"], key, nd, layout["lower"],
@@ -532,6 +576,17 @@ def _target_write(store: Store, plan: RunPlan, ev: Evaluation, tname: str, node:
     if is_state:
         return "own", lambda: (write_layer(df, since=since, precombine=not one_frame, **layout), None)
     return "own", lambda: write_sealed_and_pending(df, since=proto.effective_since(), **layout)
+
+
+def _written_in_task(files: list[dict], since: Frontier, proto: Trace, plan: RunPlan, node: Node,
+                     is_state: bool) -> tuple[Layer | None, Layer | None]:
+    """The (sealed, pending) layers of the files a loop's task wrote (``META_SCHEMA`` rows)."""
+    depth = node_dim(plan.d, node) - plan.d
+    lower, upper = loop_frontier(plan.old_frontier, depth), loop_frontier(plan.frontier, depth)
+    since = since if is_state else proto.effective_since()
+    sealed = layer_of([r for r in files if not r["pending"]], lower, upper, since, proto.next_seq, proto.next_seq + 1)
+    pending = layer_of([r for r in files if r["pending"]], upper, upper, since, -1, -1)
+    return sealed, (None if is_state else pending)
 
 
 def _write_together(group: dict[str, LayerWrite], write_all, targets: dict, out: RunWrites, registry,
@@ -607,7 +662,7 @@ def _describe_write(w: dict, tname: str, targets: dict, written: dict, held: dic
 def _report_write(progress: RunProgress, w: dict) -> None:
     what = " (state)" if w["state"] else ""
     ops = f"; computed {', '.join(w['operators'])}" if w["operators"] else ""
-    jobs = f"{w['jobs']} Spark job{'s' if w['jobs'] != 1 else ''}"
+    jobs = "by the loop's task" if w.get("in_loop_task") else f"{w['jobs']} Spark job{'s' if w['jobs'] != 1 else ''}"
     together = w.get("together") or []
     if len(together) > 1:  # one job wrote several traces
         jobs = f"{jobs} for {len(together)} traces" if w["jobs"] else f"in the job of {together[0]}"

@@ -1,0 +1,48 @@
+"""A small loop that runs in one task writes its run's layers itself: one Spark job a run.
+
+Node-set reachability (``sample_data/pipelines/reach_nodes.py``) has no column that deals
+its rows to tasks, so a small run takes it in one task; that task then also writes the
+output and every state trace (the loop's arrangements and the edges it entered), instead
+of a second job reading its result back. Over random sliding windows (retractions, roots
+coming and going, several runs, compaction between them, one run in batches, which writes
+by job as before) the output must equal breadth-first search at every time.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.graphs import EDGES, ROOTS, Bench, bfs_distances, samples_source, sliding_window_runs
+
+
+def reached_ref(inputs) -> dict:
+    """Every node some root reaches (a root reaches itself)."""
+    edges, roots = set(inputs["edges"]), {r for (r,) in inputs["roots"]}
+    return {"reached": {(n,): 1 for r in roots for n in bfs_distances(edges, r)}}
+
+
+@pytest.mark.parametrize("seed", [5])
+def test_node_set_reach_in_one_task_writes_its_layers_itself_and_equals_bfs_at_every_time(
+        spark, tmp_path, monkeypatch, seed):
+    monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
+    bench = Bench(tmp_path)
+    path = bench.pipeline("reach_nodes", samples_source("reach_nodes"))
+    runs = list(sliding_window_runs(seed, nodes=14, edges=24, steps=[8, 10, 10]))
+    for r, (eu, ru, upper) in enumerate(runs):
+        bench.ingest("edges", EDGES, eu, upper=upper)
+        bench.ingest("roots", ROOTS, ru, upper=upper)
+        batched = r == 1
+        res = bench.run(path, batch_times=4 if batched else None)
+        [loop] = [s for s in res.steps if s["step"] == "loop_path"]
+        assert loop["path"] == "local" and "few enough for one task" in loop["not_resident"], loop
+        writes = {s["trace"]: s for s in res.steps if s["step"] == "write"}
+        assert set(writes) == {"reached"} | set(bench.store.state().pipelines["reach_nodes"]["state"])
+        in_task = {t for t, s in writes.items() if s.get("in_loop_task")}
+        if batched:  # its batches add to what earlier ones recorded: written by a job
+            assert not in_task, writes
+        else:
+            assert in_task == set(writes), writes
+            assert res.spark_jobs == 1, res.steps
+        if r < len(runs) - 1:
+            bench.advance_and_compact((upper[0] - 4,))
+    bench.check(reached_ref, {"reached": ("node",)})
