@@ -30,7 +30,7 @@ import tempfile
 import time as _time
 from typing import Callable
 
-from ddcli.bench.reduce import PeakMemory
+from ddcli.bench.process import Usage
 
 PIPELINE = '''
 def pipeline(p):
@@ -71,14 +71,12 @@ SELECT k, pa AS a, pb AS b, time, -1::BIGINT AS diff FROM steps
 
 
 def duckdb_changes(left_path: str, right_path: str):
-    """The join's output changes computed by DuckDB from the two raw files, and its seconds."""
+    """The join's output changes computed by DuckDB from the two raw files."""
     import duckdb
     con = duckdb.connect()
-    t0 = _time.perf_counter()
     con.execute(f"CREATE VIEW l AS SELECT * FROM read_parquet('{left_path}')")
     con.execute(f"CREATE VIEW r AS SELECT * FROM read_parquet('{right_path}')")
-    out = con.sql(REFERENCE_SQL).to_arrow_table()
-    return out, _time.perf_counter() - t0
+    return con.sql(REFERENCE_SQL).to_arrow_table()
 
 
 def check_output(store, expected) -> int:
@@ -108,16 +106,16 @@ def _case(work: str, pipe: str, label: str, keys: int, times: int, say) -> tuple
     st = Store(os.path.join(work, f"store_{label}"))
     st.ingest("l", [lp])
     st.ingest("r", [rp])
-    with PeakMemory() as mem:
-        t0 = _time.perf_counter()
+    with Usage() as run:
         run_pipeline(st, pipe)
-        seconds = _time.perf_counter() - t0
-    expected, duck_s = duckdb_changes(lp, rp)
+    with Usage() as duck:
+        expected = duckdb_changes(lp, rp)
     rows = check_output(st, expected)
-    say(f"{label}: {keys:,} keys at {times:,} times: {seconds:.1f} s, peak {mem.peak / 2**30:.2f} GiB, "
-        f"{rows:,} output rows (equal to DuckDB's, {duck_s:.2f} s)")
-    return {"keys": keys, "times": times, "input_updates": 4 * keys * times - 2 * keys, "run_s": seconds,
-            "peak_memory_bytes": mem.peak, "output_rows": rows, "duckdb_s": duck_s}, st
+    say(f"{label}: {keys:,} keys at {times:,} times: {run.wall:.1f} s ({run.cpu:.1f} s CPU), peak "
+        f"{run.peak / 2**30:.2f} GiB, {rows:,} output rows (equal to DuckDB's, {duck.wall:.2f} s, {duck.cpu:.2f} s CPU)")
+    return {"keys": keys, "times": times, "input_updates": 4 * keys * times - 2 * keys, "run_s": run.wall,
+            "run_cpu_s": run.cpu, "peak_memory_bytes": run.peak, "output_rows": rows, "duckdb_s": duck.wall,
+            "duckdb_cpu_s": duck.cpu}, st
 
 
 def _incremental(work: str, pipe: str, st, keys: int, first_time: int, new_keys: int, repeat: int, say) -> list:
