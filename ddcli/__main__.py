@@ -1,6 +1,6 @@
 """``python -m ddcli``: the same as the ``ddcli`` console script."""
 
-from ddcli.cli import main
+from ddcli.launch import main
 
 if __name__ == "__main__":
     main()

@@ -59,8 +59,9 @@ EXIT_CODES_HELP = (
 # (module, class) of the exceptions that are user errors (exit 2) and conflicts (exit 3).
 # Named, not imported: an exception of a module can only be raised once the module is
 # loaded, so handling an error never imports anything (and never pyspark).
-USER_ERRORS = [("ddcli.render", "RenderError"), ("storage.errors", "StoreError"),
-               ("storage.errors", "UpdateFileError"), ("storage.errors", "TimeSyntaxError"),
+USER_ERRORS = [("ddcli.render", "RenderError"), ("ddcli.outputs", "OutputError"),
+               ("storage.errors", "StoreError"), ("storage.errors", "UpdateFileError"),
+               ("storage.errors", "TimeSyntaxError"),
                ("ops.errors", "PipelineError"), ("ops.errors", "SparkSetupError"),
                ("storage.errors", "StoreUnreachable"),
                # a pipeline's own expression failing on the data (1/0 under ANSI SQL, a cast

@@ -27,13 +27,21 @@ from ddcli.commands import inspect  # noqa: F401  (explain, runs, report)
 from ddcli.commands import bench  # noqa: F401  (bench storage, incremental, reach, reduce, priority)
 from ddcli.commands import help  # noqa: F401  (help operators)
 from ddcli.commands import config  # noqa: F401  (config)
+from ddcli.commands import service  # noqa: F401  (service status, stop)
 # isort: on
 
 __all__ = ["app", "main"]
 
 
 def main() -> None:
-    """The ``ddcli`` console script (and ``python -m ddcli``)."""
+    """The app as an executable, for installs whose ``ddcli`` script still names this
+    function (the script is ``ddcli.launch:main``): the warm engine first, as there."""
+    import sys
+
+    from ddcli.service.client import forward
+    code = forward(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
     app()
 
 

@@ -1,7 +1,7 @@
 """The options every command shares, and the small steps every command takes.
 
 A command follows one shape: ``@app.command(epilog=EXIT_CODES_HELP)``, options from the
-``*Opt`` aliases below, ``out = render.choose_format(fmt, json_, output)`` first, heavy
+``*Opt`` aliases below, ``out = render.choose_format(fmt, json_, output, store)`` first, heavy
 imports inside the body (``ddcli status`` and ``ddcli --help`` start without pyarrow,
 DuckDB or pyspark), results through ``render.report``/``render.table``, "nothing to do"
 through :func:`finish`.
@@ -28,7 +28,12 @@ FormatOpt = Annotated[Optional[OutputFormat], typer.Option(
 JsonOpt = Annotated[bool, typer.Option("--json", help="Shorthand for --format jsonl.")]
 OutputOpt = Annotated[Optional[str], typer.Option(
     "--output", "-o", metavar="FILE",
-    help="Write the output to FILE (its extension picks the format unless --format is given).")]
+    help="Write the output to FILE or s3://bucket/key, replaced whole (its extension picks the format "
+         "unless --format is given).")]
+CsvNullOpt = Annotated[Optional[str], typer.Option(
+    "--null", metavar="STR",
+    help="CSV output: the text written for null [default: \\N, what ingest reads as null; a text "
+         "value equal to it is refused]. Give ingest the same --null to read it back.")]
 StrictNoopOpt = Annotated[bool, typer.Option(
     "--strict-noop", envvar="DDCLI_STRICT_NOOP",
     help="Exit with code 4 (not 0) when there is nothing to do.")]

@@ -3,7 +3,9 @@
 Every command that prints a collection, a history, a SQL result or a report goes through
 :func:`table` or :func:`report`; the output format is ``--format table|csv|jsonl|parquet``
 (``--json`` is ``--format jsonl``), written to stdout or to ``--output FILE`` (whose
-extension picks the format when ``--format`` is not given).
+extension picks the format when ``--format`` is not given), a local path or an
+``s3://bucket/key``, replaced whole or left as it was (ddcli/outputs.py). CSV writes null as
+``\\N``, what ``ingest`` reads as null (:func:`csv_null`).
 
 Progress bars (:func:`progress`) go to stderr and only when stderr is a terminal: a
 command run from a scheduler or a pipe prints nothing there but its one-line errors.
@@ -14,7 +16,6 @@ Heavy modules (pyarrow) are imported inside functions so ``ddcli --help`` starts
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import sys
@@ -39,10 +40,14 @@ _EXTENSIONS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "j
                ".parquet": "parquet", ".pq": "parquet", ".txt": "table"}
 
 
-def choose_format(fmt: "OutputFormat | str | None", json_flag: bool = False, output: str | None = None) -> str:
-    """The output format: ``--json``, else ``--format``, else ``--output``'s extension, else table."""
+def choose_format(fmt: "OutputFormat | str | None", json_flag: bool = False, output: str | None = None,
+                  store: str | None = None) -> str:
+    """The output format: ``--json``, else ``--format``, else ``--output``'s extension, else table.
+
+    ``output`` is checked first (ddcli/outputs.py), against ``store`` too, the command's
+    store, so a target it must not write is refused before the command does any work."""
     f = fmt.value if isinstance(fmt, OutputFormat) else fmt
-    check_output(output)
+    check_output(output, store=store)
     if json_flag:
         if f not in (None, "jsonl"):
             raise RenderError(f"--json means --format jsonl; it cannot be combined with --format {f}")
@@ -55,49 +60,25 @@ def choose_format(fmt: "OutputFormat | str | None", json_flag: bool = False, out
     return "table"
 
 
-def check_output(output: str | None, option: str = "--output") -> None:
-    """Refuse an output file that cannot be written before the command does any work."""
-    if output is None:
-        return
-    parent = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(parent):
-        raise RenderError(f"cannot write {option} {output}: no directory {parent}")
-    if os.path.isdir(output):
-        raise RenderError(f"cannot write {option} {output}: it is a directory")
-    from storage.store_paths import enclosing_store
-    store = enclosing_store(output)
-    if store is not None:
-        raise RenderError(f"cannot write {option} {output}: it is inside the store {store} "
-                          f"(whose files only ddcli writes); write it outside the store")
+def check_output(output: str | None, option: str = "--output", store: str | None = None) -> None:
+    """Refuse an output target that cannot be written before the command does any work."""
+    from ddcli import outputs
+    outputs.check(output, option, store)
 
 
 # ---------------------------------------------------------------- writing
 
 
-@contextlib.contextmanager
-def _text_out(output: str | None) -> Iterator[io.TextIOBase]:
-    if output is None:
-        yield sys.stdout
-        sys.stdout.flush()
-        return
-    try:
-        fh = open(output, "w", encoding="utf-8", newline="")
-    except OSError as e:
-        raise RenderError(f"cannot write --output {output}: {e.strerror or e}") from None
-    with fh:
-        yield fh
+def _text_out(output: str | None):
+    from ddcli import outputs
+    return outputs.opened(output)
 
 
 def _binary_out(output: str | None):
-    if output is None:
-        if sys.stdout.isatty():
-            raise RenderError("--format parquet writes binary data: give --output FILE.parquet or redirect stdout")
-        sys.stdout.flush()
-        return contextlib.nullcontext(sys.stdout.buffer)
-    try:
-        return open(output, "wb")
-    except OSError as e:
-        raise RenderError(f"cannot write --output {output}: {e.strerror or e}") from None
+    from ddcli import outputs
+    if output is None and sys.stdout.isatty():
+        raise RenderError("--format parquet writes binary data: give --output FILE.parquet or redirect stdout")
+    return outputs.opened(output, binary=True)
 
 
 def _json_default(v):
@@ -167,12 +148,13 @@ def _escape(s: str) -> str:
 
 
 def table(tbl, fmt: str, output: str | None = None, *, title: str | None = None,
-          kind: str | None = None, every_row: bool = False) -> None:
-    """Write an Arrow table in ``fmt`` to stdout or ``output``.
+          kind: str | None = None, every_row: bool = False, null: str | None = None) -> None:
+    """Write an Arrow table in ``fmt`` to stdout or ``output`` (a path or an ``s3://`` URL).
 
     ``kind`` adds a leading ``"kind"`` field to JSON Lines records (used when one stream
     carries several kinds of record, like ``status``). ``every_row``: a terminal table
     shows every row, not the first :data:`TABLE_ROWS` (rows a reader acknowledges).
+    ``null`` is the text CSV writes for null (see :func:`csv_null`).
     """
     if fmt == "table":
         with _text_out(output) as fh:
@@ -180,12 +162,13 @@ def table(tbl, fmt: str, output: str | None = None, *, title: str | None = None,
             _console(fh).print(_rich_table(tbl, title, limit))
     elif fmt == "csv":
         import csv
+        null = csv_null(tbl, null)
         with _text_out(output) as fh:
             w = csv.writer(fh, lineterminator="\n")
             w.writerow(tbl.column_names)
             for batch in tbl.to_batches(max_chunksize=65_536):
                 cols = [c.to_pylist() for c in batch.columns]
-                w.writerows([_csv_cell(v) for v in row] for row in zip(*cols))
+                w.writerows([null if v is None else _csv_cell(v) for v in row] for row in zip(*cols))
     elif fmt == "jsonl":
         with _text_out(output) as fh:
             for batch in tbl.to_batches(max_chunksize=65_536):
@@ -201,10 +184,32 @@ def table(tbl, fmt: str, output: str | None = None, *, title: str | None = None,
         raise RenderError(f"unknown output format {fmt!r}")
 
 
+def csv_null(tbl, null: str | None = None) -> str:
+    """The text CSV output writes for null: ``null``, by default ``\\N``, what ``ingest``
+    reads as null (storage/files/nulls.py), so ddcli's CSV ingests back with its nulls
+    and its empty strings apart. A text value equal to it could not be told from a null:
+    refused, naming the column and the way out."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from storage.files.nulls import DEFAULT_NULL
+    null = DEFAULT_NULL if null is None else null
+    for name, col in zip(tbl.column_names, tbl.columns):
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            clash = pc.any(pc.equal(col, pa.scalar(null, col.type))).as_py()
+        elif pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+            clash = pc.any(pc.equal(col, pa.scalar(null.encode(), col.type))).as_py()
+        else:
+            continue
+        if clash:
+            raise RenderError(f"column {name!r} holds the text {null!r}, which CSV output writes for null; "
+                              f"give another null marker with --null STR (and the same to ingest)")
+    return null
+
+
 def _csv_cell(v):
-    """A value as CSV text readers agree on: true/false, ISO dates, JSON for nested values."""
-    if v is None:
-        return ""
+    """A value as CSV text readers agree on: true/false, ISO dates, JSON for nested values
+    (null is the caller's: :func:`csv_null`)."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, str)):
@@ -239,8 +244,7 @@ def tables(parts: list[tuple[str, object, str]], fmt: str, output: str | None = 
 def report(record: dict, message: str, fmt: str, output: str | None = None) -> None:
     """The result of a command that changes the store: a sentence for people, a record for programs."""
     if fmt == "table":
-        with _text_out(output) as fh:
-            fh.write(message.rstrip("\n") + "\n")
+        text(message, output)
     elif fmt == "jsonl":
         with _text_out(output) as fh:
             _jsonl([record], fh)
@@ -249,6 +253,12 @@ def report(record: dict, message: str, fmt: str, output: str | None = None) -> N
         flat = {k: (json.dumps(v, default=_json_default) if isinstance(v, (list, dict)) else v)
                 for k, v in record.items()}
         table(pa.Table.from_pylist([flat]), fmt, output)
+
+
+def text(message: str, output: str | None = None) -> None:
+    """Plain lines for people (a sentence, a query plan), ending with one newline."""
+    with _text_out(output) as fh:
+        fh.write(message.rstrip("\n") + "\n")
 
 
 def records(rows: list[dict], output: str | None = None) -> None:

@@ -27,6 +27,32 @@ _DDCLI_ENV = ("DDCLI_STORE", "DDCLI_STRICT_NOOP", "DDCLI_DEBUG", "DDCLI_FAULT", 
               "DDCLI_MAX_LINE_BYTES", "DDCLI_INGEST_MEMORY")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def ddcli_services():
+    """The folder of the warm engines this test session's ``ddcli run`` processes start
+    (``DDCLI_SERVICE_DIR``; each xdist worker has its own, so no worker stops a service
+    another is using), never the developer's own; every service in it is stopped at the
+    end. Short, under /tmp: a socket's path must fit in 100 bytes."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="ddsvc-", dir="/tmp" if os.path.isdir("/tmp") else None)
+    saved = os.environ.get("DDCLI_SERVICE_DIR")
+    os.environ["DDCLI_SERVICE_DIR"] = folder
+    try:
+        yield folder
+    finally:
+        from ddcli.service.client import stop
+        from ddcli.service.folder import keys
+        for key in keys(folder):
+            stop(folder, key)
+        if saved is None:
+            os.environ.pop("DDCLI_SERVICE_DIR", None)
+        else:
+            os.environ["DDCLI_SERVICE_DIR"] = saved
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(autouse=True)
 def _clean_ddcli_env(monkeypatch):
     for name in _DDCLI_ENV:

@@ -14,7 +14,7 @@ from typing import Callable
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SAMPLES = os.path.join(REPO, "sample_data", "pipelines")  # the sample pipelines the benchmarks run
-OUTPUTS = {"reach": "reach", "bfs": "distances", "cc": "labels"}  # each loop sample's output trace
+OUTPUTS = {"reach": "reach", "bfs": "distances", "cc": "labels", "reach_nodes": "reached"}  # each loop sample's output trace
 
 
 def console_log() -> Callable[[str], None] | None:
@@ -37,10 +37,19 @@ def require_matplotlib():
 
 
 def write_json(result: dict, path: str) -> None:
-    """A benchmark's figures as indented JSON."""
-    with open(path, "w", encoding="utf-8") as fh:
+    """A benchmark's figures as indented JSON (replacing ``path`` whole, ddcli/outputs.py)."""
+    from ddcli.outputs import opened
+    with opened(path) as fh:
         json.dump(result, fh, indent=2)
         fh.write("\n")
+
+
+def save_figure(fig, path: str) -> None:
+    """A matplotlib figure to ``path`` (its extension names the image format, PNG by
+    default), replacing it whole as every output does (ddcli/outputs.py)."""
+    from ddcli.outputs import opened
+    with opened(path, binary=True) as fh:
+        fig.savefig(fh, dpi=110, format=os.path.splitext(path)[1][1:].lower() or "png")
 
 
 def dir_bytes(path: str) -> int:

@@ -17,7 +17,7 @@ import tempfile
 import time as _time
 from typing import Callable
 
-from ddcli.bench.common import step_cdf, write_parquet
+from ddcli.bench.common import save_figure, step_cdf, write_parquet
 
 COUNT_PIPELINE = '''
 def pipeline(p):
@@ -146,5 +146,5 @@ def plot_incremental(res: dict, path: str) -> None:
     ax.legend(loc="lower right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)

@@ -30,6 +30,7 @@ import tempfile
 import time as _time
 from typing import Callable
 
+from ddcli.bench.common import save_figure
 from ddcli.bench.process import Usage
 
 PIPELINE = '''
@@ -242,5 +243,5 @@ def plot_join(res: dict, path: str) -> None:
     fig.suptitle(f"ddcli bench join (load average {res['load_average']:.1f} before, "
                  f"{res.get('load_average_after', 0):.1f} after; Spark's start, {res['spark_start_s']:.1f} s, apart)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)

@@ -16,7 +16,7 @@ import time as _time
 
 import pyarrow as pa
 
-from ddcli.bench.common import OUTPUTS, SAMPLES, write_parquet
+from ddcli.bench.common import OUTPUTS, SAMPLES, save_figure, write_parquet
 from ddcli.bench.reach import SlidingGraph
 
 PATHWAY_SAMPLES = ("reach", "bfs", "cc")  # the queries ddcli/bench/pathway.py replays
@@ -147,5 +147,5 @@ def plot_loop_paths(res: dict, path: str) -> None:
         ax.grid(alpha=0.3, axis="y")
     fig.suptitle(f"loop paths, load average {res.get('load_average', 0):.0f} on {os.cpu_count()} cores", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)

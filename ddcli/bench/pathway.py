@@ -3,7 +3,8 @@
 The same sliding-window stream as ``ddcli/bench/loops.py`` (the initial edges at time 0,
 then every update at its own time), fed to Pathway as one static stream and computed by
 one ``pw.run``: the query written with ``pw.iterate`` over ``(root, node)`` pairs (reach)
-or ``(root, node, dist)`` with a per-pair minimum (bfs), or ``(node, label)`` with a
+or ``(root, node, dist)`` with a per-pair minimum (bfs), or ``node`` alone (reach_nodes:
+the set any root reaches), or ``(node, label)`` with a
 per-node minimum over the edges taken both ways (cc: the smallest node id of the
 component, like ``sample_data/pipelines/cc.py``). Pathway's times are even and
 start above 0 (time 0 is only backfilled), so ddcli time ``t`` is Pathway time
@@ -27,7 +28,7 @@ import time as _time
 import pyarrow as pa
 
 #: the data columns of each replayed query's output, as ddcli's output trace names them
-DATA = {"reach": ["root", "node"], "bfs": ["root", "node", "dist"], "cc": ["node", "label"]}
+DATA = {"reach": ["root", "node"], "bfs": ["root", "node", "dist"], "cc": ["node", "label"], "reach_nodes": ["node"]}
 
 
 def available() -> str | None:
@@ -92,6 +93,14 @@ def _pathway_run(sample: str, edges: pa.Table, roots: int, out_csv: str) -> floa
                 pw.this.root, pw.this.node, dist=pw.reducers.min(pw.this.dist))}
 
         out = pw.iterate(body, dist=pw.iterate_universe(start), edges=e, start=start)["dist"]
+    elif sample == "reach_nodes":  # the set of nodes any root reaches (sample_data/pipelines/reach_nodes.py)
+        start = r.groupby(pw.this.node).reduce(pw.this.node)
+
+        def body(reached, edges, start):
+            hop = reached.join(edges, reached.node == edges.src).select(node=edges.dst)
+            return {"reached": pw.Table.concat_reindex(start, hop).groupby(pw.this.node).reduce(pw.this.node)}
+
+        out = pw.iterate(body, reached=pw.iterate_universe(start), edges=e, start=start)["reached"]
     elif sample == "cc":
         links = pw.Table.concat_reindex(e.select(node=e.src, other=e.dst), e.select(node=e.dst, other=e.src))
         nodes = links.groupby(pw.this.node).reduce(pw.this.node, label=pw.this.node)

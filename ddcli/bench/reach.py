@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time as _time
 
-from ddcli.bench.common import OUTPUTS, SAMPLES, dir_bytes, step_cdf, write_parquet
+from ddcli.bench.common import OUTPUTS, SAMPLES, dir_bytes, save_figure, step_cdf, write_parquet
 
 REACH_PIPELINE = os.path.join(SAMPLES, "reach.py")
 
@@ -269,5 +269,5 @@ def plot_reach(res: dict, path: str) -> None:
     ax2.set_title("store size")
     ax2.set_ylim(bottom=0)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)

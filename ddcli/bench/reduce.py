@@ -26,6 +26,7 @@ import tempfile
 import time as _time
 from typing import Callable
 
+from ddcli.bench.common import save_figure
 from ddcli.bench.process import Usage
 
 PIPELINE = '''
@@ -228,5 +229,5 @@ def plot_reduce(res: dict, path: str) -> None:
     c.set_ylabel("seconds")
     c.set_title(f"incremental run of {res['new_updates']:,} updates")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)

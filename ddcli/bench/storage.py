@@ -32,7 +32,7 @@ import tempfile
 import time as _time
 from typing import Callable
 
-from ddcli.bench.common import dir_bytes, require_matplotlib
+from ddcli.bench.common import dir_bytes, require_matplotlib, save_figure
 from ddcli.bench.s3 import requests_per_commit, store_locations
 
 BIG_TIMES = 100       # distinct times of the big ingest
@@ -289,7 +289,7 @@ def write_plot(result: dict, path: str) -> None:
     right.grid(alpha=0.3)
     fig.suptitle(f"ddcli bench storage: {p['updates']:,} updates, {p['keys']:,} keys, then small ingests")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
 
 

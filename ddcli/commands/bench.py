@@ -7,6 +7,7 @@ commands' bodies.
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Optional
 
 import typer
@@ -127,6 +128,50 @@ def bench_incremental(
     if f["base"]["requests_per_commit"] is not None:
         msg += (f"\nstore {f['base']['store']}: {f['base']['requests_per_commit']:.1f} requests per commit at "
                 f"{f['base']['versions']:,} versions, {f['scaled']['requests_per_commit']:.1f} at {f['scaled']['versions']:,}")
+    render.report(res, msg, out, output)
+
+
+@bench_app.command("rebuild", epilog=EXIT_CODES_HELP)
+def bench_rebuild(
+    orders: Annotated[int, typer.Option(min=1, help="Orders the pipeline has processed.")] = 200_000,
+    customers: Annotated[int, typer.Option(min=1, help="Customers they are placed by.")] = 20_000,
+    regions: Annotated[int, typer.Option(min=2, help="Regions the customers live in.")] = 50,
+    times: Annotated[int, typer.Option(min=2, help="Distinct times of the orders.")] = 50,
+    new_orders: Annotated[int, typer.Option(min=1, help="New orders in the runs after a comment edit.")] = 1000,
+    repeat: Annotated[int, typer.Option(min=1, help="Timed runs of each kind (figures use the median).")] = 3,
+    workdir: WorkdirOpt = None,
+    out_json: OutJsonOpt = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", metavar="FILE.png", help="Save the times as a PNG.")] = None,
+    fmt: FormatOpt = None,
+    json_: JsonOpt = False,
+    output: OutputOpt = None,
+) -> None:
+    """What an edit of a pipeline file costs: a comment edit, and the last operator changed.
+
+    A three-stage pipeline (a join, a sum, a select) has run over ORDERS orders at TIMES
+    times. A comment edit: the next run needs no rebuild (timed against the unedited file).
+    The last operator changed: `run --rebuild` (the changed operators, from the unchanged
+    join's stored state) timed against `run --rebuild-all` (everything, from the inputs).
+
+    Example:
+
+        ddcli bench rebuild --orders 50000 --out docs/bench/rebuild.json --plot docs/bench/rebuild.png
+    """
+    out = render.choose_format(fmt, json_, output)
+    _check_bench_outputs(out_json, plot)
+    from ddcli.bench import rebuild
+    res = rebuild.bench_rebuild(orders=orders, customers=customers, regions=regions, times=times,
+                                new_orders=new_orders, repeat=repeat, workdir=workdir, log=console_log())
+    if out_json:
+        write_json(res, out_json)
+    if plot:
+        rebuild.plot_rebuild(res, plot)
+    ce, lo = res["comment_edit"], res["last_operator"]
+    msg = (f"comment edit: {'a rebuild was needed' if ce['rebuild_needed'] else 'no rebuild'}; its run "
+           f"{ce['commented_s']:.2f} s against {ce['unedited_s']:.2f} s unedited\n"
+           f"last operator changed: --rebuild {lo['rebuild_s']:.2f} s against --rebuild-all "
+           f"{lo['full_rebuild_s']:.2f} s (ratio {lo['ratio']:.2f}; recomputed {', '.join(lo['recomputed'])} "
+           f"from {', '.join(lo['reused_state'])}); outputs equal: {lo['outputs_equal_at_latest_time']}")
     render.report(res, msg, out, output)
 
 
@@ -408,3 +453,58 @@ def bench_priority(
     lines = [f"{r['variant']}, {r['run']} run: {r['seconds']:.1f} s, {r['rounds']:,} rounds, "
              f"{r['loop_updates']:,} updates inside the loop" for r in res["figures"]]
     render.report(res, "\n".join(lines), out, output)
+
+
+@bench_app.command("small", epilog=EXIT_CODES_HELP)
+def bench_small(
+    repeat: Annotated[int, typer.Option(min=1, help="Timed one-update runs and queries (medians reported).")] = 5,
+    updates: Annotated[int, typer.Option(min=2, help="Updates in the node-set reach's timed run.")] = 10_000,
+    nodes: Annotated[int, typer.Option(min=2, help="Nodes of the sliding-window graph.")] = 1000,
+    edges: Annotated[int, typer.Option(min=1, help="Edges of the sliding-window graph.")] = 2000,
+    roots: Annotated[int, typer.Option(min=1, help="Roots of the reachability.")] = 10,
+    no_pathway: Annotated[bool, typer.Option("--no-pathway", help="Leave Pathway out.")] = False,
+    workdir: WorkdirOpt = None,
+    out_json: OutJsonOpt = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", metavar="FILE.png", help="Save the figures as PNG.")] = None,
+    fmt: FormatOpt = None,
+    json_: JsonOpt = False,
+    output: OutputOpt = None,
+) -> None:
+    """What a small change costs: a one-update run of word count against a query, with
+    the warm engine off (cold) and on (warm), and the node-set reach at UPDATES updates a
+    run against Pathway, each command a real ddcli process (the benchmark's own service,
+    stopped at the end).
+
+    Example:
+
+        ddcli bench small --out docs/bench/small.json --plot docs/bench/small.png
+    """
+    out = render.choose_format(fmt, json_, output)
+    _check_bench_outputs(out_json, plot)
+    import shutil
+    import tempfile
+
+    from ddcli.bench import small
+    work = workdir or tempfile.mkdtemp(prefix="ddbs-", dir="/tmp" if os.path.isdir("/tmp") else None)
+    os.makedirs(work, exist_ok=True)
+    try:
+        res = small.bench_small(repeat=repeat, updates=updates, nodes=nodes, edges=edges, roots=roots, work=work,
+                                log=console_log(), pathway=not no_pathway)
+    finally:
+        if workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    if out_json:
+        write_json(res, out_json)
+    if plot:
+        small.plot_small(res, plot)
+    cold, warm, rn = res["wordcount_cold"], res["wordcount_warm"], res["reach_nodes"]
+    msg = (f"word count, a one-update run against a query (median of {repeat}): cold {cold['run_s']:.2f} s / "
+           f"{cold['query_s']:.2f} s = {cold['run_over_query']:.1f}x; warm {warm['run_s']:.2f} s / "
+           f"{warm['query_s']:.2f} s = {warm['run_over_query']:.1f}x\n"
+           f"node-set reach, {updates:,} updates in one run (warm): {rn['run_s']:.2f} s"
+           + (f"; Pathway {rn['pathway']['seconds']:.2f} s: ddcli / Pathway {rn['ddcli_over_pathway']:.2f}x"
+              if "pathway" in rn else "")
+           + f"\nnode-set reach's first run {rn['first_run_s']:.2f} s, a one-update run of it "
+             f"{rn['one_update_run_s']:.2f} s; first run / warm word count run "
+             f"{res['aims']['reach_nodes_first_run_over_warm_one_update_run']['value']:.1f}x")
+    render.report(res, msg, out, output)

@@ -32,7 +32,7 @@ def check(
 
         ddcli check
     """
-    out = render.choose_format(fmt, json_, output)
+    out = render.choose_format(fmt, json_, output, store)
     import pyarrow as pa
 
     from storage.integrity import check_store

@@ -50,7 +50,7 @@ def config_(
     """
     from ddcli.config import effective, loaded
 
-    out = render.choose_format(fmt, json_, output)
+    out = render.choose_format(fmt, json_, output, store)
     options = {"DDCLI_SPARK_MASTER": master}
     if ctx.get_parameter_source("store") == ParameterSource.COMMANDLINE:
         options["DDCLI_STORE"] = store

@@ -12,7 +12,7 @@ import typer
 
 from ddcli import render
 from ddcli.app import EXIT_CODES_HELP, app
-from ddcli.options import DEFAULT_STORE, FormatOpt, JsonOpt, OutputOpt, StoreOpt, store_at, trace_arg
+from ddcli.options import DEFAULT_STORE, CsvNullOpt, FormatOpt, JsonOpt, OutputOpt, StoreOpt, store_at, trace_arg
 
 
 @app.command(epilog=EXIT_CODES_HELP)
@@ -29,6 +29,7 @@ def changes(
     fmt: FormatOpt = None,
     json_: JsonOpt = False,
     output: OutputOpt = None,
+    null: CsvNullOpt = None,
 ) -> None:
     """The changes a named reader has not acknowledged: updates (data, time, diff) at times
     beyond its position and not beyond the trace's upper, consolidated, ordered by time.
@@ -48,7 +49,7 @@ def changes(
 
         ddcli changes words --reader etl --drop
     """
-    out = render.choose_format(fmt, json_, output)
+    out = render.choose_format(fmt, json_, output, store)
     from storage.lattice import format_frontier
     from storage.writes import feeds
     st = store_at(store)
@@ -66,7 +67,7 @@ def changes(
     start = (format_frontier(reading.hold.position) if reading.hold.position is not None
              else f"since {format_frontier(reading.since)}")
     upper = format_frontier(reading.upper)
-    render.table(tbl, out, output, every_row=ack,
+    render.table(tbl, out, output, every_row=ack, null=null,
                  title=f"{trace}: changes for reader {reader!r}, from {start} to upper {upper}")
     if ack:
         feeds.acknowledge(st, reading)

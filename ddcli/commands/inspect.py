@@ -50,7 +50,7 @@ def explain(
 
         ddcli explain sample_data/pipelines/cc.py --json
     """
-    out = render.choose_format(fmt, json_, output)
+    out = render.choose_format(fmt, json_, output, store)
     if out not in ("table", "jsonl"):
         raise render.RenderError(f"explain prints sections or JSON Lines, not {out}: use --json or no --format")
     if name is not None and len(pipelines) > 1:
@@ -92,7 +92,7 @@ def runs(
 
         ddcli runs wordcount --last 5 --json
     """
-    out = render.choose_format(fmt, json_, output)
+    out = render.choose_format(fmt, json_, output, store)
     from storage.state.history import history_rows
     st = store_at(store)
     rows = history_rows(st.state(), pipeline)
@@ -141,20 +141,13 @@ def report(
 
         ddcli report -o store.html
     """
-    render.check_output(output)
+    render.check_output(output, store=store)
     import os
 
     from ddcli.report.page import report_html
     st = store_at(store)
     html = report_html(st, commits=commits)
-    tmp = f"{output}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(html)
-        os.replace(tmp, output)
-    except OSError as e:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise render.RenderError(f"cannot write --output {output}: {e.strerror or e}") from None
-    render.report({"command": "report", "output": os.path.abspath(output), "bytes": len(html.encode())},
+    render.text(html, output)  # replaced whole, a local file or an s3:// object (ddcli/outputs.py)
+    where = output if output.startswith("s3://") else os.path.abspath(output)
+    render.report({"command": "report", "output": where, "bytes": len(html.encode())},
                   f"wrote {output} ({len(html.encode()):,} bytes)", "table")

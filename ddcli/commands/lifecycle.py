@@ -38,7 +38,7 @@ def pipelines_(
 
         ddcli pipelines --json
     """
-    out = render.choose_format(fmt, json_, output)
+    out = render.choose_format(fmt, json_, output, store)
     import pyarrow as pa
 
     from storage.writes.lifecycle import pipeline_rows
@@ -71,7 +71,7 @@ def drop(
 
         ddcli drop wordcount --keep-outputs
     """
-    out = render.choose_format(fmt, json_, output)
+    out = render.choose_format(fmt, json_, output, store)
     from storage.writes.lifecycle import drop_pipeline
     res = drop_pipeline(store_at(store), pipeline, keep_outputs=keep_outputs)
     gone = res["removed_outputs"] + res["removed_state"]

@@ -11,8 +11,8 @@ import typer
 
 from ddcli import render
 from ddcli.app import EXIT_CODES_HELP, app
-from ddcli.options import (DEFAULT_STORE, FormatOpt, HistoryWhereOpt, JsonOpt, OutputOpt, StoreOpt, WhereOpt,
-                           store_at, trace_arg)
+from ddcli.options import (DEFAULT_STORE, CsvNullOpt, FormatOpt, HistoryWhereOpt, JsonOpt, OutputOpt, StoreOpt,
+                           WhereOpt, store_at, trace_arg)
 
 # ---------------------------------------------------------------- reading
 
@@ -31,6 +31,7 @@ def query(
     fmt: FormatOpt = None,
     json_: JsonOpt = False,
     output: OutputOpt = None,
+    null: CsvNullOpt = None,
 ) -> None:
     """The collection at a time: the data columns plus `count` (the multiplicity).
 
@@ -47,7 +48,7 @@ def query(
 
         ddcli query words --as-of 3 --where "word LIKE 'a%'" --format csv
     """
-    out = render.choose_format(fmt, json_, output)
+    out = render.choose_format(fmt, json_, output, store)
     from storage.lattice import format_time, parse_time
     from storage.sql.query import as_of as as_of_
     from storage.sql.query import default_time
@@ -67,7 +68,7 @@ def query(
     else:
         t = default_time(st.trace(trace))
         title = f"{trace} as of {format_time(t)}" if t is not None else f"{trace} (every update)"
-    render.table(tbl, out, output, title=title)
+    render.table(tbl, out, output, title=title, null=null)
 
 
 @app.command(epilog=EXIT_CODES_HELP)
@@ -78,6 +79,7 @@ def history(
     fmt: FormatOpt = None,
     json_: JsonOpt = False,
     output: OutputOpt = None,
+    null: CsvNullOpt = None,
 ) -> None:
     """The consolidated updates (data, time, diff), ordered by data then time.
 
@@ -90,10 +92,10 @@ def history(
 
         ddcli history words --where "time >= 6 AND diff < 0"
     """
-    out = render.choose_format(fmt, json_, output)
+    out = render.choose_format(fmt, json_, output, store)
     from storage.sql.query import history as history_
     tbl = history_(store_at(store), trace, where)
-    render.table(tbl, out, output, title=f"{trace} history")
+    render.table(tbl, out, output, title=f"{trace} history", null=null)
 
 
 @app.command(epilog=EXIT_CODES_HELP)
@@ -103,6 +105,7 @@ def sql(
     fmt: FormatOpt = None,
     json_: JsonOpt = False,
     output: OutputOpt = None,
+    null: CsvNullOpt = None,
 ) -> None:
     """DuckDB SQL with every trace a view of its updates (data, time or time_0.., diff).
 
@@ -116,10 +119,14 @@ def sql(
 
         ddcli sql "SELECT time, SUM(diff) AS change FROM words GROUP BY time ORDER BY time" --format csv
     """
-    out = render.choose_format(fmt, json_, output)
+    out = render.choose_format(fmt, json_, output, store)
     from storage.sql.query import sql as sql_
     tbl = sql_(store_at(store), query_text)
-    render.table(tbl, out, output)
+    if out == "table" and tbl.column_names == ["explain_key", "explain_value"]:
+        # an EXPLAIN: its plan is text drawn for a terminal, as lines rather than a table cell
+        render.text("\n".join(tbl.column("explain_value").to_pylist()), output)
+        return
+    render.table(tbl, out, output, null=null)
 
 
 @app.command(epilog=EXIT_CODES_HELP)
@@ -161,7 +168,7 @@ def status(
 
         ddcli status --lag --format csv
     """
-    out = render.choose_format(fmt, json_, output)
+    out = render.choose_format(fmt, json_, output, store)
     from ddcli.status_rows import pipelines_table, short_columns
     from storage.sql.query import status as status_
     from storage.state.lag import lag_table

@@ -51,7 +51,7 @@ def stopping_spark_on_interrupt(committed: list[str]):
         if not (session.interrupted() or isinstance(e, KeyboardInterrupt)):
             raise
         try:
-            session.stop_spark()
+            session.stop_after_interrupt()
         except BaseException:  # noqa: BLE001 - stopping is best effort; the JVM dies with us
             pass
         before = f" (committed before it: {', '.join(committed)})" if committed else ""
@@ -105,12 +105,19 @@ def _run_record(res, seconds: float) -> tuple[dict, str]:
               "outputs": res.outputs, "inputs": res.inputs, "seconds": round(seconds, 3),
               "rows_in": res.rows_in, "rows_out": sum(res.outputs.values()),
               "spark_jobs": res.spark_jobs, "steps": res.steps}
+    if res.rebuilt is not None:
+        record["rebuilt"] = res.rebuilt
     if res.nothing_to_do:
         msg = f"nothing to do: pipeline {res.pipeline!r} has processed every input update"
     else:
         outs = ", ".join(f"{o} (+{n:,} updates)" for o, n in res.outputs.items())
         msg = (f"pipeline {res.pipeline!r} ran in {seconds:.1f} s: {res.rows_in:,} new input updates -> {outs}; "
                f"complete up to {format_frontier(res.frontier)}")
+        if res.rebuilt is not None:
+            b = res.rebuilt
+            msg += (f"; rebuilt: recomputed {', '.join(b['recomputed']) or 'nothing'}"
+                    + (f" from the stored state {', '.join(b['reused_state'])}" if b["reused_state"] else "")
+                    + (f", replaced {', '.join(b['replaced_outputs'])}" if b["replaced_outputs"] else ""))
     return record, msg
 
 
@@ -143,8 +150,13 @@ def run(
              "most N distinct times [default: 50000], compacting state in between, so that the cost "
              "of a big run grows linearly.")] = None,
     rebuild: Annotated[bool, typer.Option(
-        "--rebuild", help="Recompute the pipeline from its inputs' since (after editing its file): "
-                          "its state and outputs are replaced in the run's one commit.")] = False,
+        "--rebuild", help="After editing the pipeline's file: recompute the operators whose definition changed "
+                          "and what depends on them, reusing the stored state of the others (the outputs "
+                          "recomputed from stored state are exact from the pipeline's frontier on), in a commit "
+                          "of its own; then run over new input.")] = False,
+    rebuild_all: Annotated[bool, typer.Option(
+        "--rebuild-all", help="Recompute the whole pipeline from its inputs' since: its state and outputs are "
+                              "replaced in the run's one commit, and the outputs keep their history.")] = False,
     store: StoreOpt = DEFAULT_STORE,
     fmt: FormatOpt = None,
     json_: JsonOpt = False,
@@ -174,7 +186,7 @@ def run(
     """
     import time
 
-    out = render.choose_format(fmt, json_, output)
+    out = render.choose_format(fmt, json_, output, store)
     if name is not None and len(pipelines) > 1:
         raise typer.BadParameter("--name names one pipeline: give one PIPELINE.py with it", param_hint="--name")
     _quiet_pyspark_logging()
@@ -191,7 +203,7 @@ def run(
                 started = time.monotonic()
                 try:
                     res = _run_one(st, path, name, live, emitter, master=master, batch_times=batch_times,
-                                   rebuild=rebuild, progress=RunProgress(say, live))
+                                   rebuild=rebuild, rebuild_all=rebuild_all, progress=RunProgress(say, live))
                 except Exception as e:  # noqa: BLE001 - named below, with its own exit code
                     if len(pipelines) == 1:
                         raise
@@ -246,7 +258,7 @@ def verify(
 
         ddcli verify sample_data/pipelines/length_count.py --at "(1,1)"
     """
-    out = render.choose_format(fmt, json_, output)
+    out = render.choose_format(fmt, json_, output, store)
     say, _ = progress_output(out, live=False)
     if say:
         say(f"loading {pipeline} and Spark's libraries")

@@ -76,7 +76,7 @@ def ingest(
 
         ddcli ingest events 's3://lake/raw/day=*/*.csv.gz'
     """
-    out = render.choose_format(fmt, json_, output)
+    out = render.choose_format(fmt, json_, output, store)
     from storage.lattice import format_frontier, parse_time
     st = store_at(store)
     t = parse_time(time) if time is not None else None
@@ -185,7 +185,7 @@ def advance(
 
         ddcli advance airlines --seal
     """
-    out = render.choose_format(fmt, json_, output)
+    out = render.choose_format(fmt, json_, output, store)
     from storage.lattice import format_frontier
     st = store_at(store)
     before = st.trace(trace)
@@ -240,7 +240,7 @@ def compact(
 
         ddcli compact words --full --grace 0
     """
-    out = render.choose_format(fmt, json_, output)
+    out = render.choose_format(fmt, json_, output, store)
     st = store_at(store)
     n = 1 if trace else len(st.state().traces)
     with render.progress(max(n, 1), "compact") as step:

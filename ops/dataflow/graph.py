@@ -137,8 +137,15 @@ def node_priority(node: Node):
 
 
 def state_trace_name(pipeline: str, node: Node) -> str:
-    """The trace that keeps a derived collection's arrangement between runs."""
+    """The name a new state trace gets (a node's recorded state keeps the name it was given:
+    ops/dataflow/changes.py, ``state_names``)."""
     return f"{pipeline}.{node.name}"
+
+
+def state_nodes(p: Graph) -> list[Node]:
+    """The nodes whose collection a run stores as a state trace: every arranged one but
+    inputs (traces already) and entered collections (their outer collection is stored)."""
+    return [n for n in arranged_nodes(p).values() if n.op not in ("input", "enter")]
 
 
 def reduce_spec(n: Node, columns: list[str]) -> tuple[list[str], Reducer]:

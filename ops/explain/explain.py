@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 
 from ops.dataflow.builder import Pipeline
-from ops.dataflow.graph import STATEFUL, Node, arranged_nodes, node_key, state_trace_name
+from ops.dataflow.changes import state_names
+from ops.dataflow.graph import STATEFUL, Node, arranged_nodes, node_key
 from ops.dataflow.load import load_pipeline
 from ops.explain import model
 from ops.explain.loops import engine_for, explain_loop, priorities
@@ -39,18 +40,19 @@ def explain_pipeline(store, path: str, *, name: str | None = None, master: str |
     ex = model.Explanation(p.name, os.path.abspath(path), store.path, int(record.get("runs", 0)) if record else 0,
                            _frontier(record), "")
     arranged = arranged_nodes(p)
+    names = state_names(p, path, record, traces)  # found by fingerprint, wherever the node now is
     ex.operators = [_operator(n, schemas, arranged) for n in p.nodes]
-    ex.arrangements = _arrangements(p, arranged, schemas, traces)
+    ex.arrangements = _arrangements(p, arranged, schemas, traces, names)
     engine = engine_for(master_url(master), store.exchange_folder())
 
     def rows_of(trace: str) -> int | None:
         return traces[trace].rows() if trace in traces else None
 
-    ex.loops = [explain_loop(p, n, schemas, d, engine, rows_of) for n in p.nodes if n.op == "loop"]
+    ex.loops = [explain_loop(p, n, schemas, d, engine, rows_of, names) for n in p.nodes if n.op == "loop"]
     ex.priorities = priorities(p)
     ex.inputs = [_input(state, p, n) for n in p.inputs]
     ex.outputs = [_trace_info(traces.get(n), n, "output") for n in p.outputs]
-    ex.state = [_state_trace(traces.get(state_trace_name(p.name, n)), state_trace_name(p.name, n), n)
+    ex.state = [_state_trace(traces.get(names[n.id]), names[n.id], n)
                 for n in arranged.values() if n.op not in ("input", "enter")]
     ex.next_run = _next_run(ex, record)
     ex.notes = _notes(ex, dims)
@@ -81,7 +83,8 @@ def _read_by(reader: Node, columns: list[str]) -> list[str]:
     return list(columns)  # distinct, threshold: the whole row; a delta join: its variables
 
 
-def _arrangements(p: Pipeline, arranged: dict, schemas: dict, traces: dict[str, Trace]) -> list[model.Arrangement]:
+def _arrangements(p: Pipeline, arranged: dict, schemas: dict, traces: dict[str, Trace],
+                  names: dict[int, str]) -> list[model.Arrangement]:
     out = []
     for n in arranged.values():
         readers = [r for r in p.nodes if r.op in STATEFUL and n in r.inputs]
@@ -94,7 +97,7 @@ def _arrangements(p: Pipeline, arranged: dict, schemas: dict, traces: dict[str, 
         elif n.op == "enter":
             kind, trace = "entered", None
         else:
-            kind, trace = "state", state_trace_name(p.name, n)
+            kind, trace = "state", names[n.id]
         t = traces.get(trace) if trace else None
         key = t.key if t is not None else node_key(n, cols)
         a = model.Arrangement(n.name, n.where, kind, trace, list(key), shown, len(readers) > 1)

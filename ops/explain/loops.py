@@ -15,7 +15,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from ops.dataflow.builder import Pipeline
-from ops.dataflow.graph import Node, arranged_nodes, node_priority, scope_nodes, state_trace_name
+from ops.dataflow.graph import Node, arranged_nodes, node_priority, scope_nodes
 from ops.explain.model import Loop, Priority
 from ops.explain.schemas import unknown_types
 from ops.loops.plan import LoopPlan, loop_path, plan_loop
@@ -34,9 +34,10 @@ def engine_for(master: str, shared_root: str | None) -> Engine:
 
 
 def explain_loop(p: Pipeline, loop_node: Node, schemas: dict[int, pa.Schema], d: int, engine: Engine,
-                 rows_of) -> Loop:
+                 rows_of, state: dict[int, str]) -> Loop:
     """The path of ``loop_node``. ``rows_of(trace)``: the rows the store holds in a trace
-    (None: no such trace), for the limits on stored state and broadcast collections."""
+    (None: no such trace), for the limits on stored state and broadcast collections;
+    ``state``: each state node's trace (ops/dataflow/changes.py, ``state_names``)."""
     scope = loop_node.args["scope"]
     nodes = scope_nodes(p, scope)
     loop = Loop(scope.name, loop_node.where, loop_node.args["max_rounds"], "round", "",
@@ -61,7 +62,7 @@ def explain_loop(p: Pipeline, loop_node: Node, schemas: dict[int, pa.Schema], d:
     tasks = res.tasks if isinstance(res, Resident) else 0
     limited = loop_path() == "auto"
     if not plan.by and limited:
-        stored = sum(rows_of(state_trace_name(p.name, n)) or 0 for n in nodes
+        stored = sum(rows_of(state[n.id]) or 0 for n in nodes
                      if n.id in arranged and n.op != "enter")
         refused = stored_refusal(plan, stored, tasks, ONE_TASK_ROWS)
         if refused:

@@ -23,7 +23,8 @@ round costs milliseconds beyond its work, and no round is a Spark job.
 too: a test setting). With one slot, on a cluster whose store is not in a folder every
 executor sees (the exchange's folder is under the store there), with Spark's dynamic
 allocation, or with a body whose arrangements are read by two different keys, the loop
-runs in one task instead. Either way its rows are at most :data:`ONE_TASK_ROWS` a task;
+runs in one task instead, and so it does in local mode when its stored state and the run's
+new updates are few (``ops.loops.route.FEW_ROWS``). Either way its rows are at most :data:`ONE_TASK_ROWS` a task;
 the tasks refuse more (before running a round) and the loop then runs round by round, for
 this batch and the rest of the run. A task that fails fails them all, and so does a stage
 Spark retries (the exchange's files cannot be trusted then): the batch then runs round by
@@ -57,11 +58,11 @@ from ops.io.wide_frame import pack_frames, pack_tables, unpack_frame, unpack_tab
 from ops.loops.exchange import Exchange, ExchangeAborted, Router
 from ops.loops.plan import LoopPlan, loop_path
 from ops.loops.priority import check_iteration
-from ops.loops.route import (BROADCAST_ROWS, ONE_TASK_ROWS, Engine, Resident, build_body, resident_decision,
-                             stored_refusal, task_rows)
+from ops.loops.route import (BROADCAST_ROWS, FEW_ROWS, ONE_TASK_ROWS, Engine, Resident, build_body,
+                             few_rows_decision, resident_decision, stored_refusal, task_rows)
 from ops.loops.task import Body, fixed_point, update_schema
 from ops.operators.context import EvalContext
-from ops.spark.session import partitions
+from ops.spark.session import is_local, partitions
 
 TOO_BIG = -1  # ``converged`` of a task that refused its rows, or stopped holding too many
 
@@ -105,6 +106,9 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
         # ships every row to the tasks only for them to refuse them (every later run would)
         stored = sum(a.stored.rows for n in nodes if n.id in runtime.arranged
                      for a in [runtime.arrangement(n)] if a.stored is not None)
+        new = ictx.delta_rows if ictx.delta_rows is not None else FEW_ROWS + 1
+        res = few_rows_decision(res, stored + new, is_local(spark.sparkContext.master))
+        tasks = res.tasks if isinstance(res, Resident) else 0
         refused = stored_refusal(plan, stored, tasks, ONE_TASK_ROWS)
         if refused:
             report(runtime, plan, refused)
@@ -341,7 +345,7 @@ def resident(plan: LoopPlan, body: Body, spark, shared_root: str | None = None) 
     the facts of the session (:func:`ops.loops.route.resident_decision`). ``shared_root``:
     a folder every executor sees (the store's), for the exchange on a cluster; local mode
     uses the machine's temporary folder."""
-    from ops.spark.session import is_local, slots
+    from ops.spark.session import slots
 
     if plan.by and loop_path() != "resident":
         return ""

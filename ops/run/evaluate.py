@@ -104,11 +104,13 @@ class Runtime:
             self.arrangement(n).record(df)
 
 
-def evaluate(p: Pipeline, ctx: EvalContext, sources: dict[str, DataFrame | None], runtime: Runtime) -> dict[int, DataFrame | None]:
-    """Each node's changes for one batch of the pipeline's inputs (``sources`` by trace name)."""
+def evaluate(p: Pipeline, ctx: EvalContext, sources: dict[str, DataFrame | None], runtime: Runtime,
+             preset: dict[int, DataFrame | None] | None = None) -> dict[int, DataFrame | None]:
+    """Each node's changes for one batch of the pipeline's inputs (``sources`` by trace name);
+    ``preset`` fixes some top-level nodes' changes (a partial rebuild: ops/run/rebuild.py)."""
     frames: dict[int, DataFrame | None] = {}
     runtime.sources = sources
-    evaluate_scope(p, None, ctx, frames, runtime)
+    evaluate_scope(p, None, ctx, frames, runtime, preset)
     return frames
 
 

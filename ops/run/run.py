@@ -27,7 +27,6 @@ stays one commit, and its cost grows linearly with its size.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from typing import Callable
 import pyarrow as pa
 
 from ops.dataflow.builder import Pipeline
-from ops.dataflow.graph import Node, node_key, state_trace_name
+from ops.dataflow.graph import Node, node_key
 from ops.dataflow.load import load_pipeline
 from ops.dataflow.precheck import precheck
 from ops.errors import PipelineError
@@ -50,6 +49,7 @@ from ops.operators.linear import union_coalesced
 from ops.reduce.shared_shuffle import shared_token, write_shared
 from ops.run.evaluate import Runtime, evaluate
 from ops.run.progress import RunProgress, cone_of, updates
+from ops.run.rebuild import Backfill, Identity, identify, plan_backfill, state_reusable
 from ops.spark.session import check_interrupt, get_spark, no_interrupts, partitions, size_partitions
 from storage.errors import Conflict
 from storage.lattice import Frontier, format_frontier, time_columns
@@ -71,6 +71,7 @@ class RunResult:
     rows_in: int = 0  # new input updates the run read
     steps: list[dict] = field(default_factory=list)  # timed work: Spark start, loop rounds, writes, operators
     spark_jobs: int = 0  # Spark jobs the run started
+    rebuilt: dict | None = None  # a partial rebuild: what it recomputed, whose state it kept
 
 
 @dataclass
@@ -81,11 +82,6 @@ class InputView:
     old: list[Layer]
     new: list[Layer]
     seq: int  # the trace's next sequence number: everything below it is consumed now
-
-
-def fingerprint(path: str) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.sha256(fh.read()).hexdigest()[:16]
 
 
 def input_views(store: Store, state: State, p: Pipeline, *, fresh: bool = False) -> dict[str, InputView]:
@@ -159,11 +155,12 @@ def check_pipeline(spark, p: Pipeline, views: dict[str, InputView], d: int) -> d
 BATCH_TIMES = 50_000  # pipelines with loops: distinct times per batch (see above)
 
 
-def time_batches(store: Store, views: dict[str, InputView], d: int,
+def time_batches(store: Store, files: dict[str, list[str]], d: int,
                  batch_times: int) -> list[tuple[int | None, int | None, set[str]]]:
     """``[lo, hi)`` ranges of the first time coordinate, each holding at most
-    ``batch_times`` distinct values of the run's new updates, and the inputs with updates
-    in each (read with DuckDB). One batch, unbounded, when that is all it takes."""
+    ``batch_times`` distinct values of the run's new updates (``files``: each source's
+    layer files), and the sources with updates in each (read with DuckDB). One batch,
+    unbounded, when that is all it takes."""
     import numpy as np
 
     from storage.blobs.resolve import duckdb_connect
@@ -172,9 +169,9 @@ def time_batches(store: Store, views: dict[str, InputView], d: int,
     firsts: dict[str, np.ndarray] = {}
     con = duckdb_connect([store.path + "/"])
     try:
-        for n, v in views.items():
-            if v.new:
-                quoted = ", ".join("'" + f.replace("'", "''") + "'" for f in store.layer_paths(v.trace, v.new))
+        for n, paths in files.items():
+            if paths:
+                quoted = ", ".join("'" + f.replace("'", "''") + "'" for f in paths)
                 t = con.sql(f'SELECT DISTINCT "{col}" AS t FROM read_parquet([{quoted}]) ORDER BY t').to_arrow_table()
                 firsts[n] = np.asarray(t.column("t").to_numpy(), dtype=np.int64)
     finally:
@@ -210,29 +207,36 @@ class RunPlan:
     views: dict[str, InputView]
     d: int
     record: dict | None  # the pipeline's record as its last run left it
-    fingerprint: str
-    rebuild: bool
+    ident: Identity  # its fingerprints, changes and state traces (ops/run/rebuild.py)
+    rebuild: bool  # its state and outputs (all, or the backfill's) are replaced
     frontier: Frontier  # the pipeline's frontier after this run
     old_frontier: Frontier  # and before it
     nothing_to_do: bool
+    backfill: Backfill | None = None  # a partial rebuild, up to the frontier the pipeline had
 
 
-def plan_run(store: Store, path: str, *, name: str | None = None, rebuild: bool = False) -> RunPlan:
+def plan_run(store: Store, path: str, *, name: str | None = None, rebuild: bool = False,
+             rebuild_all: bool = False) -> RunPlan:
     """Load the pipeline and decide what its run reads, writes and may refuse: its inputs'
-    old and new layers, its frontiers before and after, the clashes and edits that stop it."""
+    old and new layers, its frontiers before and after, the clashes and edits that stop it.
+    ``rebuild``: recompute what changed (ops/run/rebuild.py); ``rebuild_all``: everything."""
     p = load_pipeline(path, name)
     state = store.state()
-    views = input_views(store, state, p, fresh=rebuild)
-    d = next(iter(views.values())).trace.d
     record = state.pipelines.get(p.name)
-    fp = fingerprint(path)
-    if record and record.get("fingerprint") != fp and not rebuild:
-        raise PipelineError(f"pipeline {p.name!r} was run from another version of its file ({record.get('file')}, "
-                            f"hash {record.get('fingerprint')}); run it with --rebuild to recompute its outputs "
-                            f"from its inputs' since, or under a new --name (and `ddcli drop {p.name}` to release "
-                            f"the old one)")
-    if rebuild:
-        _check_rebuild(state, p)
+    ident = identify(p, path, record, state)
+    if ident.changes.changed and not (rebuild or rebuild_all):
+        raise PipelineError(_edited(p, record, ident))
+    views = input_views(store, state, p)
+    d = next(iter(views.values())).trace.d
+    full = bool(record) and (rebuild_all or (rebuild and ident.changes.changed and (
+        not ident.changes.known or any(p.name not in v.trace.holds for v in views.values()))))
+    backfill = None
+    if rebuild and ident.changes.changed and not full:
+        backfill = plan_backfill(p, ident, state, state_reusable(record, d))
+    if full:
+        views = input_views(store, state, p, fresh=True)
+    if full or backfill:
+        _check_rebuild(state, p, list(p.outputs) if full else backfill.outputs)
     for out in p.outputs:
         t = state.traces.get(out)
         if t is None:
@@ -240,49 +244,98 @@ def plan_run(store: Store, path: str, *, name: str | None = None, rebuild: bool 
         if t is not None and t.owner != p.name:
             who = f"pipeline {t.owner!r}" if t.owner else "ingest"
             raise PipelineError(f"output {out!r} of pipeline {p.name!r} clashes with trace {out!r} written by {who}")
+    if backfill is not None:  # up to the frontier it had, from the history it consumed
+        consumed = Frontier.from_json(record["frontier"], d)
+        views = {n: InputView(v.trace, [], v.old if n in backfill.inputs else [], v.trace.holds[p.name].seq)
+                 for n, v in views.items()}
+        return RunPlan(p, path, state, views, d, record, ident, True, consumed, Frontier.minimum(d), False, backfill)
     new_frontier = pipeline_frontier(views)
-    old_frontier = Frontier.from_json(record["frontier"], d) if record and not rebuild else Frontier.minimum(d)
+    old_frontier = Frontier.from_json(record["frontier"], d) if record and not full else Frontier.minimum(d)
     has_new = any(v.new for v in views.values())
-    idle = not has_new and bool(record) and new_frontier == old_frontier and not rebuild
-    return RunPlan(p, path, state, views, d, record, fp, rebuild, new_frontier, old_frontier, idle)
+    idle = not has_new and bool(record) and new_frontier == old_frontier and not full
+    return RunPlan(p, path, state, views, d, record, ident, full, new_frontier, old_frontier, idle)
+
+
+def _edited(p: Pipeline, record: dict, ident: Identity) -> str:
+    """The refusal of an edited pipeline: which operators changed, and what to do."""
+    if not ident.changes.known:
+        return (f"pipeline {p.name!r} was run from another version of its file ({record.get('file')}, "
+                f"hash {record.get('fingerprint')}); run it with --rebuild to recompute its outputs "
+                f"from its inputs' since, or under a new --name (and `ddcli drop {p.name}` to release "
+                f"the old one)")
+    return (f"pipeline {p.name!r} changed since its last run: {ident.changes.summary()}; run it with --rebuild "
+            f"to recompute the changed operators and what depends on them (the others keep their state), "
+            f"or under a new --name (and `ddcli drop {p.name}` to release the old one)")
 
 
 def run_pipeline(store: Store, path: str, *, name: str | None = None, master: str | None = None,
                  progress: Callable[[str], None] | RunProgress | None = None, batch_times: int | None = None,
-                 loop_stats: list | None = None, rebuild: bool = False,
+                 loop_stats: list | None = None, rebuild: bool = False, rebuild_all: bool = False,
                  planned: Callable[[RunPlan], None] | None = None) -> RunResult:
     """One run (see the module's docstring): plan, evaluate, write and commit.
-    ``loop_stats`` (a list) receives each loop's rounds and updates. ``rebuild``: recompute
-    the pipeline from its inputs' since, as if it had never run, and replace its state and
-    outputs in the run's one commit (for an edited pipeline file; the old outputs stay
-    readable until then). ``planned`` is told the plan once it is made (lineage events)."""
+    ``loop_stats`` (a list) receives each loop's rounds and updates. ``rebuild`` (after
+    editing the pipeline's file): first recompute the operators that changed and what
+    depends on them, up to the frontier the pipeline had, reusing the stored state of the
+    others, in a commit of its own (ops/run/rebuild.py); then run over new input as usual.
+    ``rebuild_all``: recompute everything from the inputs' since, in the run's one commit.
+    The old outputs stay readable until the commit that replaces them. ``planned`` is told
+    the plan once it is made (lineage events)."""
     started = time.monotonic()
     history_limit()  # a bad DDCLI_RUN_HISTORY is one line before any work
-    plan = plan_run(store, path, name=name, rebuild=rebuild)
+    plan = plan_run(store, path, name=name, rebuild=rebuild, rebuild_all=rebuild_all)
     if planned is not None:
         planned(plan)
+    progress = progress if isinstance(progress, RunProgress) else RunProgress(progress)
+    if plan.backfill is None:
+        return _execute(store, plan, master, progress, batch_times, loop_stats, started)
+    progress(f"rebuilding {plan.p.name!r}: {plan.ident.changes.summary()}")
+    first = _execute(store, plan, master, progress, batch_times, loop_stats, started)
+    first.rebuilt = plan.backfill.describe(plan.p)
+    first.rows_in, first.inputs = 0, dict.fromkeys(plan.views, 0)  # it read history, no new input
+    then = plan_run(store, path, name=name)  # the new input, as any run
+    if then.nothing_to_do:
+        return first
+    res = _execute(store, then, master, progress, batch_times, loop_stats, time.monotonic())
+    res.rebuilt, res.spark_jobs = first.rebuilt, res.spark_jobs + first.spark_jobs
+    res.outputs = {o: n + first.outputs.get(o, 0) for o, n in res.outputs.items()}
+    return res
+
+
+def _execute(store: Store, plan: RunPlan, master: str | None, progress: RunProgress, batch_times: int | None,
+             loop_stats: list | None, started: float) -> RunResult:
+    """Evaluate, write and commit what ``plan`` decided (a backfill with nothing to
+    recompute commits the new record alone, without Spark)."""
     if plan.nothing_to_do:
         return RunResult(plan.p.name, True, plan.frontier)
     precheck(plan.p, {n: v.trace.schema for n, v in plan.views.items()})  # column mistakes, before the JVM
-    progress = progress if isinstance(progress, RunProgress) else RunProgress(progress)
+    if plan.backfill is not None and not plan.backfill.needed:  # nothing to recompute: a new record only
+        empty = RunWrites()
+        store.write_and_commit("run", lambda registry: empty,
+                               lambda s, w: _run_change(store, plan, {}, w, _figures(plan, started, progress, 0, w))(s),
+                               guard=_committing)
+        return RunResult(plan.p.name, False, plan.frontier)
     ev = evaluate_batches(store, plan, master=master, progress=progress, batch_times=batch_times,
                           loop_stats=loop_stats)
     targets = run_targets(plan, ev.runtime)
-
-    def figures(w: RunWrites) -> dict:  # for the pipeline's history, committed with the run
-        return run_entry(when=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                         seconds=time.monotonic() - started, rows_in=ev.delta_rows,
-                         outputs={o: (w.sealed[o].rows if w.sealed[o] else 0) for o in plan.p.outputs},
-                         inputs={n: len(v.new) for n, v in plan.views.items()}, spark_jobs=progress.jobs_so_far(),
-                         frontier=format_frontier(plan.frontier), steps=progress.steps, rebuild=plan.rebuild)
-
+    rows_in = 0 if plan.backfill is not None else ev.delta_rows  # a rebuild reads history, not new input
     written = store.write_and_commit(
         "run", lambda registry: write_targets(store, plan, ev, targets, registry, progress),
-        lambda s, w: _run_change(store, plan, targets, w, figures(w))(s), merge=list(targets), guard=_committing)
+        lambda s, w: _run_change(store, plan, targets, w, _figures(plan, started, progress, rows_in, w))(s),
+        merge=list(targets), guard=_committing)
+    outputs = [o for o in plan.p.outputs if o in targets]
     return RunResult(plan.p.name, False, plan.frontier,
-                     {o: (written.sealed[o].rows if written.sealed[o] else 0) for o in plan.p.outputs},
+                     {o: (written.sealed[o].rows if written.sealed[o] else 0) for o in outputs},
                      {n: len(v.new) for n, v in plan.views.items()}, rows_in=ev.delta_rows, steps=progress.steps,
                      spark_jobs=progress.jobs_so_far())
+
+
+def _figures(plan: RunPlan, started: float, progress: RunProgress, rows_in: int, w: RunWrites) -> dict:
+    """A run's figures for the pipeline's history, committed with the run."""
+    return run_entry(when=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                     seconds=time.monotonic() - started, rows_in=rows_in,
+                     outputs={o: (l.rows if l else 0) for o, l in w.sealed.items() if o in plan.p.outputs},
+                     inputs={n: len(v.new) for n, v in plan.views.items()}, spark_jobs=progress.jobs_so_far(),
+                     frontier=format_frontier(plan.frontier), steps=progress.steps, rebuild=plan.rebuild)
 
 
 @dataclass
@@ -306,10 +359,14 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
         spark = get_spark(master)
     progress(f"Spark ready in {started['seconds']:.1f} s" if started["seconds"] >= 0.05 else "Spark already running")
     progress.attach(spark)
-    delta_rows = sum(l.rows for v in views.values() for l in v.new)
+    backfill = plan.backfill
+    boundaries = backfill.boundaries if backfill is not None else {}
+    delta_rows = sum(l.rows for v in views.values() for l in v.new) + sum(t.rows() for t in boundaries.values())
     progress(f"pipeline {p.name}: reading {updates(delta_rows)} from " + ", ".join(
-        f"{len(v.new)} layer{'s' if len(v.new) != 1 else ''} of {n}" for n, v in views.items() if v.new))
-    size_partitions(spark, delta_rows, single_ok=not any(n.op == "loop" for n in p.nodes))
+        [f"{len(v.new)} layer{'s' if len(v.new) != 1 else ''} of {n}" for n, v in views.items() if v.new]
+        + [f"the stored state {t.name}" for t in boundaries.values()]))
+    loops = any(n.op == "loop" and (backfill is None or n.id in backfill.needed) for n in p.nodes)
+    size_partitions(spark, delta_rows, single_ok=not loops)
     schemas = check_pipeline(spark, p, views, d)
     runtime = Runtime(p, _stored_arrangements(store, plan, schemas), progress=progress, loop_stats=loop_stats,
                       schemas=schemas)
@@ -320,10 +377,17 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
         if v.new:
             sources[n] = read_layers(spark, store.read_paths(v.trace, v.new),
                                      _empty_frame(spark, update_schema(v.trace.schema, d)).schema)
+    for t in boundaries.values():  # a partial rebuild reads unchanged operators' state whole
+        sources[t.name] = read_layers(spark, store.read_paths(t),
+                                      _empty_frame(spark, update_schema(t.schema, t.d)).schema)
     # batches only for one-dimensional times: with more, compacting to a batch's first time
     # could merge times the stored state must keep apart (the frontier need not be beyond it)
-    in_batches = d == 1 and any(n.op == "loop" for n in p.nodes)
-    batches = time_batches(store, views, d, batch_times or BATCH_TIMES) if in_batches else [(None, None, set(sources))]
+    if d == 1 and loops:
+        files = {n: store.layer_paths(v.trace, v.new) for n, v in views.items()}
+        files.update({t.name: store.layer_paths(t, t.layers) for t in boundaries.values()})
+        batches = time_batches(store, files, d, batch_times or BATCH_TIMES)
+    else:
+        batches = [(None, None, set(sources))]
     first = time_columns(d)[0]
     batch_frames: list[dict] = []
     for i, (lo, hi, inside) in enumerate(batches):
@@ -333,8 +397,10 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
                 runtime.compact_to(lo)
         batch_sources = {n: _between(df, first, lo, hi) for n, df in sources.items() if n in inside}
         runtime.record_floor = _record_floor(d, hi, plan.frontier)
+        preset = None if backfill is None else (  # boundaries read from state; what is not recomputed, nothing
+            {nid: batch_sources.get(t.name) for nid, t in boundaries.items()} | dict.fromkeys(backfill.skipped))
         with progress.step("batch", batch=i + 1):
-            frames = evaluate(p, ctx, batch_sources, runtime)
+            frames = evaluate(p, ctx, batch_sources, runtime, preset)
             outs = {node.id: frames.get(node.id) for node in p.outputs.values()}
             if i < len(batches) - 1:  # materialised now, so the batch's round frames can be released
                 outs = {k: (f.localCheckpoint(eager=True) if f is not None else None) for k, f in outs.items()}
@@ -353,7 +419,7 @@ def _stored_arrangements(store: Store, plan: RunPlan, schemas: dict[int, pa.Sche
             v = plan.views[node.args["trace"]]
             return Arrangement(store.read_paths(v.trace, v.old), update_schema(v.trace.schema, d),
                                sum(l.rows for l in v.old))
-        st = None if plan.rebuild else state.traces.get(state_trace_name(plan.p.name, node))
+        st = None if plan.rebuild else state.traces.get(plan.ident.state_names[node.id])
         files = store.read_paths(st) if st else []
         return Arrangement(files, update_schema(schemas[node.id], node_dim(d, node)), st.rows() if st else 0)
 
@@ -362,11 +428,13 @@ def _stored_arrangements(store: Store, plan: RunPlan, schemas: dict[int, pa.Sche
 
 def run_targets(plan: RunPlan, runtime: Runtime) -> dict[str, tuple[Node, bool]]:
     """What a run writes: every output, and the arrangement of every derived collection
-    (trace name -> (node, is it operator state))."""
-    targets: dict[str, tuple[Node, bool]] = {out: (node, False) for out, node in plan.p.outputs.items()}
+    (trace name -> (node, is it operator state)); a partial rebuild only what it recomputes."""
+    backfill = plan.backfill
+    targets: dict[str, tuple[Node, bool]] = {out: (node, False) for out, node in plan.p.outputs.items()
+                                             if backfill is None or out in backfill.outputs}
     for node in runtime.arranged.values():
-        if node.op not in ("input", "enter"):
-            targets[state_trace_name(plan.p.name, node)] = (node, True)
+        if node.op not in ("input", "enter") and (backfill is None or node.id in backfill.needed):
+            targets[plan.ident.state_names[node.id]] = (node, True)
     return targets
 
 
@@ -414,7 +482,7 @@ def write_targets(store: Store, plan: RunPlan, ev: Evaluation, targets: dict[str
     for group, write_all in together:
         _write_together(group, write_all, targets, out, registry, writes, ran, progress)
     progress.operators(list({n.id: n for n in ev.runtime.ran}.values()), writes,
-                       lambda t: cone_of(targets[t][0], ran), _counted(plan.p, ev.runtime, writes))
+                       lambda t: cone_of(targets[t][0], ran), _counted(plan, ev.runtime, writes))
     return out
 
 
@@ -427,8 +495,9 @@ def _target_write(store: Store, plan: RunPlan, ev: Evaluation, tname: str, node:
     depth = nd - d
     existing = None if plan.rebuild else plan.state.traces.get(tname)
     key = existing.key if existing else node_key(node, schema.names)
+    floor = plan.backfill.floors.get(tname) if plan.backfill is not None else None
     since = (loop_frontier(plan.frontier, depth) if is_state
-             else (existing.since if existing else Frontier.minimum(d)))
+             else (existing.since if existing else floor or Frontier.minimum(d)))
     proto = existing or Trace(tname, schema, key, nd, since, loop_frontier(plan.old_frontier, depth),
                               owner=plan.p.name)
     out.protos[tname] = proto
@@ -443,6 +512,9 @@ def _target_write(store: Store, plan: RunPlan, ev: Evaluation, tname: str, node:
                                        _empty_frame(ev.spark, update_schema(schema, nd)).schema))
         df = union_coalesced(present) if present else None
         one_frame = len(present) == 1
+        if df is not None and plan.backfill is not None and tname in plan.backfill.from_state:
+            from pyspark.sql import functions as F  # the state stands for P - 1 (ops/run/rebuild.py)
+            df = df.withColumn(time_columns(nd)[0], F.lit(plan.backfill.latest).cast("long"))
     if df is None:
         out.sealed[tname] = None
         return None
@@ -485,24 +557,28 @@ def _write_together(group: dict[str, LayerWrite], write_all, targets: dict, out:
 def _run_change(store: Store, plan: RunPlan, targets: dict[str, tuple[Node, bool]], w: RunWrites, figures: dict):
     """The run's change of the store's metadata (:func:`storage.state.transitions.append_run`),
     after checking that the input layers it read are still there."""
-    p, views = plan.p, plan.views
+    p, views, backfill = plan.p, plan.views, plan.backfill
     # inputs this pipeline held before the run: their history stayed exact for it; the
     # others (a first run) may have been compacted up to their effective since (the
     # since met with other readers' holds), and the outputs cannot know more
     unheld = [n for n, v in views.items() if plan.rebuild or p.name not in v.trace.holds]
+    runs = plan.record["runs"] if plan.record else 0
     commit = RunCommit(
-        pipeline=p.name, runs=plan.record["runs"] if plan.record else 0, frontier=plan.frontier, d=plan.d,
-        record={"file": os.path.abspath(plan.path), "fingerprint": plan.fingerprint,
-                "runs": (plan.record["runs"] if plan.record else 0) + 1,
-                "frontier": plan.frontier.to_json(), "d": plan.d,
-                "inputs": {n: {"seq": v.seq, "upper": v.trace.upper.to_json()} for n, v in views.items()},
-                "outputs": sorted(p.outputs), "state": sorted(t for t, (_, st) in targets.items() if st)},
+        pipeline=p.name, runs=runs, frontier=plan.frontier, d=plan.d,
+        record={"file": os.path.abspath(plan.path), "fingerprint": plan.ident.file_hash,
+                "dataflow": plan.ident.dataflow, "runs": runs + 1, "frontier": plan.frontier.to_json(), "d": plan.d,
+                "inputs": plan.record["inputs"] if backfill is not None else
+                {n: {"seq": v.seq, "upper": v.trace.upper.to_json()} for n, v in views.items()},
+                "outputs": sorted(p.outputs), "state": sorted(plan.ident.state_names.values()),
+                "operators": plan.ident.operators(p)},
         inputs={n: v.seq for n, v in views.items()}, targets={t: st for t, (_, st) in targets.items()},
         protos=w.protos, written=w.sealed, held=w.held, unheld=unheld, rebuild=plan.rebuild,
-        figures=figures, history_runs=history_limit())
+        reads=backfill.reads if backfill is not None else None, figures=figures, history_runs=history_limit(),
+        released=[o for o in (plan.record or {}).get("outputs", []) if plan.rebuild and o not in p.outputs])
+    boundaries = list(backfill.boundaries.values()) if backfill is not None else []
 
     def change(s: State) -> State:
-        _check_inputs_exist(store, views)
+        _check_inputs_exist(store, views, boundaries)
         return append_run(s, commit)
 
     return change
@@ -539,14 +615,14 @@ def _report_write(progress: RunProgress, w: dict) -> None:
     progress(f"wrote {w['trace']}{what}: {updates(w['rows'])}{pending} in {w['seconds']:.2f} s ({jobs}){ops}")
 
 
-def _counted(p: Pipeline, runtime, writes: dict[str, dict]):
+def _counted(plan: RunPlan, runtime, writes: dict[str, dict]):
     """An operator's rows where a written layer holds exactly its changes: its own state
     trace (an arranged result), or an output declared directly on it."""
     def counted(n: Node):
-        mine = state_trace_name(p.name, n)
+        mine = plan.ident.state_names.get(n.id)
         if n.id in runtime.arranged and mine in writes:
             return mine, writes[mine]["rows"]
-        for out, o in p.outputs.items():
+        for out, o in plan.p.outputs.items():
             w = writes.get(out)
             if o.inputs[0] is n and w is not None and not w.get("with_earlier_pending"):
                 return out, w["rows"] + w.get("pending_rows", 0)
@@ -554,20 +630,25 @@ def _counted(p: Pipeline, runtime, writes: dict[str, dict]):
     return counted
 
 
-def _check_inputs_exist(store: Store, views: dict[str, InputView]) -> None:
+def _check_inputs_exist(store: Store, views: dict[str, InputView], states: list[Trace] = ()) -> None:
     """A commit re-checks the input layers it read (garbage collection with a short grace
-    may have taken them)."""
+    may have taken them), and the layers of the state traces a partial rebuild read."""
     for n, v in views.items():
         for path in store.layer_paths(v.trace, v.old + v.new):
             if not store.blobs.exists(path):
                 raise Conflict(f"input trace {n!r}: layer file {path} was removed during the run (garbage "
                                f"collection with a short grace period?); nothing was written, run again")
+    for t in states:
+        for path in store.layer_paths(t, t.layers):
+            if not store.blobs.exists(path):
+                raise Conflict(f"state trace {t.name!r}: layer file {path} was removed during the run (a "
+                               f"compaction?); nothing was written, run again")
 
 
-def _check_rebuild(state: State, p: Pipeline) -> None:
+def _check_rebuild(state: State, p: Pipeline, outputs: list[str]) -> None:
     """A rebuild rewrites its outputs' history: refuse while another pipeline reads one of
     them (that pipeline has consumed the old history)."""
-    for out in p.outputs:
+    for out in outputs:
         t = state.traces.get(out)
         readers = sorted(h for h in (t.holds if t is not None else {}) if h != p.name)
         if readers:

@@ -153,6 +153,7 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
     if not local:  # local workers inherit this process's environment; a cluster's are handed it
         for name, value in executor_settings().items():
             builder = builder.config(f"spark.executorEnv.{name}", value)
+    host_handler = _sigint_handler()  # PySpark replaces it with its own as its context starts
     try:
         _session = _quietly(builder.getOrCreate, os.path.join(scratch, "jvm.log"))
     except Exception:
@@ -163,7 +164,8 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         _archive = class_archive.Plan("")
         builder = builder.config("spark.driver.extraJavaOptions", driver_opts)
         _session = _quietly(builder.getOrCreate, os.path.join(scratch, "jvm.log"))
-    _watch_interrupts(_session)
+    _watch_interrupts(host_handler)
+    _apply_task_env(_session)
     _session.sparkContext.setLogLevel("ERROR")
     _session.sparkContext.setCheckpointDir(os.path.join(scratch, "checkpoints"))
     if not local:
@@ -415,38 +417,112 @@ def stop_spark() -> None:
 # ---------------------------------------------------------------- Ctrl-C
 
 _interrupt = {"seen": False, "deferred": 0}
+_warm = {"on": False}  # this process runs many commands on one session (ddcli's service)
 
 
-def _watch_interrupts(session) -> None:
+def _sigint_handler():
+    import signal
+    import threading
+    return signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+
+
+def _watch_interrupts(host_handler) -> None:
     """Ctrl-C: remember it, cancel Spark's jobs, and raise KeyboardInterrupt — unless a
     commit is under way (:func:`no_interrupts`), which then finishes first.
 
     PySpark's own handler also cancels and raises, but the interrupted Py4J call often
     surfaces as some other error (a Py4JJavaError of the cancelled job); :func:`interrupted`
-    lets the command tell the user's Ctrl-C from a failure whatever the error.
+    lets the command tell the user's Ctrl-C from a failure whatever the error. A process
+    that keeps its session warm routes SIGINT to :func:`on_interrupt` itself, only while
+    one of its commands runs: its handler (``host_handler``, from before PySpark installed
+    its own) is put back.
     """
-    import logging
     import signal
-    import sys
     import threading
     if threading.current_thread() is not threading.main_thread():
         return
+    if _warm["on"]:
+        if host_handler is not None:
+            signal.signal(signal.SIGINT, host_handler)
+        return
+    signal.signal(signal.SIGINT, on_interrupt)
 
-    def on_sigint(signum, frame):
-        _interrupt["seen"] = True
-        if _interrupt["deferred"]:
-            return
-        # the interrupted Py4J call logs tracebacks and finalizers report theirs: the
-        # command says "interrupted" in one line instead
-        logging.disable(logging.CRITICAL)
-        sys.unraisablehook = lambda unraisable: None
+
+def on_interrupt(signum=None, frame=None) -> None:
+    """The SIGINT handler of a command (see :func:`_watch_interrupts`)."""
+    import logging
+    import sys
+    _interrupt["seen"] = True
+    if _interrupt["deferred"]:
+        return
+    # the interrupted Py4J call logs tracebacks and finalizers report theirs: the
+    # command says "interrupted" in one line instead
+    logging.disable(logging.CRITICAL)
+    sys.unraisablehook = lambda unraisable: None
+    if _session is not None:
+        _cancel_all_jobs(_session)
+    raise KeyboardInterrupt()
+
+
+def _cancel_all_jobs(session, timeout: float = 10.0) -> None:
+    """Cancel every Spark job, from a thread of its own: the interrupted thread's Py4J
+    connection is in the middle of a call (a job's result), and a second call on it fails
+    ("reentrant call"), leaving the jobs running."""
+    import threading
+
+    def cancel() -> None:
         try:
             session.sparkContext.cancelAllJobs()
-        except Exception:  # noqa: BLE001 - the JVM may be gone already; we stop anyway
+        except Exception:  # noqa: BLE001 - the JVM may be gone already; the command stops anyway
             pass
-        raise KeyboardInterrupt()
 
-    signal.signal(signal.SIGINT, on_sigint)
+    worker = threading.Thread(target=cancel, name="ddcli-cancel-jobs", daemon=True)
+    worker.start()
+    worker.join(timeout)
+
+
+def keep_warm() -> None:
+    """This process runs one command after another on one session (ddcli's service,
+    ddcli/service/): a Ctrl-C cancels the command's jobs and leaves the session running
+    (:func:`stop_after_interrupt`), and the process calls :func:`on_interrupt` itself."""
+    _warm["on"] = True
+
+
+def start_command(task_env: dict[str, str]) -> None:
+    """Before each command of a process that keeps its session: forget the last command's
+    Ctrl-C, and give the Python tasks of the jobs to come exactly ``task_env`` on top of
+    the environment the session started with (PySpark starts a Python worker for each
+    distinct set, so tasks never see another command's settings)."""
+    import logging
+    import sys
+    _interrupt.update(seen=False, deferred=0)
+    logging.disable(logging.NOTSET)
+    sys.unraisablehook = sys.__unraisablehook__
+    _task_env["current"] = dict(task_env)
+    if _session is not None:
+        _apply_task_env(_session)
+
+
+_task_env: dict = {"current": None, "base": None}
+
+
+def _apply_task_env(session) -> None:
+    current = _task_env["current"]
+    if current is None:
+        return
+    env = session.sparkContext.environment
+    if _task_env["base"] is None:
+        _task_env["base"] = dict(env)
+    env.clear()
+    env.update(_task_env["base"])
+    env.update(current)
+
+
+def stop_after_interrupt() -> None:
+    """After Ctrl-C: stop the session, whose jobs are cancelled — unless the process keeps
+    it warm for the commands to come."""
+    if not _warm["on"]:
+        stop_spark()
 
 
 def check_interrupt() -> None:

@@ -194,6 +194,11 @@ class S3Blobs(Blobs):
                 return out
             token = r["NextContinuationToken"]
 
+    def any_under(self, path: str) -> bool:
+        """Whether some object's key starts with ``path``'s key (one listing of one key)."""
+        r = self._call("list_objects_v2", path, Prefix=_split(path)[1], MaxKeys=1)
+        return bool(r.get("Contents"))
+
     def open_object(self, path: str, etag: str | None = None):
         """The object's bytes as a stream (``read(n)``); with ``etag``, of exactly that
         version (:class:`ObjectChanged` if the object was replaced since it was listed)."""
@@ -301,6 +306,12 @@ class S3Blobs(Blobs):
 
     def replace(self, path: str, data: bytes) -> None:
         self._call("put_object", path, Key=_split(path)[1], Body=data)
+
+    def upload(self, path: str, fh) -> None:
+        """One ``PutObject`` of the whole of ``fh`` (an open local file, read from its
+        start) under ``path``, replacing any object there: the object appears whole or not
+        at all (a result written to ``s3://``, ddcli/outputs.py)."""
+        self._call("put_object", path, Key=_split(path)[1], Body=fh)
 
     def delete(self, path: str) -> bool:
         self._call("delete_object", path, Key=_split(path)[1])

@@ -59,7 +59,11 @@ def _one_line(e: Exception) -> str:
 def _source(store: Store, trace: Trace, layers=None) -> str | None:
     """The SQL table expression of a trace's updates (default: every layer, pending ones
     included), or None when there are none."""
-    paths = store.read_paths(trace, layers, local=True)  # checked against the log: size, footer, hash
+    return _read_parquet(store.read_paths(trace, layers, local=True))  # checked: size, footer, hash
+
+
+def _read_parquet(paths: list[str]) -> str | None:
+    """``read_parquet`` of ``paths`` (files this process reads: local copies of objects)."""
     if not paths:
         return None
     files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
@@ -235,8 +239,14 @@ def _as_of(store: Store, tr: Trace, t, where: str | None) -> pa.Table:
         # Every update of a sealed layer has a time below upper (d = 1 has no pending
         # updates but an output's, left out), and compaction preserves sums: the
         # collection at upper - 1 is the sum of them all, whatever the since. No time
-        # condition, so nothing to refuse.
+        # condition, so nothing to refuse -- except for a pipeline's output recomputed
+        # from history compacted to its frontier (a rebuild): its updates from before
+        # the upper then wait beyond it with the rest, and it answers no time until its
+        # pipeline's frontier passes its since.
         tt = None
+        latest = default_time(tr)
+        if tr.owner and latest is not None and tr.pending:
+            _check_since(tr, latest)
     else:
         tt = _as_time(tr, t)
         _check_since(tr, tt)
@@ -288,23 +298,18 @@ def _history_query(con, store: Store, tr: Trace, src: str, expr: str | None) -> 
                  _empty_updates(tr).schema)
 
 
-def register_traces(store: Store, con, *, internal: bool = True, state=None) -> list[str]:
-    """Create one temporary view per trace of ``state`` (default: the store's newest
-    version) on ``con``. Returns the layer files the views read."""
-    state = state or store.state()
-    names, paths = [], []
+def register_traces(con, state, sources: dict[str, list[str]]) -> None:
+    """Create one temporary view per trace of ``state`` on ``con``, reading the files
+    ``sources`` gives for it (the checked local paths of its layers)."""
+    names = []
     for name, tr in sorted(state.traces.items()):
-        if "." in name and not internal:
-            continue
-        src = _source(store, tr)
+        src = _read_parquet(sources[name])
         if src is None:
             con.register(f"__ddcli_empty_{len(names)}", _empty_updates(tr))
             src = quote(f"__ddcli_empty_{len(names)}")
         con.execute(f"CREATE TEMP VIEW {quote(name)} AS SELECT * FROM {src}")
         names.append(name)
-        paths += store.layer_paths(tr)
     register_trace_at(con, {n: state.traces[n] for n in names})
-    return paths
 
 
 def sql(store: Store, query: str) -> pa.Table:
@@ -312,6 +317,10 @@ def sql(store: Store, query: str) -> pa.Table:
 
     User traces are views under their names; pipeline state (names with a dot) only under
     the quoted name. A statement that returns nothing gives an empty table.
+
+    The database may read exactly the layer files of the version read: the checked
+    copies the views read (on an object store, local copies of the objects) and the
+    store's own paths of them, so ``read_parquet('<a layer>')`` works on every storage.
     """
     import duckdb
     if not query or not query.strip():
@@ -321,9 +330,11 @@ def sql(store: Store, query: str) -> pa.Table:
 
     def read() -> pa.Table:
         state = store.state()
+        sources = {name: store.read_paths(tr, local=True) for name, tr in state.traces.items()}
         paths = [p for t in state.traces.values() for p in store.layer_paths(t)]
-        with contextlib.closing(sandbox.sandbox(paths=paths)) as con:
-            register_traces(store, con, state=state)
+        allowed = sorted(set(paths) | {p for ps in sources.values() for p in ps})
+        with contextlib.closing(sandbox.sandbox(paths=allowed, prepare=store.blobs.prepare_duckdb)) as con:
+            register_traces(con, state, sources)
             try:
                 rel = con.sql(query)
                 return pa.table({}) if rel is None else _narrow(rel.to_arrow_table())

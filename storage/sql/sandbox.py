@@ -12,8 +12,9 @@ A reader's SQL comes from the user, so the DuckDB it runs on is locked down twic
   false)`` truncates a layer.
 * **The statements** (:func:`check_read_only`): only ``SELECT`` (``WITH``, ``VALUES``,
   ``DESCRIBE``, ``SUMMARIZE``, ``SHOW`` parse as one) and ``EXPLAIN`` of a ``SELECT``
-  run. ``EXPLAIN ANALYZE COPY …`` executes the copy, so an ``EXPLAIN``'s body is checked
-  as well.
+  run. ``EXPLAIN ANALYZE COPY …`` executes the copy, so an ``EXPLAIN``'s body (after its
+  comments and options, ``EXPLAIN (ANALYZE, FORMAT json) …``) is checked as well, and a
+  body that cannot be told apart is refused.
 
 Errors are :class:`storage.errors.StoreError` (a user error, exit 2): one line naming the
 statement or the file that was refused.
@@ -28,7 +29,6 @@ from storage.errors import StoreError
 # DuckDB settings applied, in this order, to every reader's database. allowed_paths and
 # allowed_directories can only be set while external access is still on.
 _LOCKDOWN = ("SET enable_external_access = false", "SET lock_configuration = true")
-_EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(.*)$", re.IGNORECASE | re.DOTALL)
 _REFUSED_FILE = re.compile(r'Cannot access (?:file|directory) "([^"]*)"')
 
 
@@ -58,29 +58,92 @@ def sandbox(*, paths=(), directories=(), prepare=None):
     return con
 
 
-def _statement_kind(statement) -> str:
-    return str(statement.type).rsplit(".", 1)[-1]
+def _statement_kind(statement) -> str | None:
+    """The statement's type name, or None for a type this duckdb module cannot name
+    (``UPDATE EXTENSIONS`` has a number without a name)."""
+    try:
+        return str(statement.type).rsplit(".", 1)[-1]
+    except ValueError:
+        return None
+
+
+def _leading_words(query: str) -> str:
+    """The keywords a statement starts with (``UPDATE EXTENSIONS``), for the refusal."""
+    import duckdb
+    words = []
+    for pos, kind in duckdb.tokenize(query):
+        if kind == duckdb.token_type.comment:
+            continue
+        if kind != duckdb.token_type.keyword or len(words) == 2:
+            break
+        words.append(query[pos:].split(None, 1)[0].upper())
+    return " ".join(words) or "unrecognised"
+
+
+def _explained(query: str) -> list[str]:
+    """The texts an ``EXPLAIN`` may be explaining: what follows ``EXPLAIN``, its comments
+    and a bare ``ANALYZE``, and, when a parenthesis follows, also what follows that group
+    (``EXPLAIN (FORMAT json, ANALYZE) SELECT …``; but ``EXPLAIN (SELECT 1)`` explains the
+    group itself)."""
+    import duckdb
+    tokens = [(pos, kind) for pos, kind in duckdb.tokenize(query) if kind != duckdb.token_type.comment]
+    words = [query[pos:].split(None, 1)[0].upper() for pos, _ in tokens]
+    i = 1
+    while i < len(tokens) and words[i] in ("ANALYZE", "ANALYSE"):
+        i += 1
+    if not words or words[0] != "EXPLAIN" or i == len(tokens):
+        return []
+    bodies = [query[tokens[i][0]:]]
+    depth = 0
+    for j in range(i, len(tokens)):
+        pos, kind = tokens[j]
+        if kind != duckdb.token_type.operator or query[pos] not in "()":
+            if depth == 0:
+                break
+            continue
+        depth += 1 if query[pos] == "(" else -1
+        if depth == 0:
+            if j + 1 < len(tokens):
+                bodies.append(query[tokens[j + 1][0]:])
+            break
+    return bodies
+
+
+def _read_only_kind(statement) -> str | None:
+    """None when ``statement`` only reads; otherwise what it is, for the refusal."""
+    import duckdb
+    kind = _statement_kind(statement)
+    if kind == "SELECT":
+        return None
+    if kind != "EXPLAIN":
+        return kind or _leading_words(statement.query)
+    # every reading of the body that parses must be a read, and one must parse
+    verdicts = []
+    for body in _explained(statement.query):
+        try:
+            inner = duckdb.extract_statements(body)
+        except duckdb.Error:
+            continue
+        verdicts.append(len(inner) == 1 and _read_only_kind(inner[0]) is None)
+    return None if verdicts and all(verdicts) else "EXPLAIN of a non-SELECT"
 
 
 def check_read_only(query: str) -> None:
-    """Refuse any statement of ``query`` that is not a query (before anything runs)."""
+    """Refuse any statement of ``query`` that is not a query (before anything runs).
+
+    ``EXPLAIN`` is a query when what it explains is one: ``EXPLAIN ANALYZE`` runs its
+    statement, so ``EXPLAIN (ANALYZE) COPY …`` is refused like the ``COPY``.
+    """
     import duckdb
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error:
         return  # a syntax error: DuckDB itself reports it, nothing can run
     for st in statements:
-        kind = _statement_kind(st)
-        if kind == "SELECT":
-            continue
-        if kind == "EXPLAIN":
-            m = _EXPLAIN.match(st.query)
-            body = duckdb.extract_statements(m.group(1)) if m else []
-            if len(body) == 1 and _statement_kind(body[0]) == "SELECT":
-                continue
-            kind = "EXPLAIN of a non-SELECT"
-        raise StoreError(f"sql is read-only: {kind} statements are refused (only SELECT queries run; "
-                         f"to save a result use --output FILE)")
+        kind = _read_only_kind(st)
+        if kind is not None:
+            raise StoreError(f"sql is read-only: {kind} statements are refused (only SELECT queries run; "
+                             f"to save a result use --output FILE)")
 
 
 def refused_file(error: Exception) -> str | None:

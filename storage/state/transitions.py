@@ -251,13 +251,19 @@ class RunCommit:
     held: dict[str, Layer | None]  # output -> its changes beyond the frontier, pending
     unheld: list[str]  # inputs the pipeline did not hold before (their history may be compacted)
     rebuild: bool = False  # state and outputs of an earlier version are replaced
+    reads: dict[str, list[str]] | None = None  # output -> the unheld inputs it was computed from (None: all)
+    released: list[str] = field(default_factory=list)  # outputs the new version no longer writes
     figures: dict | None = None  # the run's figures, for the pipeline's history (storage/state/history.py)
     history_runs: int = history.DEFAULT_RUNS  # the runs the history keeps
 
 
 def append_run(s: State, run: RunCommit) -> State:
     """A run of a pipeline: its layers appended to its outputs and state, its inputs held
-    at its frontier and consumed position, its record updated."""
+    at its frontier and consumed position, its record updated.
+
+    A rebuild (of an edited pipeline) also removes the state traces the new record does not
+    name, releases the traces the new version no longer reads, and leaves the outputs it no
+    longer writes as ordinary traces."""
     cur = s.pipelines.get(run.pipeline)
     if (cur["runs"] if cur else 0) != run.runs:
         raise Conflict(f"another run of pipeline {run.pipeline!r} committed first; nothing was written by this one")
@@ -274,8 +280,15 @@ def append_run(s: State, run: RunCommit) -> State:
     for tname, is_state in run.targets.items():
         changed[tname] = _run_target(s.traces.get(tname), tname, is_state, run, compacted_to)
     if run.rebuild:  # state of the old version that the new one does not have
+        kept = set(run.record.get("state", ()))
         changed.update({n: None for n, t in s.traces.items()
-                        if t.owner == run.pipeline and "." in n and n not in run.targets})
+                        if t.owner == run.pipeline and "." in n and n not in run.targets and n not in kept})
+        changed.update({n: without_hold(t, run.pipeline) for n, t in s.traces.items()
+                        if run.pipeline in t.holds and n not in run.inputs and n not in changed})
+        for o in run.released:
+            t = s.traces.get(o)
+            if t is not None and t.owner == run.pipeline and o not in changed:
+                changed[o] = t.with_(owner=None, pending=[])  # what waited for the pipeline never comes
     out = s.with_traces(changed)
     record = dict(run.record)
     if run.figures is not None:  # kept across runs (and rebuilds); bounded
@@ -304,7 +317,8 @@ def _run_target(t: Trace | None, tname: str, is_state: bool, run: RunCommit, com
     if tname in run.held:
         t = t.with_(pending=[run.held[tname]] if run.held[tname] else [])
     for n in run.unheld:  # an output never answers a time its inputs cannot tell apart
-        t = t.with_(since=t.since.join(compacted_to[n]))
+        if run.reads is None or n in run.reads.get(tname, ()):
+            t = t.with_(since=t.since.join(compacted_to[n]))
     return t
 
 

@@ -32,6 +32,14 @@ def words(store_dir):
     return store_dir
 
 
+@pytest.fixture
+def words_anywhere(store_location):
+    """The words store on a local folder and on an S3 store (for the SQL tests)."""
+    ok(ddcli(store_location, "ingest", "words", str(WORDS[0])))
+    ok(ddcli(store_location, "ingest", "words", str(WORDS[1])))
+    return store_location
+
+
 # ---------------------------------------------------------------- ingest and query
 
 
@@ -110,7 +118,8 @@ def test_d2_without_upper_leaves_updates_pending(store_dir):
     assert st["pending"] == 0 and st["rows"] == 5
 
 
-def test_history_and_sql_outputs(words):
+def test_history_and_sql_outputs(words_anywhere):
+    words = words_anywhere
     hist = parse_csv(ok(ddcli(words, "history", "words", "-f", "csv")).stdout)
     got = [((r["word"],), (int(r["time"]),), int(r["diff"])) for r in hist]
     assert got == sorted(WORD_UPDATES)
@@ -175,7 +184,8 @@ def test_outputs_to_a_file(words, tmp_path):
     assert out.read_text().startswith("word,time,diff\n")
 
 
-def test_sql_sums_come_back_as_integers(words):
+def test_sql_sums_come_back_as_integers(words_anywhere):
+    words = words_anywhere
     q = "SELECT word, SUM(diff) AS count FROM words GROUP BY ALL HAVING SUM(diff) <> 0 ORDER BY word"
     got = jsonl(ok(ddcli(words, "sql", q, "--json")).stdout)
     assert got[0] == {"word": "apple", "count": 1}

@@ -34,8 +34,8 @@ def rows(res, col: str) -> dict:
     return {r[col]: r["count"] for r in (json.loads(x) for x in res.stdout.splitlines() if x.strip())}
 
 
-def words_store(tmp_path) -> str:
-    s = str(tmp_path / "store")
+def words_store(tmp_path, location: str | None = None) -> str:
+    s = location or str(tmp_path / "store")
     for i, text in enumerate([WORDS_1, WORDS_2]):
         (tmp_path / f"w{i}.csv").write_text(text)
         ok(cli(s, "ingest", "words", str(tmp_path / f"w{i}.csv")))
@@ -60,8 +60,8 @@ def test_query_beyond_the_upper_with_strict_is_an_error(tmp_path):
     ok(cli(s, "query", "words", "--as-of", "5", "--strict"))
 
 
-def test_trace_at_is_the_collection_at_every_time_beyond_the_since(tmp_path):
-    s = words_store(tmp_path)
+def test_trace_at_is_the_collection_at_every_time_beyond_the_since(tmp_path, store_location):
+    s = words_store(tmp_path, store_location)
     ok(cli(s, "advance", "words", "--since", "3"))
     ok(cli(s, "compact", "--full", "--grace", "0"))
     for t in range(3, 7):
@@ -69,8 +69,8 @@ def test_trace_at_is_the_collection_at_every_time_beyond_the_since(tmp_path):
         assert rows(res, "word") == fold([WORDS_1, WORDS_2], (t,)), t
 
 
-def test_trace_at_refuses_a_time_before_the_since_where_the_plain_view_is_silently_wrong(tmp_path, digest):
-    s = words_store(tmp_path)
+def test_trace_at_refuses_a_time_before_the_since_where_the_plain_view_is_silently_wrong(tmp_path, store_location):
+    s = words_store(tmp_path, store_location)
     ok(cli(s, "advance", "words", "--since", "3"))
     ok(cli(s, "compact", "--full", "--grace", "0"))
     plain = ok(cli(s, "sql", "SELECT word, SUM(diff) AS count FROM words WHERE time <= 1 GROUP BY word "
@@ -81,8 +81,8 @@ def test_trace_at_refuses_a_time_before_the_since_where_the_plain_view_is_silent
     assert "time 1 is not beyond the since 3 of trace words" in res.stderr
 
 
-def test_trace_at_takes_tuple_times_as_text(tmp_path):
-    s = str(tmp_path / "store")
+def test_trace_at_takes_tuple_times_as_text(tmp_path, store_location):
+    s = store_location
     (tmp_path / "s.csv").write_text(STRINGS)
     ok(cli(s, "ingest", "strings", str(tmp_path / "s.csv"), "--upper", "(2,2)"))
     for t in [(0, 0), (0, 1), (1, 0), (1, 1)]:

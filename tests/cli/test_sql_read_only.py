@@ -1,7 +1,10 @@
 """`ddcli sql` and `--where` are read-only: no write anywhere, no file outside the store.
 
-Every refusal is exit 2 with one `error:` line, and the store (every file hashed) and the
-directory around it are left exactly as they were.
+Every refusal is exit 2 with one `error:` line, and the store (every file hashed, every
+object of an S3 store) and the directory around it are left exactly as they were. Every
+test runs on a local store and on an S3 store (moto), whose layers DuckDB reads through
+local copies. Since every test checks that the store is left as it was, the tests of a
+backend share one store.
 """
 
 from __future__ import annotations
@@ -12,14 +15,23 @@ import pytest
 
 from tests.conftest import tree_digest
 from tests.helpers.cli import WORD_UPDATES, WORDS, ddcli, ok, one_line_error, parse_csv
+from tests.helpers.s3 import BACKENDS, aws_env, new_prefix
 
 
-@pytest.fixture
-def words(tmp_path):
-    store = str(tmp_path / "store")
-    ok(ddcli(store, "ingest", "words", str(WORDS[0])))
-    ok(ddcli(store, "ingest", "words", str(WORDS[1])))
-    return store
+@pytest.fixture(scope="module", params=BACKENDS)
+def words(request, tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        if request.param == "s3":
+            for k, v in aws_env(request.getfixturevalue("moto_endpoint")).items():
+                mp.setenv(k, v)
+            from storage.blobs.resolve import forget_clients
+            forget_clients()  # clients built for another endpoint
+            store = new_prefix()
+        else:
+            store = str(tmp_path_factory.mktemp("sql") / "store")
+        ok(ddcli(store, "ingest", "words", str(WORDS[0])))
+        ok(ddcli(store, "ingest", "words", str(WORDS[1])))
+        yield store
 
 
 def _layer(store: str) -> str:
@@ -30,8 +42,10 @@ def _layer(store: str) -> str:
 
 
 def _newest_log(store: str) -> str:
-    d = os.path.join(store, "log")
-    return os.path.join(d, sorted(n for n in os.listdir(d) if n.startswith("v"))[-1])
+    from storage.store import Store
+    st = Store(store)
+    d = st.blobs.join(st.path, "log")
+    return st.blobs.join(d, sorted(n for n in st.blobs.list(d) if n.startswith("v"))[-1])
 
 
 WRITES = {
@@ -47,6 +61,12 @@ WRITES = {
     "load": "LOAD httpfs",
     "set": "SET enable_external_access = true",
     "explain analyze copy": "EXPLAIN ANALYZE COPY (SELECT 42 AS a) TO '{layer}' (FORMAT csv, USE_TMP_FILE false)",
+    "explain (analyze) copy": "EXPLAIN (ANALYZE) COPY (SELECT 42 AS a) TO '{outside}/out.csv'",
+    "explain (format, analyze) copy": "EXPLAIN (FORMAT json, ANALYZE) COPY (SELECT 42 AS a) TO '{outside}/o.csv'",
+    "explain, comment, analyze copy": "EXPLAIN /**/ ANALYZE COPY (SELECT 42 AS a) TO '{outside}/out.csv'",
+    "explain, line comment, analyse copy": "EXPLAIN -- why\n ANALYSE COPY (SELECT 42 AS a) TO '{outside}/o.csv'",
+    "update extensions": "UPDATE EXTENSIONS",
+    "select then update extensions": "SELECT 1; UPDATE EXTENSIONS",
     "select then copy": "SELECT 1; COPY (SELECT 42 AS a) TO '{layer}' (FORMAT csv, USE_TMP_FILE false)",
     "insert": "INSERT INTO words VALUES ('x', 0, 1)",
     "drop": "DROP VIEW words",
@@ -108,3 +128,27 @@ def test_where_cannot_read_files(words, command):
     assert "'/etc/passwd' is refused" in err
     assert "root:" not in r.stdout
     assert tree_digest(words) == before
+
+
+@pytest.mark.parametrize("query", ["EXPLAIN (FORMAT json) SELECT * FROM words",
+                                   "EXPLAIN (FORMAT json, ANALYZE) SELECT * FROM words"])
+def test_explain_with_options_is_a_read(words, query):
+    import json
+    before = tree_digest(words)
+    plan = json.loads(ok(ddcli(words, "sql", query)).stdout)
+    assert "READ_PARQUET" in json.dumps(plan).upper()
+    assert tree_digest(words) == before
+
+
+@pytest.mark.parametrize("query", ["EXPLAIN SELECT * FROM words WHERE word = 'apple'",
+                                   "EXPLAIN ANALYZE SELECT * FROM words", "EXPLAIN (SELECT * FROM words)"])
+def test_explain_prints_its_plan_as_plain_lines(words, query):
+    """A plan is text drawn for a terminal: printed as its lines, not inside a table cell
+    (programs still get the key and value columns with --format)."""
+    out = ok(ddcli(words, "sql", query)).stdout
+    lines = out.splitlines()
+    assert "explain_key" not in out and "physical_plan" not in out and "analyzed_plan" not in out
+    assert lines[0].lstrip().startswith(("┌", "╭")), lines[0]
+    assert any("READ_PARQUET" in line.upper() for line in lines)
+    rows = parse_csv(ok(ddcli(words, "sql", query, "-f", "csv")).stdout)
+    assert len(rows) == 1 and set(rows[0]) == {"explain_key", "explain_value"}

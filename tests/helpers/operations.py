@@ -22,8 +22,12 @@ from tests.helpers import REPO
 PIPELINES = os.path.join(REPO, "sample_data", "pipelines")
 
 
+# kept from the test run's environment: the test session's folder of warm engines
+_KEPT = ("DDCLI_SERVICE_DIR", "DDCLI_SERVICE", "DDCLI_SERVICE_IDLE")
+
+
 def ddcli_env(extra: dict | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DDCLI_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DDCLI_") or k in _KEPT}
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     # small Spark for many short-lived processes on a small machine
     env["DDCLI_SHUFFLE_PARTITIONS"] = "2"

@@ -38,14 +38,14 @@ def one_run(tmp_path, sample: str, seed: int, nodes: int, edges: int, step: int)
 
 
 @pytest.mark.parametrize("sample,local", [("reach", True), ("bfs", True), ("cc", False)])
-def test_reach_and_bfs_run_partition_local_by_root_and_cc_resident(spark, tmp_path, monkeypatch, sample, local):
+def test_reach_and_bfs_run_partition_local_by_root_and_a_small_cc_in_one_task(spark, tmp_path, monkeypatch, sample, local):
     monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
     bench, [step] = one_run(tmp_path, sample, 3, nodes=12, edges=20, step=4)
     if local:
         assert step["path"] == "local" and step["by"] == ["root"], step
         assert step["broadcast_rows"] > 0  # the edges
-    else:  # no partition columns: resident in the session's two task slots
-        assert step["path"] == "resident" and step["tasks"] == 2, step
+    else:  # no partition columns, and few rows in local mode: one task, not two resident ones
+        assert step["path"] == "local" and "few enough for one task" in step["not_resident"], step
         assert "by node" in step["why"] and "by label" in step["why"], step["why"]
     out = OUTPUT[sample]
     bench.check(graphs_ref, {out: GRAPH_COLUMNS[out]})
@@ -70,6 +70,7 @@ def test_cc_runs_round_by_round_when_its_rows_are_too_many_for_its_tasks(spark, 
 
     monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
     monkeypatch.setattr(ops.loops.local, "ONE_TASK_ROWS", 10)
+    monkeypatch.setattr(ops.loops.route, "FEW_ROWS", 0)  # resident, however few its rows
     bench = Bench(tmp_path)
     path = bench.pipeline("cc", samples_source("cc"))
     jobs = []
@@ -95,6 +96,7 @@ def test_resident_tasks_that_fail_together_hand_the_batch_to_rounds_and_the_answ
     import ops.loops.local
 
     monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
+    monkeypatch.setattr(ops.loops.route, "FEW_ROWS", 0)  # resident, however few its rows
     real = ops.loops.local._resident_job
 
     def claims_taken(packed, tasks, task, out_wide, folder):
@@ -116,7 +118,10 @@ def test_a_task_holding_more_than_its_row_budget_hands_the_loop_to_rounds_whose_
     (a hot root), and the loop runs round by round, for that batch and the rest of the
     run; there each reduce task holds at most ``DDCLI_REDUCE_TASK_ROWS`` rows in Arrow
     (``ops/reduce/held_rows.py``), the rest spilled and reduced in shares. Exact at every time."""
+    import ops.loops.local
+
     monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
+    monkeypatch.setattr(ops.loops.route, "FEW_ROWS", 0)  # cc resident, however few its rows
     monkeypatch.setenv("DDCLI_LOOP_TASK_ROWS", "40")
     monkeypatch.setenv("DDCLI_REDUCE_TASK_ROWS", "16")
     bench = Bench(tmp_path)

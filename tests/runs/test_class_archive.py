@@ -114,7 +114,7 @@ def test_real_runs_write_the_archive_use_it_and_survive_a_damaged_one(tmp_path):
     run's output is the same as without any archive, and nothing of the JVM's reaches
     stdout or stderr."""
     store, folder = str(tmp_path / "store"), str(tmp_path / "cache")
-    env = {"DDCLI_CACHE_DIR": folder}
+    env = {"DDCLI_CACHE_DIR": folder, "DDCLI_SERVICE": "0"}  # each run's own JVM writes or maps the archive
     words = [os.path.join(SAMPLE, "words_1.csv"), os.path.join(SAMPLE, "words_2.csv")]
 
     def run(*args):

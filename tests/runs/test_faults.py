@@ -243,7 +243,8 @@ class Harness:
             else:
                 fault, delay = None, self.rng.uniform(0.5, 0.9 * self.run_seconds)
             t0 = time.perf_counter()
-            env = {"TMPDIR": self.spark_tmp, **({"DDCLI_FAULT": fault} if fault else {})}
+            # the run's own process dies (a service that dies mid-run: tests/service/)
+            env = {"TMPDIR": self.spark_tmp, "DDCLI_SERVICE": "0", **({"DDCLI_FAULT": fault} if fault else {})}
             p = ddcli_process(["run", pipeline], self.store.path, env=env)
             try:
                 p.communicate(timeout=delay if delay is not None else 600)

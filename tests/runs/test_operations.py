@@ -232,7 +232,8 @@ def test_real_processes_a_killed_run_leaves_no_lock_and_two_racing_runs_one_wins
     for _ in range(2):
         store.ingest("words", [stream.next_file()])
     tmp = {"TMPDIR": str(tmp_path)}  # Spark's scratch, which a killed process leaves behind
-    killed = ddcli_process(["run", WORDCOUNT], store.path, env={"DDCLI_FAULT": "run.before_commit", **tmp})
+    killed = ddcli_process(["run", WORDCOUNT], store.path,  # in a process of its own, which dies
+                           env={"DDCLI_FAULT": "run.before_commit", "DDCLI_SERVICE": "0", **tmp})
     killed.communicate(timeout=300)
     assert killed.returncode == 137
     assert "wordcount" not in store.state().pipelines

@@ -31,7 +31,7 @@ POINTS = ["run.before_commit", "log.before_link", "log.after_link", "run.after_c
 
 def killed_run(store: str, point: str) -> subprocess.CompletedProcess:
     """``ddcli run`` in a process of its own that exits with 137 at ``point``."""
-    env = dict(os.environ, DDCLI_STORE=store, DDCLI_FAULT=point)
+    env = dict(os.environ, DDCLI_STORE=store, DDCLI_FAULT=point, DDCLI_SERVICE="0")  # the run's own process dies
     return subprocess.run([sys.executable, "-m", "ddcli", "run", PIPELINE], env=env, capture_output=True,
                           text=True, cwd=ROOT, timeout=600)
 

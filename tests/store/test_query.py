@@ -101,11 +101,13 @@ def check_all(store, name, updates, d, hi):
 # ---------------------------------------------------------------- accumulation equivalence
 
 
-@pytest.mark.parametrize("d", [1, 2])
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_as_of_history_and_sql_equal_the_fold_before_and_after_compaction(tmp_path, d, seed):
+# every seed on a local store; on an S3 store (slower: moto) one seed per dimension
+@pytest.mark.parametrize("store_location, d, seed",
+                         [("local", d, seed) for d in (1, 2) for seed in (1, 2, 3)] + [("s3", 1, 1), ("s3", 2, 1)],
+                         indirect=["store_location"])
+def test_as_of_history_and_sql_equal_the_fold_before_and_after_compaction(tmp_path, store_location, d, seed):
     rng = random.Random(seed)
-    store = Store(str(tmp_path / "store"))
+    store = Store(store_location)
     updates = []
     hi = 5
     # many small ingests at increasing times (repeated times inside a batch, retractions)
@@ -186,8 +188,8 @@ def test_time_syntax_and_dimension_errors(tmp_path):
 # ---------------------------------------------------------------- where
 
 
-def _words_store(tmp_path, n_rows=0):
-    store = Store(str(tmp_path / "store"))
+def _words_store(tmp_path, location=None):
+    store = Store(location or str(tmp_path / "store"))
     ups = [((w, i), (i % 3,), 1) for i, w in enumerate(["apple", "avocado", "banana", "cherry"])]
     store.ingest("w", [write(tmp_path / "w.parquet", ups, 1)])
     return store
@@ -231,7 +233,7 @@ def test_where_is_pushed_into_the_parquet_scan(tmp_path):
     assert Q.as_of(store, "big", 3, "word = 'w00042'").to_pylist() == [{"word": "w00042", "n": 42, "count": 1}]
 
 
-# ---------------------------------------------------------------- sql
+# ---------------------------------------------------------------- sql (local and S3 stores)
 
 
 def _add_trace(store, name, d=1, schema=None):
@@ -244,8 +246,8 @@ def _add_trace(store, name, d=1, schema=None):
     store.commit(change)
 
 
-def test_sql_sees_every_trace_as_a_view_with_the_right_schema(tmp_path):
-    store = _words_store(tmp_path)
+def test_sql_sees_every_trace_as_a_view_with_the_right_schema(tmp_path, store_location):
+    store = _words_store(tmp_path, store_location)
     _add_trace(store, "empty", d=2)
     got = Q.sql(store, "SELECT * FROM empty")
     assert got.num_rows == 0
@@ -256,8 +258,8 @@ def test_sql_sees_every_trace_as_a_view_with_the_right_schema(tmp_path):
     assert Q.sql(store, "SELECT count(*) AS c FROM w JOIN empty USING (word)").to_pylist() == [{"c": 0}]
 
 
-def test_internal_traces_are_views_only_under_their_quoted_name(tmp_path):
-    store = _words_store(tmp_path)
+def test_internal_traces_are_views_only_under_their_quoted_name(tmp_path, store_location):
+    store = _words_store(tmp_path, store_location)
     _add_trace(store, "wc.count")
     assert Q.sql(store, 'SELECT count(*) AS c FROM "wc.count"').to_pylist() == [{"c": 0}]
     with pytest.raises(StoreError):
@@ -268,16 +270,16 @@ def test_internal_traces_are_views_only_under_their_quoted_name(tmp_path):
     assert traces.column("trace").to_pylist() == ["w", "wc.count"]
 
 
-def test_sql_errors_are_one_line(tmp_path):
-    store = _words_store(tmp_path)
+def test_sql_errors_are_one_line(tmp_path, store_location):
+    store = _words_store(tmp_path, store_location)
     for bad in ["SELEC 1", "SELECT * FROM nope", "", "SELECT nope FROM w"]:
         with pytest.raises(StoreError) as info:
             Q.sql(store, bad)
         assert "\n" not in str(info.value)
 
 
-def test_sql_on_an_empty_store(tmp_path):
-    store = Store(str(tmp_path / "nothing"))
+def test_sql_on_an_empty_store(store_location):
+    store = Store(store_location)
     assert Q.sql(store, "SELECT 42 AS x").to_pylist() == [{"x": 42}]
 
 

@@ -191,6 +191,27 @@ def test_a_rebuild_replaces_the_outputs_and_drops_state_the_new_version_lacks():
     assert [l.id for l in out.traces["out"].layers] == ["o1"] and "p.join_4" not in out.traces
 
 
+def test_a_partial_rebuild_keeps_reused_state_releases_what_the_new_version_no_longer_reads_or_writes():
+    kept = trace("p.filter_0", layers=[layer("k", 0, 1)], owner="p")
+    gone = trace("p.join_4", owner="p")
+    dropped_output = trace("old_out", layers=[layer("y", 0, 1)], pending=[layer("w", -1, -1)], owner="p")
+    no_longer_read = T.with_hold(trace("u", layers=[layer("b", 0, 1)]), "p", f(2), 1)
+    other = trace("other", layers=[layer("c", 0, 1)]).with_(since=f(2))
+    s = state(trace(layers=[layer("a", 0, 1)]), kept, gone, dropped_output, no_longer_read, other,
+              pipelines={"p": {"runs": 2}})
+    before = frozen(s)
+    run = _run(runs=2, rebuild=True, record={"runs": 3, "state": ["p.filter_0", "p.reduce_1"]},
+               released=["old_out"], inputs={"t": 1, "other": 1}, unheld=["t", "other"], reads={"out": ["t"]})
+    out = T.append_run(s, run)
+    assert [l.id for l in out.traces["p.filter_0"].layers] == ["k"], "reused state is kept as it is"
+    assert "p.join_4" not in out.traces, "state the new record does not name is removed"
+    assert out.traces["old_out"].owner is None and out.traces["old_out"].pending == [], "an output no longer written"
+    assert [l.id for l in out.traces["old_out"].layers] == ["y"]
+    assert out.traces["u"].holds == {}, "an input no longer read is released"
+    assert out.traces["out"].since == f(0), "an output's since follows only the inputs it was computed from"
+    assert frozen(s) == before
+
+
 def test_drop_releases_holds_removes_state_and_outputs_or_keeps_them_plain():
     t = T.with_hold(trace(layers=[layer("a", 0, 1)]), "p", f(2), 1)
     out = trace("out", pending=[layer("w", -1, -1)], owner="p")

@@ -1,0 +1,187 @@
+"""Which warm engine a command may use: the service's folder, its settings, and its key.
+
+A service keeps a Spark session whose JVM and Python workers were started with one set of
+settings and one version of every part: ddcli's own code, pyspark, Python, the Java
+runtime, the Spark master and memory, the executors' Python, the search path the workers
+import from. Any of these that differs would make a command run on another engine than
+the one its own process would start, so none is ever reused silently: the service is
+named by a hash of all of them (:func:`service_key`), and a client only ever talks to the
+service of its own key. ddcli's code is identified by the content of its source files, so
+an edited checkout gets a new service, never a stale one.
+
+Nothing here imports more than the standard library: the client computes the key before
+it decides to run a command at all, and a command that goes to the service pays only this.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+
+# the commands the service runs: those that start Spark (benchmarks measure cold and warm
+# starts themselves, so they run in their own process)
+SERVICE_COMMANDS = ("run", "verify")
+
+# environment variables fixed when a service's JVM and Python workers start: part of its
+# key, and the only ones (with the basics below) the service's own process starts with
+JVM_START_SETTINGS = (
+    "DDCLI_SPARK_MEMORY", "DDCLI_SPARK_EXECUTOR_PYTHON", "DDCLI_SPARK_DRIVER_HOST", "DDCLI_SPARK_BIND_ADDRESS",
+    "DDCLI_SPARK_CDS", "DDCLI_CACHE_DIR", "XDG_CACHE_HOME", "PYTHONPATH", "PYTHONHASHSEED", "PYTHONUTF8",
+    "TMPDIR", "TZ", "LANG", "LC_ALL", "LC_CTYPE",
+)
+JVM_START_PREFIXES = ("SPARK_", "PYSPARK_", "JAVA_", "_JAVA_", "JDK_", "HADOOP_")
+BASICS = ("PATH", "HOME", "USER", "LOGNAME")  # what a JVM needs to start; not in the key
+
+# variables a command's Spark tasks are not given: they change from shell to shell or from
+# folder to folder, or only the command's own process reads them; tasks get every other
+# variable of the command's environment (a new set of variables starts new Python workers)
+NOT_FOR_TASKS = frozenset({
+    "_", "PWD", "OLDPWD", "SHLVL", "COLUMNS", "LINES",
+    "DDCLI_STORE", "DDCLI_STRICT_NOOP", "DDCLI_DEBUG", "DDCLI_PROGRESS", "DDCLI_NO_PROGRESS",
+    "DDCLI_SERVICE", "DDCLI_SERVICE_IDLE", "DDCLI_SERVICE_DIR", "DDCLI_SERVICE_GRACE",
+})
+
+DEFAULT_IDLE_SECONDS = 300.0
+_OFF = ("0", "false", "no", "off")
+
+
+def enabled(env=os.environ) -> bool:
+    """``DDCLI_SERVICE=0`` (or false/no/off) turns the warm engine off."""
+    return env.get("DDCLI_SERVICE", "1").strip().lower() not in _OFF
+
+
+def idle_seconds(env=os.environ) -> float:
+    """How long a service waits for its next command before it stops (``DDCLI_SERVICE_IDLE``)."""
+    raw = env.get("DDCLI_SERVICE_IDLE", "").strip()
+    try:
+        value = float(raw) if raw else DEFAULT_IDLE_SECONDS
+    except ValueError:
+        return DEFAULT_IDLE_SECONDS
+    return value if value > 0 else DEFAULT_IDLE_SECONDS
+
+
+def service_dir(env=os.environ) -> str:
+    """The user's folder of services (sockets, locks, logs): ``DDCLI_SERVICE_DIR``, else
+    ``service/`` in ddcli's cache folder (``DDCLI_CACHE_DIR``, else ``$XDG_CACHE_HOME/ddcli``,
+    else ``~/.cache/ddcli``)."""
+    explicit = env.get("DDCLI_SERVICE_DIR")
+    if explicit:
+        return os.path.abspath(explicit)
+    cache = env.get("DDCLI_CACHE_DIR") or os.path.join(
+        env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "ddcli")
+    return os.path.join(os.path.abspath(cache), "service")
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The command ``argv`` names when the service runs it (not for ``--help``), else None."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command not in SERVICE_COMMANDS or "--help" in argv or "-h" in argv:
+        return None
+    return command
+
+
+def master_of(argv: list[str], env=os.environ) -> str:
+    """The Spark master a command asks for: ``--master URL``, else ``DDCLI_SPARK_MASTER``,
+    else ``local[*]`` (as ops/spark/session.py resolves it)."""
+    found = None
+    for i, a in enumerate(argv):
+        if a == "--master" and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif a.startswith("--master="):
+            found = a.partition("=")[2]
+    return found or env.get("DDCLI_SPARK_MASTER") or "local[*]"
+
+
+def is_local(master: str) -> bool:
+    return master == "local" or master.startswith("local[")
+
+
+def code_root() -> str:
+    """The folder that holds ddcli's packages (``ddcli``, ``ops``, ``storage``)."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def code_identity() -> str:
+    """A hash of every source file of ddcli's three packages (about 8 ms)."""
+    h = hashlib.sha256()
+    root = code_root()
+    for package in ("ddcli", "ops", "storage"):
+        for folder, subfolders, files in os.walk(os.path.join(root, package)):
+            subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    with open(path, "rb") as fh:
+                        h.update(f"{os.path.relpath(path, root)}\0".encode())
+                        h.update(hashlib.sha256(fh.read()).digest())
+    return h.hexdigest()
+
+
+def pyspark_identity() -> str:
+    """Where pyspark is installed and its version file (without importing pyspark)."""
+    import importlib.util
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.origin:
+        return "no pyspark"
+    folder = os.path.dirname(spec.origin)
+    try:
+        with open(os.path.join(folder, "version.py"), "rb") as fh:
+            version = hashlib.sha256(fh.read()).hexdigest()
+    except OSError:
+        version = "?"
+    return f"{folder}:{version}"
+
+
+def java_identity(env=os.environ) -> str:
+    """The Java runtime a new JVM would run: ``$JAVA_HOME/bin/java``, else ``java`` on the PATH
+    (the PATH itself is not part of the key: wrappers put on it change no engine)."""
+    import shutil
+    home = env.get("JAVA_HOME")
+    exe = os.path.join(home, "bin", "java") if home else shutil.which("java", path=env.get("PATH")) or "java"
+    return os.path.realpath(exe)
+
+
+def current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def fixed_at_start(name: str) -> bool:
+    """Is the environment variable ``name`` read when a JVM and its Python workers start?"""
+    return name in JVM_START_SETTINGS or name.startswith(JVM_START_PREFIXES)
+
+
+def key_parts(master: str, env=os.environ) -> dict[str, str]:
+    """Everything a service's key is made of."""
+    parts = {"ddcli": code_identity(), "code_root": code_root(), "pyspark": pyspark_identity(),
+             "python": f"{sys.executable} {sys.version}", "java": java_identity(env), "master": master,
+             "umask": oct(current_umask())}
+    for name in sorted(set(JVM_START_SETTINGS) | {n for n in env if fixed_at_start(n)}):
+        parts[f"env:{name}"] = env.get(name, "")
+    return parts
+
+
+def service_key(master: str, env=os.environ) -> str:
+    """The name of the service a command with these settings may use."""
+    parts = key_parts(master, env)
+    text = "\n".join(f"{k}={v}" for k, v in sorted(parts.items()))
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:20]
+
+
+def task_environment(env) -> dict[str, str]:
+    """The variables a command's Spark tasks see, on top of the service's own few: the
+    command's environment, but for :data:`NOT_FOR_TASKS`."""
+    return {k: v for k, v in env.items() if k not in NOT_FOR_TASKS}
+
+
+def service_environment(env) -> dict[str, str]:
+    """The environment a service starts with: the settings of its key and the basics a JVM
+    needs, nothing else, so no command's tasks inherit another command's variables (each
+    command's tasks get theirs, :func:`task_environment`); with ddcli's code first on the
+    search path, so the service imports the code the client hashed."""
+    out = {k: v for k, v in env.items() if k in BASICS or fixed_at_start(k)}
+    root = code_root()
+    out["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return out
