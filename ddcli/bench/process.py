@@ -1,10 +1,12 @@
 """What a benchmark's work costs this machine: the CPU seconds and the peak resident memory
-of this process and every process it started (the JVM and its Python workers).
+of this process and every process it started (a ``ddcli run``, the JVM, its Python workers).
 
 On a machine shared with other work wall times vary with the load; CPU seconds of the
 process tree vary much less, so the benchmarks report both. Everything is read from
-``/proc`` (Linux): per process ``utime + stime`` and, for the children it has waited for
-(Spark's Python workers, forked and reaped by their daemon), ``cutime + cstime``.
+``/proc`` (Linux), sampled every ``interval`` seconds: a process's own ``utime + stime``
+as last seen (a process that exits without being waited for, as a JVM whose driver ended
+does, leaves its seconds in no parent's count); what a process did after its last sample
+is missed, at most ``interval`` seconds of it.
 """
 
 from __future__ import annotations
@@ -55,45 +57,56 @@ def descendants_rss() -> int:
     return total
 
 
-def tree_cpu_seconds() -> float:
-    """CPU seconds used so far by this process and every live process below it, with the
-    children each has waited for (a process that ended and was reaped is counted in its
-    parent; one ended between two readings and not yet reaped is missed)."""
+def _cpu_seconds(pid: int) -> float | None:
+    """A process's own CPU seconds (``utime + stime``), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _own_cpu_seconds() -> float:
     own = os.times()
-    total = own.user + own.system + own.children_user + own.children_system
-    for pid in descendants():
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-            total += sum(int(x) for x in fields[11:15]) / _TICK  # utime stime cutime cstime
-        except (OSError, IndexError, ValueError):
-            pass
-    return total
+    return own.user + own.system
 
 
 class Usage:
-    """Wall seconds, CPU seconds of the process tree and peak resident memory of this
-    process's descendants (sampled every ``interval`` seconds) over a ``with`` block."""
+    """Wall seconds, CPU seconds (this process's and its descendants') and peak resident
+    memory of its descendants over a ``with`` block, sampled every ``interval`` seconds.
+    Memory leaves this process out: a benchmark's own data is no part of what it measures
+    (run a ``ddcli run`` as a child to measure all of it)."""
 
     def __init__(self, interval: float = 0.2):
         self.interval, self.peak, self._stop = interval, 0, threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self.wall = self.cpu = 0.0
+        self._seen: dict[int, float] = {}  # descendant -> its CPU seconds when last seen
+        self._before: dict[int, float] = {}  # descendant -> its CPU seconds at the start
+
+    def _sample(self) -> None:
+        for pid in descendants():
+            cpu = _cpu_seconds(pid)
+            if cpu is not None:
+                self._seen[pid] = max(cpu, self._seen.get(pid, 0.0))
+        self.peak = max(self.peak, descendants_rss())
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, descendants_rss())
+            self._sample()
             self._stop.wait(self.interval)
 
     def __enter__(self) -> "Usage":
-        self._cpu0, self._wall0 = tree_cpu_seconds(), _time.perf_counter()
+        self._before = {pid: c for pid in descendants() if (c := _cpu_seconds(pid)) is not None}
+        self._cpu0, self._wall0 = _own_cpu_seconds(), _time.perf_counter()
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.wall = _time.perf_counter() - self._wall0
-        self.cpu = tree_cpu_seconds() - self._cpu0
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, descendants_rss())
-
+        self._sample()
+        self.cpu = _own_cpu_seconds() - self._cpu0 + sum(
+            c - self._before.get(pid, 0.0) for pid, c in self._seen.items())
