@@ -236,19 +236,21 @@ def plot_backfill(res: dict, path: str) -> None:
     days = [c["days"] for c in cases]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     a.plot(days, [c["run_s"] for c in cases], "o-", color="C0", label="ddcli run, wall")
-    a.plot(days, [c["run_cpu_s"] for c in cases], "o:", color="C0", label="ddcli run, CPU (JVM + Python)")
+    a.plot(days, [c["run_cpu_s"] for c in cases], "o:", color="C0", label="ddcli run, CPU (driver, JVM, Python workers)")
     a.plot(days, [c["duckdb_s"] for c in cases], "s--", color="C2", label="DuckDB, wall")
-    lin = cases[-1]["run_cpu_s"] / cases[-1]["days"]
-    a.plot(days, [lin * d for d in days], color="grey", alpha=0.4, label="linear (through the last)")
+    a.axhline(res["fixed"]["run_cpu_s"], color="grey", linestyle=":", label="CPU of a run of one day (fixed cost)")
+    fixed = res["fixed"]["run_cpu_s"]
+    slope = (cases[-1]["run_cpu_s"] - fixed) / cases[-1]["days"]
+    a.plot(days, [fixed + slope * d for d in days], color="grey", alpha=0.4, label="fixed + linear (through the last)")
     a.set_xlabel("days T in one run")
     a.set_ylabel("seconds")
     a.set_title(f"sum, count by route, joined, top 3 per group ({res['per_day']:,} trips a day)", fontsize=9)
     a.legend(fontsize=8)
-    b.plot(days, [c["peak_memory_bytes"] / 2**30 for c in cases], "o-", color="C1")
+    b.plot(days, [c["peak_memory_bytes"] / 1e9 for c in cases], "o-", color="C1")
     b.axhline(2, color="red", linestyle="--", label="aim: 2 GB")
     b.set_ylim(bottom=0)
     b.set_xlabel("days T in one run")
-    b.set_ylabel("GiB (JVM + Python workers)")
+    b.set_ylabel("GB (the run: driver, JVM, Python workers)")
     b.set_title("peak memory")
     b.legend(fontsize=8)
     fig.suptitle(f"ddcli bench backfill (load average {res['load_average']:.1f} before, "
