@@ -76,3 +76,34 @@ def test_the_bench_duckdb_sql_equals_the_reference_at_every_day():
         for out, table in changes.items():
             got = R.fold_updates(table.to_pylist(), ["grp", "route", "avg"], ["time"], (day,))
             assert got == want[out], f"{out} at day {day}: {R.describe_difference(want[out], got)}"
+
+
+def test_a_wrong_output_fails_the_backfill_bench_check(tmp_path):
+    """The bench's check can fail: DuckDB's own changes pass it; the same with one average
+    off at one day do not."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    import pytest
+
+    from ddcli.bench.against_duckdb.backfill import check_outputs, duckdb_changes, trips_table
+    path = str(tmp_path / "trips.parquet")
+    pq.write_table(trips_table(6, 50, 12, 3, seed=1), path)
+    expected = duckdb_changes(path)
+
+    class Outputs:  # the store's two calls the check makes, over in-memory traces
+        def __init__(self, traces):
+            self.traces = traces
+
+        def trace(self, name):
+            return name
+
+        def read_updates(self, name):
+            return self.traces[name]
+
+    assert check_outputs(Outputs(expected), expected)["avg"] > 0
+    avg = expected["avg"]
+    wrong = avg.set_column(avg.column_names.index("avg"), "avg",
+                           pc.if_else(pa.array([i == 3 for i in range(avg.num_rows)]),
+                                      pc.add(avg.column("avg"), 1.0), avg.column("avg")))
+    with pytest.raises(AssertionError, match="output 'avg' differs from DuckDB's"):
+        check_outputs(Outputs({**expected, "avg": wrong}), expected)
