@@ -197,14 +197,19 @@ def bench_backfill(*, days: tuple[int, ...] = (90, 180, 365, 730), per_day: int 
 
 def aims(res: dict) -> dict:
     """The issue's aims, each with its measured value and whether it is met: linear in T
-    (CPU seconds per doubling of T, the measure the load disturbs least), peak memory, and
-    every output equal to DuckDB's (checked above: a difference raises)."""
+    (CPU seconds per doubling of T, the measure the load disturbs least: of whole runs, and
+    the stricter one beyond a run's fixed cost), peak memory, and every output equal to
+    DuckDB's (checked by the cases: a difference raises)."""
     worst = max((x["cpu_ratio_beyond_fixed"] for x in res["doubling"]), default=None)
+    whole = max((x["cpu_ratio"] for x in res["doubling"]), default=None)
     peak = max(c["peak_memory_bytes"] for c in res["cases"])
     return {
+        "cpu_per_doubling_of_T": {"value": None if whole is None else round(whole, 2), "aim": "<= 2.2",
+                                  "met": whole is not None and whole <= 2.2,
+                                  "measured": "no doubling" if whole is None else f"worst {whole:.2f}x (whole runs)"},
         "cpu_beyond_fixed_per_doubling_of_T": {"value": None if worst is None else round(worst, 2), "aim": "<= 2.2",
                                   "met": worst is not None and worst <= 2.2,
-                                  "measured": "no doubling" if worst is None else f"worst {worst:.2f}x"},
+                                  "measured": "no doubling" if worst is None else f"worst {worst:.2f}x (beyond a run of one day)"},
         "peak_memory_bytes": {"value": peak, "aim": "<= 2 GB (2e9 bytes)", "met": peak <= 2e9,
                               "measured": f"{peak / 1e9:.2f} GB"},
         "exact": {"value": True, "aim": "every output change equal to DuckDB's", "met": True,
