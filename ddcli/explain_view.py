@@ -57,10 +57,14 @@ def _bytes(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
+CHANGE_STYLES = {"changed": "bold red", "new": "bold green", "affected": "yellow"}
+
+
 def _operator_line(o) -> Text:
     cols = f" [dim]→ {escape(', '.join(o.columns))}[/]" if o.columns else ""
     mark = " [magenta](arranged: its old updates are read)[/]" if o.arranged and o.op != "input" else ""
-    return Text.from_markup(f"[cyan]{escape(o.where or '?')}[/]  [bold]{escape(o.name)}[/]  "
+    change = f"[{CHANGE_STYLES[o.change]}]\\[{o.change} since the last run][/] " if o.change in CHANGE_STYLES else ""
+    return Text.from_markup(f"[cyan]{escape(o.where or '?')}[/]  {change}[bold]{escape(o.name)}[/]  "
                             f"{escape(o.summary)}{mark}{cols}")
 
 
@@ -71,6 +75,8 @@ def _operators(ex) -> Tree:
         node = branches.get(o.loop, tree).add(_operator_line(o))
         if o.defines:
             branches[o.defines] = node
+    for r in ex.removed:
+        tree.add(Text.from_markup(f"[bold red]\\[removed since the last run][/] {escape(r)}"))
     return tree
 
 

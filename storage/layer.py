@@ -39,23 +39,26 @@ class LayerFile:
     name: str
     rows: int
     bytes: int
-    key_min: object = None
+    key_min: object = None  # bounds of the first key column, at most KEY_BOUND_CHARS long (see key_bounds)
     key_max: object = None
     # checksums recorded at commit (see storage/integrity.py); None in older stores
     sha256: str | None = None
     footer_sha256: str | None = None
+    diff_max: int | None = None  # the largest |diff| in the file; None when not recorded
 
     def to_json(self) -> dict:
         v = {"name": self.name, "rows": self.rows, "bytes": self.bytes,
              "key_min": self.key_min, "key_max": self.key_max}
         if self.sha256 is not None:
             v.update(sha256=self.sha256, footer_sha256=self.footer_sha256)
+        if self.diff_max is not None:
+            v["diff_max"] = self.diff_max
         return v
 
     @classmethod
     def from_json(cls, v: dict) -> "LayerFile":
         return cls(v["name"], v["rows"], v["bytes"], v.get("key_min"), v.get("key_max"),
-                   v.get("sha256"), v.get("footer_sha256"))
+                   v.get("sha256"), v.get("footer_sha256"), v.get("diff_max"))
 
 
 @dataclass
@@ -156,11 +159,35 @@ def _needs_summing(ordered: pa.Table, group: list[str]) -> bool:
     return bool(pc.any(same).as_py())
 
 
+KEY_BOUND_CHARS = 256  # the longest key bound the log and footer keep (values belong in the layer)
+
+
 def _scalar(v):
     """A JSON-able form of a key bound (stats are advisory; anything odd becomes None)."""
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
     return str(v)
+
+
+def key_bounds(first, last) -> tuple:
+    """The key range the log and the footer record for a file whose first key column goes
+    from ``first`` to ``last``: a long lower bound is cut to its first
+    :data:`KEY_BOUND_CHARS` characters (a prefix is still a lower bound), a long upper bound
+    is dropped (None: unknown), so a 50 MB value never lands in the metadata."""
+    lo, hi = _scalar(first), _scalar(last)
+    if isinstance(lo, str) and len(lo) > KEY_BOUND_CHARS:
+        lo = lo[:KEY_BOUND_CHARS]
+    if isinstance(hi, str) and len(hi) > KEY_BOUND_CHARS:
+        hi = None
+    return lo, hi
+
+
+def diff_max(table: pa.Table) -> int:
+    """The largest |diff| of an update table (0 when empty)."""
+    if not table.num_rows:
+        return 0
+    mm = pc.min_max(table.column("diff"))
+    return max(abs(mm["min"].as_py()), abs(mm["max"].as_py()))
 
 
 def write_layer_file(table: pa.Table, directory: str, *, key: list[str], lower: Frontier,
@@ -172,7 +199,7 @@ def write_layer_file(table: pa.Table, directory: str, *, key: list[str], lower: 
     key_min = key_max = None
     if key and table.num_rows:
         k = table.column(key[0])
-        key_min, key_max = _scalar(k[0].as_py()), _scalar(k[-1].as_py())
+        key_min, key_max = key_bounds(k[0].as_py(), k[-1].as_py())
     meta = {"lower": lower.to_json(), "upper": upper.to_json(), "since": since.to_json(),
             "rows": table.num_rows, "key": key, "key_min": key_min, "key_max": key_max}
     schema = table.schema.with_metadata({META_KEY: json.dumps(meta).encode()})
@@ -183,7 +210,7 @@ def write_layer_file(table: pa.Table, directory: str, *, key: list[str], lower: 
 
     done = blobs.write_new(blobs.join(directory, name), write)
     return LayerFile(name, table.num_rows, done["bytes"], key_min, key_max,
-                     done["sha256"], done["footer_sha256"])
+                     done["sha256"], done["footer_sha256"], diff_max(table))
 
 
 def read_layer_files(paths: list[str], columns: list[str] | None = None,

@@ -47,6 +47,7 @@ class Store:
         self.blobs.check()  # a missing bucket or refused credentials: one line, here
         self.log = Log(self.path, log_retention)
         self.warnings: list[str] = []  # what went wrong but did not stop the command
+        self.committed: State | None = None  # the newest state this process committed
         self._on_warning = on_warning
         # every trace is also a Delta Lake table whose log follows this one (storage/lake/)
         self.delta = delta_follow.Follower(self) if (delta_follow.enabled() if delta is None else delta) else None
@@ -60,15 +61,20 @@ class Store:
 
     # ------------------------------------------------------------ reading
 
-    def state(self) -> State:
+    def state(self, *, to_write: bool = False) -> State:
+        """The newest intact state. A damaged newest version is a warning for a reader (it
+        reads the version before); for a command that will write (``to_write``) it is a
+        :class:`CorruptionError` before any work, as the commit would refuse it anyway."""
         v, s = self.log.latest()
         note = self.log.damage_note()
+        if note and to_write:
+            raise CorruptionError(f"nothing was written: {note}")
         if note:
             self.warn(note)
         return State.from_json(v, s)
 
-    def trace(self, name: str, state: State | None = None) -> Trace:
-        state = state or self.state()
+    def trace(self, name: str, state: State | None = None, *, to_write: bool = False) -> Trace:
+        state = state or self.state(to_write=to_write)
         if name not in state.traces:
             known = ", ".join(sorted(n for n in state.traces if "." not in n)) or "none"
             raise StoreError(f"unknown trace {name!r} in store {self.path} (traces: {known})")
@@ -146,7 +152,8 @@ class Store:
         version, raw = self.log.commit(apply)
         if self.delta is not None:
             self.delta.committed(before[0], raw)
-        return State.from_json(version, raw)
+        self.committed = State.from_json(version, raw)
+        return self.committed
 
     def write_and_commit(self, name: str, write: Callable[[Written], W], change: Callable[[State, W], State], *,
                          merge: Iterable[str] = (), guard: Callable[[], ContextManager] | None = None) -> W:
@@ -277,7 +284,7 @@ class Store:
     def advance(self, name: str, *, upper: str | Frontier | None = None,
                 since: str | Frontier | None = None) -> Trace:
         """Seal times (move ``upper``) and/or allow compaction (move ``since``), then compact."""
-        t = self.trace(name)
+        t = self.trace(name, to_write=True)
         if t.owner and (upper is not None or "." in name):
             # a pipeline seals its outputs with its runs and compacts its own state; giving
             # up an output's history (--since) is the reader's choice, as for any trace
@@ -309,7 +316,7 @@ class Store:
         A merge that loses a race with another writer is planned again a few times; if the
         trace keeps changing the merge backs off (counted in ``conflicts``), nothing lost.
         """
-        state = self.state()
+        state = self.state(to_write=True)
         names = [name] if name else sorted(state.traces)
         if name:
             self.trace(name, state)

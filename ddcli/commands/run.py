@@ -197,15 +197,17 @@ def run(
     _announce_at_exit(say)
     emitter = lineage.Emitter() if lineage.enabled() else None
     records, messages, failures, committed = [], [], [], []
+    from ops.spark.session import check_interrupt, interrupted
     try:
         with stopping_spark_on_interrupt(committed), (live or contextlib.nullcontext()):
             for path in pipelines:
+                check_interrupt()  # Ctrl-C stops the whole command, not one pipeline of it
                 started = time.monotonic()
                 try:
                     res = _run_one(st, path, name, live, emitter, master=master, batch_times=batch_times,
                                    rebuild=rebuild, rebuild_all=rebuild_all, progress=RunProgress(say, live))
                 except Exception as e:  # noqa: BLE001 - named below, with its own exit code
-                    if len(pipelines) == 1:
+                    if len(pipelines) == 1 or interrupted():  # a cancelled job surfaces as any error
                         raise
                     failures.append((path, e))
                     continue

@@ -93,7 +93,7 @@ def ingest(
         res = st.ingest(trace, sources, key=keys, time=t, upper=upper,
                         fmt=file_format.value if file_format else None, progress=step, null=null,
                         columns=by_key[2] if by_key else None, prepare=prepare)
-    tr = st.trace(trace)
+    tr = _trace_after(st, trace, res)
     unmatched = negative[0] if negative and negative[0].rows else None
     if unmatched is not None:
         render.warning(f"trace {trace!r}: {unmatched.describe()}; restate retracted rows exactly "
@@ -125,6 +125,19 @@ def ingest(
                     f"(ddcli advance {trace} --upper F)")
     render.report(record, msg, out, output)
     finish(noop, strict_noop)
+
+
+def _trace_after(st, trace: str, res):
+    """The trace after an ingest: read again (merges may have followed the commit), or as
+    the ingest committed it when the store stopped answering after the commit."""
+    from storage.errors import StoreUnreachable
+    try:
+        return st.trace(trace)
+    except StoreUnreachable as e:
+        if res.committed is None:
+            raise
+        render.warning(f"the ingest was committed, then the store stopped answering: {e}")
+        return res.committed
 
 
 def _listed(paths: list[str], most: int = 5) -> str:

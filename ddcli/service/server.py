@@ -170,6 +170,18 @@ class Service:
         self.idle = float(request.get("idle") or self.idle)
         argv = [str(a) for a in request.get("argv", [])]
         code = 1
+        released = False
+
+        def release() -> None:
+            # before the client hears the exit code: its next command must find the service
+            # free (it waits in the queue while this thread tidies up), never busy
+            nonlocal released
+            if not released:
+                released = True
+                with self.lock:
+                    self.busy = False
+                    self.last_used = time.monotonic()
+
         try:
             channel.send(protocol.ACCEPTED)
             watcher = threading.Thread(target=self.watch_client, args=(channel,), name="ddcli-service-watch",
@@ -183,12 +195,14 @@ class Service:
                 finally:
                     with self.lock:
                         self.running = False
+            release()
             channel.send_json(protocol.EXIT, {"code": code})
         except OSError as e:  # the client went away; its command was interrupted
             log(f"client of pid {request.get('pid')} went away: {e}")
         except BaseException as e:  # noqa: BLE001 - the service outlives any one command
             log(f"command {argv[:1]} failed in the service: {type(e).__name__}: {e}")
             _try(lambda: channel.send(protocol.STDERR, f"error: internal error in the ddcli service: {e}\n".encode()))
+            release()
             _try(lambda: channel.send_json(protocol.EXIT, {"code": 1}))
         finally:
             channel.close()
@@ -196,9 +210,7 @@ class Service:
             log(f"ran {' '.join(argv[:1])} for pid {request.get('pid')} in {request.get('cwd')}: exit {code} "
                 f"in {time.monotonic() - started:.2f} s")
             _tidy()
-            with self.lock:
-                self.busy = False
-                self.last_used = time.monotonic()
+            release()
             self.count_worker_sets(request)
 
     def count_worker_sets(self, request: dict) -> None:

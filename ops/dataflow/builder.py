@@ -47,19 +47,25 @@ class Collection:
         """Keep/compute columns: ``select("a", b="a + 1")`` (strings are SQL expressions)."""
         if not columns and not exprs:
             raise PipelineError(f"select ({declared_at()}): give at least one column")
+        for c in columns:
+            _expression("select", c, "a column")
+        for name, e in exprs.items():
+            _expression("select", e, f"column {name!r}")
         return self._new("select", [self], columns=list(columns), exprs=dict(exprs))
 
     map = select
 
     def filter(self, condition) -> "Collection":
         """Keep rows where the SQL expression (or Spark column) is true."""
-        return self._new("filter", [self], condition=condition)
+        return self._new("filter", [self], condition=_expression("filter", condition, "the condition"))
 
     def flat_map(self, column: str, expr, keep: list[str] | None = None) -> "Collection":
         """One row per element of the array ``expr``, named ``column`` (explode).
 
         ``keep`` lists the columns carried along (default: all others)."""
-        return self._new("flat_map", [self], column=column, expr=expr, keep=keep)
+        return self._new("flat_map", [self], column=_name("flat_map", column, "column"),
+                         expr=_expression("flat_map", expr, "the array"),
+                         keep=None if keep is None else _names("flat_map", keep, "keep"))
 
     def concat(self, *others: "Collection") -> "Collection":
         """The sum of this collection and ``others`` (same columns): multiplicities add."""
@@ -76,11 +82,11 @@ class Collection:
     # ---- join family
     def join(self, other: "Collection", on) -> "Collection":
         """Inner join on key columns: diffs multiply, times join."""
-        return self._new("join", [self, other], on=column_list(on))
+        return self._new("join", [self, other], on=_names("join", on, "on"))
 
     def semijoin(self, other: "Collection", on) -> "Collection":
         """Rows of ``self`` whose key is in ``other`` (multiplied by its multiplicity there)."""
-        return self._new("semijoin", [self, other], on=column_list(on))
+        return self._new("semijoin", [self, other], on=_names("semijoin", on, "on"))
 
     def antijoin(self, other: "Collection", on) -> "Collection":
         """Rows of ``self`` whose key is not in ``other``: ``self - self.semijoin(other)``."""
@@ -89,7 +95,9 @@ class Collection:
     # ---- reduce family
     def reduce(self, by, reducer: Reducer) -> "Collection":
         """Per key: output ``reducer(input accumulated at t)`` at every time where it changes."""
-        return self._new("reduce", [self], key=column_list(by), reducer=reducer)
+        if not isinstance(reducer, Reducer):
+            raise PipelineError(f"reduce ({declared_at()}): expects a reducer (Count(), Sum(col), ...), got {reducer!r}")
+        return self._new("reduce", [self], key=_names("reduce", by, "by"), reducer=reducer)
 
     def count(self, by) -> "Collection":
         """Per key (``by``: a column or a list): the number of rows present, column ``count``."""
@@ -97,15 +105,15 @@ class Collection:
 
     def sum(self, by, column: str, name: str | None = None) -> "Collection":
         """Per key: the sum of ``column`` (times multiplicity), named ``name`` (default ``sum``)."""
-        return self.reduce(by, Sum(column, name=name))
+        return self.reduce(by, Sum(_name("sum", column, "column"), name=name))
 
     def min(self, by, column: str, name: str | None = None) -> "Collection":
         """Per key: the smallest value of ``column``, named ``name`` (default ``min``)."""
-        return self.reduce(by, Min(column, name=name))
+        return self.reduce(by, Min(_name("min", column, "column"), name=name))
 
     def max(self, by, column: str, name: str | None = None) -> "Collection":
         """Per key: the largest value of ``column``, named ``name`` (default ``max``)."""
-        return self.reduce(by, Max(column, name=name))
+        return self.reduce(by, Max(_name("max", column, "column"), name=name))
 
     def count_distinct(self, by, name: str = "distinct") -> "Collection":
         """Per key: the number of distinct rows present, named ``name``."""
@@ -114,7 +122,8 @@ class Collection:
     def avg(self, by, column: str, name: str | None = None) -> "Collection":
         """Per key: the mean of ``column`` over the rows present (nulls left out), a double
         named ``name`` (default ``avg``). Built as a sum and a count joined by key."""
-        keys = column_list(by)
+        keys = _names("avg", by, "by")
+        column = _name("avg", column, "column")
         name = name or "avg"
         values = self.filter(f"`{column}` IS NOT NULL")
         total = values.sum(keys, column, name="__avg_sum")
@@ -131,12 +140,14 @@ class Collection:
 
     def threshold(self, fn: Callable) -> "Collection":
         """Every row with multiplicity ``fn(count)`` (``fn`` vectorised over numpy arrays)."""
-        return self._new("threshold", [self], fn=fn)
+        return self._new("threshold", [self], fn=_function("threshold", fn))
 
     def top_k(self, by, k: int, order_by, descending: bool = False) -> "Collection":
         """Per key: the ``k`` rows first in ``order_by`` (a column or a list; largest first with
         ``descending=True``), with their multiplicities."""
-        return self.reduce(by, TopK(k, column_list(order_by), descending=descending))
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise PipelineError(f"top_k ({declared_at()}): k must be a positive integer, got {k!r}")
+        return self.reduce(by, TopK(k, _names("top_k", order_by, "order_by"), descending=descending))
 
     def reduce_per_key(self, by, fn: Callable) -> "Collection":
         """User logic per key: ``fn(pa.Table of the key's rows with _count) -> pa.Table``.
@@ -146,7 +157,7 @@ class Collection:
         optional; default 1). It must be a pure function of its input: it is called at
         every time where the key's input changes.
         """
-        return self.reduce(by, PerKey(fn))
+        return self.reduce(by, PerKey(_function("reduce_per_key", fn)))
 
     # ---- calculus: moment time (ops/dataflow/calculus.py), as-of joins (ops/operators/asof.py)
     def differentiate(self) -> "Collection":
@@ -170,7 +181,7 @@ class Collection:
         if not isinstance(other, Collection):
             raise PipelineError(f"as_of_join ({declared_at()}): expects a collection to look values up in, "
                                 f"got {other!r}")
-        on = column_list(on)
+        on = _names("as_of_join", on, "on") if on else []
         if not on:
             raise PipelineError(f"as_of_join ({declared_at()}): give the key columns to join on")
         require_domain("as_of_join", [self.node, other.node], ORDINARY)
@@ -180,7 +191,7 @@ class Collection:
     # ---- arrangements
     def arrange(self, by) -> "Collection":
         """One indexed copy of this collection, shared by every operator that uses it."""
-        return self._new("arrange", [self], key=column_list(by))
+        return self._new("arrange", [self], key=_names("arrange", by, "by"))
 
     # ---- iteration
     def iterate(self, body: Callable[["Collection"], "Collection"], *, max_rounds: int = 10_000,
@@ -202,9 +213,9 @@ class Collection:
         """
         loop = self._p.loop(max_rounds=max_rounds, name=name, parent=self.scope)
         if partition_by is not None:
-            loop.node.args["partition_by"] = column_list(partition_by)
+            loop.node.args["partition_by"] = _names("iterate", partition_by, "partition_by")
         x = loop.variable(self, priority=priority)
-        x.set(body(x))
+        x.set(_function("iterate", body)(x))
         return loop.leave(x)
 
     def enter(self, loop: "Scope") -> "Collection":
@@ -365,6 +376,7 @@ class Scope:
         ``ops/loops/priority.py``); a new node for every call, never shared."""
         if iteration is None:
             return self.enter(c)
+        _expression("enter_at", iteration, "the iteration")
         if c.scope is self or not _is_ancestor(c.scope, self):
             raise PipelineError(f"enter_at ({declared_at()}): the collection is not from an enclosing scope "
                                 f"of loop {self.name}")
@@ -388,6 +400,39 @@ class Scope:
         if c.scope is not self:
             raise PipelineError(f"leave ({declared_at()}): the collection is not in loop {self.name}")
         return self._p._add("leave", [self.node, c.node], {}, self.parent)
+
+
+def _is_column(value) -> bool:
+    """A pyspark ``Column``, told without importing pyspark (pipelines load without Spark)."""
+    return type(value).__name__ == "Column" and type(value).__module__.startswith("pyspark.")
+
+
+def _expression(op: str, value, what: str):
+    """``value`` if it is an expression (a SQL string or a Spark column), else the one line
+    a wrong argument gets before Spark starts."""
+    if isinstance(value, str) and value.strip() or _is_column(value):
+        return value
+    raise PipelineError(f"{op} ({declared_at()}): {what} must be a SQL expression (a string) or a Spark "
+                        f"column, got {value!r}")
+
+
+def _name(op: str, value, what: str) -> str:
+    if isinstance(value, str) and value:
+        return value
+    raise PipelineError(f"{op} ({declared_at()}): {what} must be a column name (a string), got {value!r}")
+
+
+def _names(op: str, value, what: str) -> list[str]:
+    """A column name or a list of them, as a list; anything else is one line."""
+    if isinstance(value, (list, tuple)):
+        return [_name(op, v, what) for v in value]
+    return [_name(op, value, what)]
+
+
+def _function(op: str, fn):
+    if callable(fn):
+        return fn
+    raise PipelineError(f"{op} ({declared_at()}): expects a function, got {fn!r}")
 
 
 def _is_ancestor(outer: "Scope | None", inner: "Scope | None") -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from ops.dataflow.builder import Pipeline
-from ops.dataflow.changes import state_names
+from ops.dataflow.changes import PipelineChanges, pipeline_changes, state_names
 from ops.dataflow.graph import STATEFUL, Node, arranged_nodes, node_key
 from ops.dataflow.load import load_pipeline
 from ops.explain import model
@@ -41,20 +41,27 @@ def explain_pipeline(store, path: str, *, name: str | None = None, master: str |
                            _frontier(record), "")
     arranged = arranged_nodes(p)
     names = state_names(p, path, record, traces)  # found by fingerprint, wherever the node now is
-    ex.operators = [_operator(n, schemas, arranged) for n in p.nodes]
+    changes = pipeline_changes(p, path, record)
+    status = {c.node.id: c.status for c in changes.operators if c.node is not None}
+    ex.operators = [_operator(n, schemas, arranged, None if changes.first_run else status.get(n.id))
+                    for n in p.nodes]
+    if changes.changed:
+        ex.changes = changes.summary()
+        ex.removed = [c.describe() for c in changes.of("removed")]
     ex.arrangements = _arrangements(p, arranged, schemas, traces, names)
     engine = engine_for(master_url(master), store.exchange_folder())
 
     def rows_of(trace: str) -> int | None:
         return traces[trace].rows() if trace in traces else None
 
-    ex.loops = [explain_loop(p, n, schemas, d, engine, rows_of, names) for n in p.nodes if n.op == "loop"]
-    ex.priorities = priorities(p)
     ex.inputs = [_input(state, p, n) for n in p.inputs]
+    new_rows = sum(i.lag.updates for i in ex.inputs if i.lag)
+    ex.loops = [explain_loop(p, n, schemas, d, engine, rows_of, names, new_rows) for n in p.nodes if n.op == "loop"]
+    ex.priorities = priorities(p)
     ex.outputs = [_trace_info(traces.get(n), n, "output") for n in p.outputs]
     ex.state = [_state_trace(traces.get(names[n.id]), names[n.id], n)
                 for n in arranged.values() if n.op not in ("input", "enter")]
-    ex.next_run = _next_run(ex, record)
+    ex.next_run = _next_run(ex, record, changes)
     ex.notes = _notes(ex, dims)
     return ex
 
@@ -65,13 +72,13 @@ def _frontier(record: dict | None) -> str | None:
     return format_frontier(Frontier.from_json(record["frontier"], record.get("d", 1)))
 
 
-def _operator(n: Node, schemas: dict, arranged: dict) -> model.Operator:
+def _operator(n: Node, schemas: dict, arranged: dict, change: str | None) -> model.Operator:
     cols = schemas[n.id].names if n.id in schemas else None
     return model.Operator(n.id, n.name, n.op, n.where, summary(n),
                           [i.name for i in n.inputs if i.op != "loop"], cols,
                           n.scope.name if n.scope is not None else None,
                           n.args["scope"].name if n.op == "loop" else None,
-                          stateful=n.op in STATEFUL, arranged=n.id in arranged)
+                          stateful=n.op in STATEFUL, arranged=n.id in arranged, change=change)
 
 
 def _read_by(reader: Node, columns: list[str]) -> list[str]:
@@ -139,10 +146,13 @@ def _state_trace(t: Trace | None, name: str, n: Node) -> model.StateTrace:
                             format_frontier(t.since), format_frontier(t.upper))
 
 
-def _next_run(ex: model.Explanation, record: dict | None) -> str:
+def _next_run(ex: model.Explanation, record: dict | None, changes: PipelineChanges) -> str:
     missing = [i.name for i in ex.inputs if not i.exists]
     if missing:
         return f"refuses to run: input trace {missing[0]} does not exist yet (ingest it first)"
+    if changes.changed:  # what `ddcli run` says when it refuses (ops/run/run.py)
+        return (f"refuses to run: its dataflow changed since its last run ({changes.summary()}); "
+                f"`ddcli run --rebuild` recomputes the changed operators and what depends on them")
     clash = [o for o in ex.outputs if o.exists and o.owner != ex.pipeline]
     if clash:
         who = f"pipeline {clash[0].owner}" if clash[0].owner else "ingest"

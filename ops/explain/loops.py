@@ -19,8 +19,8 @@ from ops.dataflow.graph import Node, arranged_nodes, node_priority, scope_nodes
 from ops.explain.model import Loop, Priority
 from ops.explain.schemas import unknown_types
 from ops.loops.plan import LoopPlan, loop_path, plan_loop
-from ops.loops.route import (BROADCAST_ROWS, ONE_TASK_ROWS, Engine, Resident, build_body, resident_decision,
-                             stored_refusal, task_rows)
+from ops.loops.route import (BROADCAST_ROWS, ONE_TASK_ROWS, Engine, Resident, build_body, few_rows_decision,
+                             resident_decision, stored_refusal, task_rows)
 
 
 def engine_for(master: str, shared_root: str | None) -> Engine:
@@ -34,10 +34,11 @@ def engine_for(master: str, shared_root: str | None) -> Engine:
 
 
 def explain_loop(p: Pipeline, loop_node: Node, schemas: dict[int, pa.Schema], d: int, engine: Engine,
-                 rows_of, state: dict[int, str]) -> Loop:
+                 rows_of, state: dict[int, str], new_rows: int) -> Loop:
     """The path of ``loop_node``. ``rows_of(trace)``: the rows the store holds in a trace
     (None: no such trace), for the limits on stored state and broadcast collections;
-    ``state``: each state node's trace (ops/dataflow/changes.py, ``state_names``)."""
+    ``state``: each state node's trace (ops/dataflow/changes.py, ``state_names``);
+    ``new_rows``: the input updates the next run reads (as the run counts them)."""
     scope = loop_node.args["scope"]
     nodes = scope_nodes(p, scope)
     loop = Loop(scope.name, loop_node.where, loop_node.args["max_rounds"], "round", "",
@@ -64,6 +65,8 @@ def explain_loop(p: Pipeline, loop_node: Node, schemas: dict[int, pa.Schema], d:
     if not plan.by and limited:
         stored = sum(rows_of(state[n.id]) or 0 for n in nodes
                      if n.id in arranged and n.op != "enter")
+        res = few_rows_decision(res, stored + new_rows, engine.local)
+        tasks = res.tasks if isinstance(res, Resident) else 0
         refused = stored_refusal(plan, stored, tasks, ONE_TASK_ROWS)
         if refused:
             loop.why = refused

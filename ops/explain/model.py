@@ -30,6 +30,7 @@ class Operator:
     defines: str | None = None  # a loop node: the name of the loop whose body follows
     stateful: bool = False  # reads its inputs' old updates (arranged)
     arranged: bool = False  # its own old updates are read by a stateful operator
+    change: str | None = None  # against the last run (ops/dataflow/changes.py); None: never ran
 
 
 @dataclass
@@ -150,3 +151,5 @@ class Explanation:
     outputs: list[TraceInfo] = field(default_factory=list)
     state: list[StateTrace] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    changes: str | None = None  # the operators changed since the last run, in a sentence; None: none
+    removed: list[str] = field(default_factory=list)  # operators of the last run no longer in the file

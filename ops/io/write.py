@@ -23,7 +23,7 @@ from storage.layer import Layer, LayerFile, consolidate, write_layer_file
 #: the metadata row a task yields per layer file it wrote (the writers of ops/io/write_many.py and
 #: ops/reduce/shared_shuffle.py yield it too)
 META_SCHEMA = ("name string, rows long, bytes long, key_min string, key_max string, "
-               "sha256 string, footer_sha256 string, pending boolean")
+               "sha256 string, footer_sha256 string, diff_max long, pending boolean")
 
 
 def write_layer(df: DataFrame, *, directory: str, schema: pa.Schema, key: list[str], d: int,
@@ -113,14 +113,14 @@ def write_table_files(table: pa.Table, *, directory: str, schema: pa.Schema, key
         yield pa.RecordBatch.from_pylist([{"name": f.name, "rows": f.rows, "bytes": f.bytes,
                                            "key_min": json.dumps(f.key_min), "key_max": json.dumps(f.key_max),
                                            "sha256": f.sha256, "footer_sha256": f.footer_sha256,
-                                           "pending": is_pending}])
+                                           "diff_max": f.diff_max, "pending": is_pending}])
 
 
 def layer_of(rows: list, lower: Frontier, upper: Frontier, since: Frontier, seq_lo: int, seq_hi: int) -> Layer | None:
     if not rows:
         return None
     files = sorted((LayerFile(r["name"], r["rows"], r["bytes"], json.loads(r["key_min"]), json.loads(r["key_max"]),
-                              r["sha256"], r["footer_sha256"])
+                              r["sha256"], r["footer_sha256"], r["diff_max"])
                     for r in rows), key=lambda f: (f.key_min is None, str(f.key_min)))
     return Layer(uuid.uuid4().hex[:16], files, lower, upper, since, seq_lo, seq_hi,
                  sum(f.rows for f in files), sum(f.bytes for f in files))

@@ -46,6 +46,7 @@ from ops.loops.local import evaluate_local, report
 from ops.loops.priority import check_iteration, delay_at, enter_at_frame, node_priority
 from ops.operators import linear
 from ops.operators.context import EvalContext
+from ops.spark.errors import first_line
 from storage.lattice import time_columns
 
 
@@ -220,7 +221,7 @@ def _entered(e: Node, outer: DataFrame | None, last: str, scope) -> DataFrame | 
     try:
         return enter_at_frame(enter_frame(outer), last, node_priority(e), f"loop {scope.name}: {e.describe()}")
     except AnalysisException as exc:
-        raise PipelineError(f"loop {scope.name}: {e.describe()}: {str(exc).splitlines()[0]}") from None
+        raise PipelineError(f"loop {scope.name}: {e.describe()}: {first_line(exc)}") from None
 
 
 def _next_iteration(pools: dict[int, DataFrame | None], nodes: dict[int, Node], last: str, scope,

@@ -33,6 +33,7 @@ from ops.operators.join import join_changes
 from ops.reduce.budget import task_rows
 from ops.reduce.operator import SPLIT_ROWS, reduce_changes, two_stage
 from ops.run.progress import RunProgress
+from ops.spark.errors import first_line
 
 
 class Runtime:
@@ -189,8 +190,7 @@ def _evaluate_node(n: Node, ctx: EvalContext, frames: dict, runtime: Runtime) ->
     try:
         return evaluator(n, ctx, [frames.get(i.id) for i in n.inputs], runtime)
     except AnalysisException as e:
-        msg = str(e).splitlines()[0]
-        raise PipelineError(f"{n.describe()}: {msg}") from None
+        raise PipelineError(f"{n.describe()}: {first_line(e)}") from None
 
 
 def _check_column_names(n: Node, ctx: EvalContext, df: DataFrame) -> None:

@@ -221,7 +221,7 @@ def plan_run(store: Store, path: str, *, name: str | None = None, rebuild: bool 
     old and new layers, its frontiers before and after, the clashes and edits that stop it.
     ``rebuild``: recompute what changed (ops/run/rebuild.py); ``rebuild_all``: everything."""
     p = load_pipeline(path, name)
-    state = store.state()
+    state = store.state(to_write=True)
     record = state.pipelines.get(p.name)
     ident = identify(p, path, record, state)
     if ident.changes.changed and not (rebuild or rebuild_all):

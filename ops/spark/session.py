@@ -27,7 +27,7 @@ import tempfile
 import warnings
 
 from ops.errors import SparkSetupError
-from ops.spark import class_archive, code_zip
+from ops.spark import class_archive, code_zip, reaper
 
 _LOG4J = """\
 rootLogger.level = error
@@ -169,6 +169,7 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         _session = _quietly(builder.getOrCreate, os.path.join(scratch, "jvm.log"))
     _watch_interrupts(host_handler)
     _apply_task_env(_session)
+    _watch_jvm()
     _session.sparkContext.setLogLevel("ERROR")
     _session.sparkContext.setCheckpointDir(os.path.join(scratch, "checkpoints"))
     if not local:
@@ -420,6 +421,19 @@ def stop_spark() -> None:
             _archive = class_archive.Plan("")
             SparkContext._gateway = None  # that JVM is gone: a later session starts a new one
             SparkContext._jvm = None
+
+
+def _watch_jvm() -> None:
+    """The JVM this process launched, and its Python workers, die with this process
+    (ops/spark/reaper.py), even when it is killed."""
+    from pyspark import SparkContext
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is not None and proc.pid not in _watched:
+        _watched.add(proc.pid)
+        reaper.watch(proc.pid)
+
+
+_watched: set[int] = set()
 
 
 # ---------------------------------------------------------------- Ctrl-C

@@ -21,9 +21,13 @@ Endpoint, region and credentials come from the usual AWS environment variables
   DuckDB in a task through an fsspec wrapper of it): no DuckDB extension and no Hadoop
   jars are needed.
 
-Errors the user can cause (a missing bucket, refused credentials, an endpoint that does
-not answer) are one-line :class:`StoreUnreachable`; ``DDCLI_S3_TIMEOUT`` (seconds,
-default 5) and ``AWS_MAX_ATTEMPTS`` (default 3) bound how long that takes.
+Errors the user can cause (a missing bucket, refused or missing credentials, a malformed
+``AWS_ENDPOINT_URL``, an endpoint that does not answer) are one-line
+:class:`StoreUnreachable`. ``DDCLI_S3_TIMEOUT`` (seconds, default 5) bounds connecting,
+sending and every wait for bytes, ``AWS_MAX_ATTEMPTS`` (default 3) the attempts of a
+request; once a request found the endpoint silent through all its attempts, every later
+request of the process fails at once, so a command against an endpoint that accepts
+connections and never answers ends within about timeout x attempts.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import os
 import shutil
 import tempfile
 import threading
+import urllib.parse
 
 from storage import faults
 from storage.blobs.base import Blobs, Stat
@@ -64,9 +69,11 @@ class S3Blobs(Blobs):
         self.bucket = bucket_of(location)
         if not self.bucket:
             raise StoreUnreachable(f"store {location!r}: no bucket named (write s3://bucket/prefix)")
-        self.endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
+        self.endpoint = _endpoint()
         self.region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-        self.timeout = float(os.environ.get("DDCLI_S3_TIMEOUT") or 5)
+        self.timeout = _setting("DDCLI_S3_TIMEOUT", 5.0, float)
+        self.attempts = _setting("AWS_MAX_ATTEMPTS", 3, int)
+        self.silent: str | None = None  # why the endpoint is given up on (it did not answer)
         self.requests = 0
         self._count_lock = threading.Lock()
         self._client = None
@@ -88,17 +95,20 @@ class S3Blobs(Blobs):
         if self._client is None:
             import boto3
             from botocore.config import Config
-            attempts = int(os.environ.get("AWS_MAX_ATTEMPTS") or 3)
-            cfg = Config(connect_timeout=self.timeout, read_timeout=max(self.timeout, 30),
-                         retries={"max_attempts": attempts, "mode": "standard"})
-            self._client = boto3.session.Session().client("s3", region_name=self.region,
-                                                         endpoint_url=self.endpoint, config=cfg)
+            cfg = Config(connect_timeout=self.timeout, read_timeout=self.timeout,
+                         retries={"total_max_attempts": self.attempts, "mode": "standard"})
+            try:
+                self._client = boto3.session.Session().client("s3", region_name=self.region,
+                                                             endpoint_url=self.endpoint, config=cfg)
+            except ValueError as e:  # what _endpoint() let through
+                raise _bad_endpoint(self.endpoint, e) from None
         return self._client
 
     def arrow_fs(self):
         if self._arrow_fs is None:
             from pyarrow import fs as pafs
-            options = dict(region=self.region, connect_timeout=self.timeout, request_timeout=max(self.timeout, 30))
+            options = dict(region=self.region, connect_timeout=self.timeout, request_timeout=self.timeout,
+                           retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=self.attempts))
             if self.endpoint:
                 scheme, _, host = self.endpoint.partition("://")
                 options.update(endpoint_override=host or scheme, scheme=scheme if host else "https")
@@ -111,6 +121,8 @@ class S3Blobs(Blobs):
     def _call(self, op: str, path: str | None = None, **kw):
         """One request, counted; errors the user can cause become one line."""
         import botocore.exceptions as bx
+        if self.silent is not None:
+            raise StoreUnreachable(self.silent)
         with self._count_lock:
             self.requests += 1
         try:
@@ -125,17 +137,31 @@ class S3Blobs(Blobs):
             if code in _NOT_FOUND:
                 raise FileNotFoundError(path or op) from None
             raise
+        except (bx.NoCredentialsError, bx.PartialCredentialsError) as e:
+            raise StoreUnreachable(f"no AWS credentials for bucket {self.bucket!r} ({e}); set AWS_ACCESS_KEY_ID "
+                                   f"and AWS_SECRET_ACCESS_KEY (or an AWS profile)") from None
+        except bx.EndpointResolutionError as e:
+            raise _bad_endpoint(self.endpoint, e) from None
         except bx.EndpointConnectionError:
-            raise StoreUnreachable(f"cannot reach the object store at {self.endpoint or 'AWS'} "
-                                   f"(bucket {self.bucket!r}); check AWS_ENDPOINT_URL") from None
+            raise self._give_up(f"cannot reach the object store at {self.endpoint or 'AWS'} "
+                                f"(bucket {self.bucket!r}); check AWS_ENDPOINT_URL") from None
         except (bx.ConnectTimeoutError,) as e:
-            raise StoreUnreachable(f"the object store at {self.endpoint or 'AWS'} did not answer "
-                                   f"within {self.timeout:g} s ({type(e).__name__})") from None
+            raise self._give_up(f"the object store at {self.endpoint or 'AWS'} did not answer "
+                                f"within {self.timeout:g} s ({type(e).__name__})") from None
         except (bx.ReadTimeoutError, bx.ConnectionClosedError, bx.ResponseStreamingError) as e:
+            error = self._give_up(f"the object store at {self.endpoint or 'AWS'} stopped answering "
+                                  f"({type(e).__name__}, {self.attempts} attempt(s) of {self.timeout:g} s)")
             if op == "put_object":
                 raise Ambiguous(f"{op} of {path}: {type(e).__name__}") from None
-            raise StoreUnreachable(f"the object store at {self.endpoint or 'AWS'} stopped answering "
-                                   f"({type(e).__name__})") from None
+            raise error from None
+
+    def _give_up(self, why: str) -> StoreUnreachable:
+        """The endpoint did not answer through every attempt: every later request of this
+        process fails at once with the same line (the whole command stays within about
+        timeout x attempts)."""
+        if self.silent is None:
+            self.silent = why
+        return StoreUnreachable(self.silent)
 
     def check(self) -> None:
         """Once per process: the bucket exists and the credentials are accepted."""
@@ -245,8 +271,8 @@ class S3Blobs(Blobs):
                 os.rename(tmp, local)
             except (bx.ReadTimeoutError, bx.ConnectionClosedError, bx.ResponseStreamingError) as e:
                 _remove_quietly(tmp)
-                raise StoreUnreachable(f"the object store at {self.endpoint or 'AWS'} stopped answering "
-                                       f"({type(e).__name__})") from None
+                raise self._give_up(f"the object store at {self.endpoint or 'AWS'} stopped answering "
+                                    f"({type(e).__name__})") from None
             except BaseException:
                 _remove_quietly(tmp)
                 raise
@@ -338,14 +364,48 @@ class _Body:
         try:
             return self._body.read(n if n is not None and n >= 0 else None)
         except (bx.ReadTimeoutError, bx.ConnectionClosedError, bx.ResponseStreamingError, HTTPError) as e:
-            raise StoreUnreachable(f"the object store at {self._blobs.endpoint or 'AWS'} stopped answering "
-                                   f"({type(e).__name__})") from None
+            raise self._blobs._give_up(f"the object store at {self._blobs.endpoint or 'AWS'} stopped answering "
+                                       f"({type(e).__name__})") from None
         except bx.FlexibleChecksumError:
             raise StoreUnreachable(f"the bytes the object store at {self._blobs.endpoint or 'AWS'} sent do not "
                                    f"match the checksum it sent with them; nothing was ingested, try again") from None
 
     def close(self) -> None:
         self._body.close()
+
+
+def _setting(name: str, default, kind):
+    """A positive number from the environment variable ``name`` (``default`` when unset)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = 0
+    if not value > 0:
+        raise StoreUnreachable(f"{name}={raw!r} is not a positive {'whole ' if kind is int else ''}number")
+    return value
+
+
+def _endpoint() -> str | None:
+    """``AWS_ENDPOINT_URL`` checked (None when unset): an http(s) URL with a host."""
+    raw = os.environ.get("AWS_ENDPOINT_URL", "").strip()
+    if not raw:
+        return None
+    try:
+        u = urllib.parse.urlsplit(raw)
+        u.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as e:
+        raise _bad_endpoint(raw, e) from None
+    if u.scheme not in ("http", "https") or not u.hostname or any(c.isspace() for c in raw):
+        raise _bad_endpoint(raw, "it needs http:// or https:// and a host")
+    return raw
+
+
+def _bad_endpoint(raw, why) -> StoreUnreachable:
+    return StoreUnreachable(f"AWS_ENDPOINT_URL={raw!r} is not an endpoint URL such as "
+                            f"https://s3.example.com or http://localhost:9000 ({why})")
 
 
 def _remove_quietly(path: str) -> None:

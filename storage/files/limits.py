@@ -101,6 +101,10 @@ class ReadBudget:
                                         f"of memory (DDCLI_INGEST_MEMORY); ingest the files in smaller "
                                         f"parts, or raise DDCLI_INGEST_MEMORY")
 
+    def room(self) -> int:
+        """The bytes still free."""
+        return max(self.limit - self.used, 0)
+
     def give_back(self, nbytes: int) -> None:
         self.used -= nbytes
 

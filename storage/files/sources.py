@@ -135,6 +135,8 @@ class CsvSource(Source):
                 raise self._explain(str(e), stream) from None
             except UnicodeDecodeError:
                 raise (self.utf8_error() or self.fail("invalid UTF-8")) from None
+            finally:
+                stream.stop()  # pyarrow's read-ahead thread must be out of the stream before we go on
             self.sha256 = stream.finish()
             quotes = stream.quotes
         table = pa.Table.from_batches(batches, schema=reader.schema)
@@ -157,10 +159,9 @@ class CsvSource(Source):
         return names
 
     def _reader(self, stream: ByteStream, names: list[str]):
-        """pyarrow's streaming reader on this thread: no thread of its own calls back into
-        the Python stream (one that outlives an error can abort the process at exit), rows
-        are numbered in its errors, and text columns cost nothing to convert (measured: as
-        fast as with threads)."""
+        """pyarrow's streaming reader without parsing threads (its read-ahead thread still
+        calls the stream: :meth:`ByteStream.stop`): rows are numbered in its errors, and
+        text columns cost nothing to convert (measured: as fast as with threads)."""
         conv = pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, null_values=[],
                                     strings_can_be_null=False, quoted_strings_can_be_null=False)
         return pacsv.open_csv(pa.PythonFile(stream, mode="r"), parse_options=self._PARSE, convert_options=conv,
@@ -447,7 +448,7 @@ class ParquetSource(Source):
     fmt = "parquet"
 
     def read(self) -> pa.Table:
-        with local_parquet(self.obj) as (path, self.sha256):
+        with local_parquet(self.obj, self.budget.room(), self._too_big) as (path, self.sha256):
             if os.path.getsize(path) == 0:
                 raise self.fail("empty file (0 bytes, no rows)")
             try:
@@ -456,6 +457,12 @@ class ParquetSource(Source):
                 raise self.fail(f"not a readable Parquet file ({one_line(str(e))[:200]})") from None
             with pf:
                 return self._read_batches(pf)
+
+    def _too_big(self, size: int) -> UpdateFileError:
+        """A Parquet file is read whole: one bigger than the memory left is refused unread."""
+        return self.fail(f"the Parquet file is at least {limits.show_size(size)}, more than the "
+                         f"{limits.show_size(self.budget.room())} of DDCLI_INGEST_MEMORY left for the updates of "
+                         f"this ingest; ingest it in smaller parts, or raise DDCLI_INGEST_MEMORY")
 
     def _read_batches(self, pf: pq.ParquetFile) -> pa.Table:
         problem = limits.too_many_columns(pf.metadata.num_columns)

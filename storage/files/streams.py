@@ -17,7 +17,9 @@ import hashlib
 import os
 import shutil
 import tempfile
-from typing import Iterator
+import threading
+import time
+from typing import Callable, Iterator
 
 import pyarrow as pa
 
@@ -68,11 +70,20 @@ class _Hashed:
 class ByteStream:
     """The (decompressed) bytes of one update file, as a Python file object that pyarrow
     reads through ``pa.PythonFile``. :meth:`head` looks at the start without consuming it;
-    ``quotes`` counts the ``"`` characters read (an odd count: a quote never closed)."""
+    ``quotes`` counts the ``"`` characters read (an odd count: a quote never closed).
+
+    pyarrow's streaming CSV reader calls :meth:`read` from a read-ahead thread of its own,
+    which goes on reading after the reader stopped (an error in the first block of a
+    20 GB file): :meth:`stop` ends the stream for it and waits until that thread is out,
+    so it never calls into Python while the process exits (which aborts the process)."""
 
     closed = False
 
     def __init__(self, obj: UpdateObject, raw):
+        self._lock = threading.Condition()
+        self._stopped = False
+        self._reading = 0  # reads in progress
+        self._ended = False  # a read returned the end of the stream
         self.path = obj.url
         self._raw = raw
         self._hashed = _Hashed(raw)
@@ -102,6 +113,37 @@ class ByteStream:
         return self._head[:n]
 
     def read(self, n: int = -1) -> bytes:
+        with self._lock:
+            if self._stopped:
+                self._ended = True
+                self._lock.notify_all()
+                return b""
+            self._reading += 1
+        try:
+            data = self._read(n)
+        finally:
+            with self._lock:
+                self._reading -= 1
+                self._lock.notify_all()
+        if not data and n != 0:
+            self._ended = True
+        return data
+
+    def stop(self, quiet: float = 1.0, most: float = 10.0) -> None:
+        """End the stream for every later read, and return once no read is in progress and
+        the read-ahead thread was told the stream ended (or stayed away for ``quiet``
+        seconds: it waits, its queue of read-ahead blocks full, for a consumer that will not
+        come; a thread that is only slow, on a loaded machine, comes back within it)."""
+        end = time.monotonic() + most
+        with self._lock:
+            self._stopped = True
+            while not self._ended and time.monotonic() < end:
+                if not self._lock.wait_for(lambda: self._reading == 0, timeout=end - time.monotonic()):
+                    break
+                if not self._lock.wait_for(lambda: self._ended or self._reading > 0, timeout=quiet):
+                    break
+
+    def _read(self, n: int) -> bytes:
         n = -1 if n is None else n
         data = b""
         if self._head_used < len(self._head):
@@ -160,9 +202,14 @@ def _open_raw(obj: UpdateObject):
 
 
 @contextlib.contextmanager
-def local_parquet(obj: UpdateObject) -> Iterator[tuple[str, str]]:
+def local_parquet(obj: UpdateObject, most: int, too_big: Callable[[int], Exception]) -> Iterator[tuple[str, str]]:
     """``(local path, sha256 of the stored bytes)`` of a Parquet file: the file itself when
-    it is a plain local file, else a temporary copy of its decompressed bytes."""
+    it is a plain local file, else a temporary copy of its decompressed bytes. A file of
+    more than ``most`` bytes (its size known before reading: a local file, a listed
+    object) is ``too_big(size)`` before it is hashed or copied; a copy stops there."""
+    size = obj.size if obj.on_s3 else _local_size(obj.url)
+    if compression_of(obj.url) is None and size is not None and size > most:
+        raise too_big(size)
     if not obj.on_s3 and compression_of(obj.url) is None:
         with open_stream(obj) as stream:
             yield obj.url, stream.finish()
@@ -171,8 +218,20 @@ def local_parquet(obj: UpdateObject) -> Iterator[tuple[str, str]]:
     try:
         copy = os.path.join(folder, "update.parquet")
         with open_stream(obj) as stream, open(copy, "wb") as out:
-            shutil.copyfileobj(stream, out, _PIECE)
+            copied = 0
+            while piece := stream.read(_PIECE):
+                copied += len(piece)
+                if copied > most:
+                    raise too_big(copied)
+                out.write(piece)
             digest = stream.finish()
         yield copy, digest
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _local_size(path: str) -> int | None:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return None  # the reader says what is wrong with it

@@ -28,6 +28,12 @@ Every change of durable state is a pure function ``old state -> new state`` appl
 function is applied again to the newer state; it raises :class:`Conflict` when what it
 read no longer holds.
 
+Every version begins with the SHA-256 of the rest of its bytes (:func:`encode_version`):
+a version whose bytes changed after its commit (one flipped byte in a recorded layer size
+or hash) is damaged like an unreadable one, so readers fall back to the version before and
+writers refuse to build on it. Versions written before the checksum carry none and are
+read as they are.
+
 Every version carries the random ``commit_id`` of the commit that wrote it. A create that
 ends ambiguously (``EEXIST`` after a network filesystem retried a link that had in fact
 succeeded; a 412 after the S3 client retried a put that had landed; a timeout) is
@@ -38,6 +44,7 @@ clean up files its own committed version references.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -48,7 +55,7 @@ from typing import Callable
 
 from storage import clock, faults
 from storage.blobs.resolve import for_path
-from storage.errors import Ambiguous, Conflict, CorruptionError
+from storage.errors import Ambiguous, Conflict, CorruptionError, StoreUnreachable
 from storage.log import delta as log_delta
 
 _VERSION_RE = re.compile(r"^v(\d{12})\.json$")
@@ -72,6 +79,29 @@ class _Chain:
 
 
 _MISSING, _BAD = "missing", "bad"
+_CHECKSUM_RE = re.compile(rb'\A\{"sha256":"([0-9a-f]{64})",')
+
+
+def encode_version(doc: dict) -> bytes:
+    """A version's bytes: its JSON, with the SHA-256 of the JSON as the first key."""
+    body = json.dumps(doc, separators=(",", ":")).encode()
+    return b'{"sha256":"' + hashlib.sha256(body).hexdigest().encode() + b'",' + body[1:]
+
+
+def decode_version(raw: bytes) -> dict | None:
+    """The document a version's bytes hold; None when they are damaged (not a JSON object,
+    or not what their checksum says). Raises ``ValueError`` for bytes that are no JSON."""
+    m = _CHECKSUM_RE.match(raw)
+    if m is not None:
+        body = b"{" + raw[m.end():]
+        if hashlib.sha256(body).hexdigest().encode() != m.group(1):
+            return None
+        doc = json.loads(body)
+    else:
+        doc = json.loads(raw)
+        if isinstance(doc, dict) and "sha256" in doc:
+            return None  # a checksum that is not one (a flipped character in it)
+    return doc if isinstance(doc, dict) else None
 
 
 class Log:
@@ -101,12 +131,12 @@ class Log:
         """``(doc, identity)``, ``(_MISSING, None)`` or ``(_BAD, None)`` (emptied or damaged)."""
         try:
             raw, ident = self.blobs.get_with_ident(self.path(version))
-            doc = json.loads(raw)
+            doc = decode_version(raw)
         except FileNotFoundError:
             return _MISSING, None
-        except (ValueError, OSError):  # JSONDecodeError, UnicodeDecodeError, EISDIR
+        except (ValueError, OSError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, EISDIR
             return _BAD, None
-        return (doc, ident) if isinstance(doc, dict) else (_BAD, None)
+        return (doc, ident) if doc is not None else (_BAD, None)
 
     def _ident(self, version: int) -> tuple | None:
         return self.blobs.ident(self.path(version))
@@ -155,7 +185,7 @@ class Log:
             if "delta" in doc:
                 try:
                     log_delta.apply(state, doc["delta"])
-                except (KeyError, TypeError, ValueError):
+                except (KeyError, TypeError, ValueError, AttributeError, IndexError):
                     chain.damaged = self._existing_from(v)
                     break
             else:
@@ -230,7 +260,7 @@ class Log:
             return None
         first = self.path(self.damaged[0])
         more = f" and the {len(self.damaged) - 1} newer one(s)" if len(self.damaged) > 1 else ""
-        return (f"metadata version {first} is damaged (unreadable); reading the previous intact version "
+        return (f"metadata version {first} is damaged (unreadable, or its bytes are not what its checksum says); reading the previous intact version "
                 f"{self.damaged[0] - 1}. To write again, move the damaged file(s) aside after checking them, "
                 f"e.g. mv {first} {first}.damaged{more}")
 
@@ -292,11 +322,17 @@ class Log:
     def _put_if_absent(self, version: int, state: dict) -> bool:
         """Create version ``version``; False when another commit holds the name. A write
         that ended ambiguously is resolved by reading the version back (our commit id?)."""
-        data = json.dumps(state, separators=(",", ":")).encode()
+        data = encode_version(state)
         try:
             created = self.blobs.put_if_absent(self.path(version), data)
         except Ambiguous as e:
-            if self._load(version)[0] is _MISSING:
+            try:
+                missing = self._load(version)[0] is _MISSING
+            except StoreUnreachable:
+                raise StoreUnreachable(f"the commit of metadata version {version} ended without an answer ({e}) "
+                                       f"and the store cannot be reached to tell whether it landed; run "
+                                       f"'ddcli status' once it answers") from None
+            if missing:
                 raise Conflict(f"the commit of metadata version {version} ended without an answer ({e}) "
                                f"and it is not in the store; nothing was written, retry") from None
             created = False
@@ -435,7 +471,7 @@ class Log:
             else:
                 try:
                     log_delta.apply(state, doc["delta"])
-                except (KeyError, TypeError, ValueError):
+                except (KeyError, TypeError, ValueError, AttributeError, IndexError):
                     state = None
                     continue
             state["version"], state["commit_id"] = v, doc.get("commit_id")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from storage.errors import Conflict, StoreError
+from storage.errors import Conflict, CorruptionError, StoreError
 from storage.lattice import Frontier, format_frontier
 from storage.layer import Layer
 from storage.state import history
@@ -30,10 +30,20 @@ class State:
 
     @classmethod
     def from_json(cls, version: int, v: dict | None) -> "State":
+        """The state a version holds; :class:`CorruptionError` when its content is not one
+        (a key or value a damaged version lost), never an error of the code reading it."""
         if not v:
             return cls(version, {}, {})
-        return cls(version, {n: Trace.from_json(n, t) for n, t in v["traces"].items()},
-                   dict(v.get("pipelines", {})))
+        try:
+            traces = {n: Trace.from_json(n, t) for n, t in v["traces"].items()}
+            pipelines = dict(v.get("pipelines", {}))
+            for name, record in pipelines.items():
+                _check_record(record)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, StoreError) as e:
+            detail = " ".join(f"{type(e).__name__}: {e}".split())[:200]
+            raise CorruptionError(f"metadata version {version} of the store is malformed ({detail}); the store is "
+                                  f"damaged, run 'ddcli check' (retrying will not help)") from None
+        return cls(version, traces, pipelines)
 
     def to_json(self) -> dict:
         return {"version": self.version, "traces": {n: t.to_json() for n, t in self.traces.items()},
@@ -48,6 +58,21 @@ class State:
             else:
                 traces[name] = t
         return State(self.version, traces, dict(self.pipelines))
+
+
+def _check_record(record: dict) -> None:
+    """Raise ``ValueError`` unless a pipeline's record has the fields readers use, typed."""
+    ok = (isinstance(record, dict) and isinstance(record.get("runs", 0), int)
+          and isinstance(record.get("d", 1), int) and isinstance(record.get("inputs") or {}, dict)
+          and all(isinstance(v, dict) and isinstance(v.get("seq", 0), int) for v in (record.get("inputs") or {}).values())
+          and all(isinstance(record.get(k) or [], list) for k in ("outputs", "state")))
+    if not ok:
+        raise ValueError(f"a pipeline record is not one: {str(record)[:80]}")
+    if "frontier" in record:
+        Frontier.from_json(record["frontier"], record.get("d", 1))
+    for v in (record.get("inputs") or {}).values():
+        if "upper" in v:
+            Frontier.from_json(v["upper"], record.get("d", 1))
 
 
 # ---------------------------------------------------------------- seal

@@ -9,6 +9,8 @@ trace remembers what it took (storage/state/ingested.py): a local file by its co
 hash, an S3 object by its URL and version, so an object already taken is skipped without
 being read, and a glob run again reads only the objects it has not seen. Every file read
 in one ingest shares one memory budget (storage/files/limits.py, ``DDCLI_INGEST_MEMORY``).
+The new updates, with those the trace holds, must keep every sum of a row's diffs within
+int64 (storage/writes/diff_sums.py).
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ import pyarrow as pa
 from storage.errors import DiffOverflow, StoreError
 from storage.files.limits import ReadBudget
 from storage.files.locations import expand_sources
-from storage.lattice import Frontier, beyond_mask, format_frontier, format_time, parse_frontier
+from storage.lattice import Frontier, beyond_mask, format_frontier, format_time, parse_frontier, time_columns
 from storage.layer import updates_table
 from storage.state import ingested, transitions
 from storage.state.seal import check_open
 from storage.state.trace import Trace, check_name, check_new_name
+from storage.writes.diff_sums import check_diff_sums
 
 
 @dataclass
@@ -37,6 +40,7 @@ class IngestResult:
     skipped: list[str]
     upper: Frontier
     created: bool
+    committed: Trace | None = None  # the trace as this ingest committed it (and the merges after)
 
 
 def ingest(store, name: str, paths: list, *, key: list[str] | None = None,
@@ -53,7 +57,7 @@ def ingest(store, name: str, paths: list, *, key: list[str] | None = None,
     to write (an upsert adds its retractions, storage/writes/upsert.py) or raises a user error.
     """
     check_name(name)
-    state = store.state()
+    state = store.state(to_write=True)
     existing = state.traces.get(name)
     if existing is None:
         check_new_name(name, state.traces)
@@ -85,6 +89,7 @@ def ingest(store, name: str, paths: list, *, key: list[str] | None = None,
     table = pa.concat_tables([updates_table(b.data, b.times, b.diff, d) for b in fresh])
     if prepare is not None:
         table = prepare(existing, table)
+    check_diff_sums(store, name, existing, table, [c for c in table.column_names if c not in time_columns(d) + ["diff"]])
     proto = existing or Trace(name, schema, key, d, Frontier.minimum(d), cur_upper)
     sealed = upper is not None or d == 1
     seal_to = new_upper if sealed else cur_upper
@@ -100,7 +105,8 @@ def ingest(store, name: str, paths: list, *, key: list[str] | None = None,
 
     store.write_and_commit("ingest", write, lambda s, w: transitions.ingest(s, proto, existing, w[0], seal_to,
                                                                             w[1], files), merge=[name])
-    return IngestResult(name, table.num_rows, [b.path for b in fresh], skipped, seal_to, existing is None)
+    return IngestResult(name, table.num_rows, [b.path for b in fresh], skipped, seal_to, existing is None,
+                        store.committed.traces.get(name))
 
 
 def _read_new(name: str, existing: Trace | None, objects: list, tag: str, *, fmt, time, null, columns,

@@ -66,7 +66,7 @@ def drop_pipeline(store, name: str, *, keep_outputs: bool = False) -> dict:
     Kept outputs become ordinary traces (no owner): readable, and free to be ingested into.
     An output another pipeline reads is only removed once that pipeline is dropped.
     """
-    state = store.state()
+    state = store.state(to_write=True)
     rec = _record(state, store, name)
     outputs = [o for o in rec.get("outputs", []) if o in state.traces]
     if not keep_outputs:

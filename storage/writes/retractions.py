@@ -55,7 +55,7 @@ def negative_rows(store, existing: Trace | None, updates: pa.Table, data_columns
                f"FROM read_parquet([{files}]) o SEMI JOIN touched t ON {match}")
     query = (f"WITH touched AS (SELECT DISTINCT {cols} FROM __ddcli_new WHERE diff < 0), "
              f"every AS (SELECT {cols}, diff FROM __ddcli_new{old}) "
-             f"SELECT {cols}, CAST(SUM(diff) AS BIGINT) AS __count FROM every GROUP BY ALL "
+             f"SELECT {cols}, CAST(SUM(diff) AS VARCHAR) AS __count FROM every GROUP BY ALL "
              f"HAVING SUM(diff) < 0 ORDER BY ALL")
     with connect(store) as con:
         con.register("__ddcli_new", updates)
@@ -66,7 +66,7 @@ def negative_rows(store, existing: Trace | None, updates: pa.Table, data_columns
     if not found.num_rows:
         return Negative()
     first = found.slice(0, 1).to_pylist()[0]
-    count = first.pop("__count")
+    count = int(first.pop("__count"))  # exact: a sum may pass int64 (refused by the ingest after this)
     return Negative(found.num_rows, first, count)
 
 

@@ -33,13 +33,26 @@ def ok(res):
     return res
 
 
+PROGRESS = "\u00b7 "  # how a progress line starts on stderr when it is not a terminal (ddcli/run_display.py)
+
+
+def error_line(stderr: str) -> str:
+    """The one ``error:`` line of ``stderr``, after the progress lines a run printed before it
+    (and nothing else: no second line, no traceback)."""
+    assert stderr.endswith("\n") and "Traceback" not in stderr, repr(stderr)
+    lines = stderr.splitlines(keepends=True)
+    progress = 0
+    while progress < len(lines) and lines[progress].startswith(PROGRESS):
+        progress += 1
+    rest = lines[progress:]
+    assert len(rest) == 1 and rest[0].startswith("error: "), repr(stderr)
+    return rest[0]
+
+
 def one_line_error(result, code: int = 2) -> str:
     """The one ``error:`` line a failed command printed (exit ``code``, no traceback)."""
     assert result.exit_code == code, f"exit {result.exit_code}, stdout {result.stdout!r}, stderr {result.stderr!r}"
-    err = result.stderr
-    assert err.startswith("error: ") and err.endswith("\n") and err.count("\n") == 1, repr(err)
-    assert "Traceback" not in err
-    return err
+    return error_line(result.stderr)
 
 
 def jsonl(text: str) -> list[dict]:

@@ -75,6 +75,20 @@ def test_explain_after_the_runs_gives_state_sizes_from_the_store(ran):
     assert all(i.lag.updates == 0 and not i.lag.behind for i in ex.inputs)
 
 
+def test_explain_names_the_operators_an_edit_changed_as_a_run_would(ran, tmp_path):
+    bench, path, _, _, _ = ran
+    assert {o.change for o in explain_pipeline(bench.store, path).operators} == {"unchanged"}
+    edited = PIPELINE.replace("by_node.count(by=\"node\")", "by_node.filter(\"next > 1\").count(by=\"node\")")
+    edited = edited.replace('    p.output("odd", spark_only)\n', "")
+    assert edited.count("next > 1") == 1 and 'p.output("odd"' not in edited
+    (tmp_path / "graph.py").write_text(edited)
+    text = ok(cli(bench.store.path, "explain", str(tmp_path / "graph.py"))).stdout
+    line = next(i for i, l in enumerate(edited.splitlines(), 1) if "next > 1" in l)
+    assert f"graph.py:{line}  [new since the last run] filter_" in text, text
+    assert f"graph.py:{line}  [affected since the last run] reduce_" in text, text
+    assert "[removed since the last run] output" in text and "refuses to run: its dataflow changed" in text, text
+
+
 def test_each_run_is_in_the_history_committed_with_the_run(ran):
     bench, _, _, results, ingested = ran
     res = ok(cli(bench.store.path, "runs", "graph", "--json"))

@@ -84,8 +84,12 @@ def test_each_loop_says_its_path_and_why(graph_store, tmp_path, monkeypatch):
     loops = {l["name"]: l for l in explain_json(graph_store, path, "--master", "local[2]")["loops"]}
     assert loops["reach"]["path"] == "local" and loops["reach"]["by"] == ["root"], loops["reach"]
     assert loops["reach"]["broadcast"] and "500,000" in loops["reach"]["limits"][0]
-    assert loops["cc"]["path"] == "resident" and loops["cc"]["tasks"] == 2 and loops["cc"]["by"] == []
-    assert "by node" in loops["cc"]["why"] and "by label" in loops["cc"]["why"]
+    # so few rows in local mode: one task, as the run decides (ops/loops/route.py, few_rows_decision)
+    assert loops["cc"]["path"] == "one_task" and "4 rows, few enough for one task" in loops["cc"]["why"], loops["cc"]
+    spread = {l["name"]: l for l in explain_json(graph_store, path, "--master", "local[2]",
+                                                env={"DDCLI_LOOP_PATH": "resident"})["loops"]}
+    assert spread["cc"]["path"] == "resident" and spread["cc"]["tasks"] == 2 and spread["cc"]["by"] == []
+    assert "by node" in spread["cc"]["why"] and "by label" in spread["cc"]["why"]
     assert loops["spark_only"]["path"] == "round"
     assert "length(root)" in loops["spark_only"]["why"] or "length(cast" in loops["spark_only"]["why"]
     # one task slot: not resident, every row in one task

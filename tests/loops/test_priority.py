@@ -177,7 +177,7 @@ def test_prioritized_and_plain_versions_write_identical_output_traces(weighted_w
     # and the loops really were prioritized: records entered at iterations far apart
     loops = {s["loop"] for run in stats for s in run}
     assert loops == {"cc_prioritized", "cc", "sssp", "sssp_plain"}, loops
-    # sssp's priority (``dist``) is SQL the tasks evaluate: its whole fixed point ran inside
+    # sssp's priority (``CAST(dist AS BIGINT)``) is SQL the tasks evaluate: its whole fixed point ran inside
     # them; cc_prioritized's (``length(bin(label))``) is not, so it ran round by round
     paths = {s["loop"]: s.get("path", "round") for run in stats for s in run}
     assert paths["sssp"] == "local" and paths["cc_prioritized"] == "round", paths
@@ -215,6 +215,26 @@ def test_retractions_that_lengthen_shortest_paths_are_corrected_in_later_runs(sp
     assert dict(got[(1,)]) == {(0, n, n): 1 for n in range(7)}
     assert dict(got[(2,)]) == {(0, n, k): 1 for n, k in enumerate([0, 1, 2, 12, 13, 14, 15])}
     assert dict(got[(3,)]) == {(0, n, k): 1 for n, k in enumerate([0, 1, 2, 12])}
+
+
+FRACTIONAL = pa.schema([("src", pa.int64()), ("dst", pa.int64()), ("weight", pa.float64())])
+
+
+def test_fractional_weights_give_exact_distances(spark, tmp_path):
+    """Weights such as 0.5 and 32.5 (a double column), prioritized and plain, against
+    Dijkstra on the same numbers: no weight is rounded to a whole number on the way."""
+    bench = Bench(tmp_path)
+    path = bench.pipeline("weighted", BOTH)
+    edges = [((s, d, w), (0,), 1) for s, d, w in [(0, 1, 0.5), (1, 2, 32.5), (0, 2, 33.25), (2, 3, 0.25),
+                                                  (0, 3, 40.0)]]
+    edges += [((1, 2, 32.5), (1,), -1), ((1, 2, 0.75), (1,), 1)]
+    bench.ingest("edges", FRACTIONAL, edges, upper=(2,))
+    bench.ingest("roots", ROOTS, root_updates("+0", (0,)), upper=(2,))
+    bench.run(path)
+    bench.check(weighted_ref, OUTPUTS)
+    got = bench.outputs_at({"distances": ("root", "node", "dist")}, [(0,), (1,)])["distances"]
+    assert dict(got[(0,)]) == {(0, 0, 0.0): 1, (0, 1, 0.5): 1, (0, 2, 33.0): 1, (0, 3, 33.25): 1}
+    assert dict(got[(1,)]) == {(0, 0, 0.0): 1, (0, 1, 0.5): 1, (0, 2, 1.25): 1, (0, 3, 1.5): 1}
 
 
 SEEDS = pa.schema([("g", pa.int64()), ("n", pa.int64())])

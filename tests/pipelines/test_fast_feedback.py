@@ -1,4 +1,5 @@
-"""Fast feedback: column mistakes are reported before the JVM starts.
+"""Fast feedback: column mistakes and arguments of the wrong kind are reported before the
+JVM starts.
 
 Each bad pipeline runs in a real process with progress lines on (``DDCLI_PROGRESS=1``):
 stderr must be the one error line and nothing else — in particular not the
@@ -24,6 +25,19 @@ CASES = {
                               "join key 'tailnum' is string on the left but bigint on the right"),
     "typo_after_a_select": ('p.output("o", p.input("flights").select("carrier", d="dep_delay * 2")'
                             '.max(by="carrier", column="dd"))', "column 'dd' is not a value column"),
+    # arguments of the wrong kind: refused when declared, not as a Py4JError once Spark runs
+    "filter_of_a_number": ('p.output("o", p.input("flights").filter(123))',
+                           "filter (filter_of_a_number.py:2): the condition must be a SQL expression"),
+    "select_of_a_number": ('p.output("o", p.input("flights").select("carrier", d=4.5))',
+                           "select (select_of_a_number.py:2): column 'd' must be a SQL expression"),
+    "join_on_a_number": ('p.output("o", p.input("flights").join(p.input("planes"), on=7))',
+                         "join (join_on_a_number.py:2): on must be a column name (a string), got 7"),
+    "count_by_none": ('p.output("o", p.input("flights").count(by=[None]))',
+                      "reduce (count_by_none.py:2): by must be a column name"),
+    "top_k_of_zero": ('p.output("o", p.input("flights").top_k(by="carrier", k=0, order_by="dep_delay"))',
+                      "top_k (top_k_of_zero.py:2): k must be a positive integer, got 0"),
+    "threshold_of_a_number": ('p.output("o", p.input("flights").threshold(3))',
+                              "threshold (threshold_of_a_number.py:2): expects a function, got 3"),
 }
 
 

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 from ops.dataflow.changes import file_hash
+from ops.explain.explain import explain_pipeline
 from ops.verify.verify import verify_pipeline
 from storage.errors import StoreError
 from storage.lattice import Frontier
@@ -141,6 +142,12 @@ def test_comment_edits_run_on_and_a_rebuild_recomputes_only_the_changed_operator
     line = line_of(PIPE_SCALED, 'x="u * 3"')
     assert_refused(bench, path, spark_jobs, ["--rebuild", f"changed select (pairs.py:{line})",
                                              f"reduce (pairs.py:{line + 1})"])
+    # explain says the same, operator by operator, without Spark
+    ex = explain_pipeline(bench.store, path, name="pairs")
+    change = {o.where: o.change for o in ex.operators}
+    assert change[f"pairs.py:{line}"] == "changed" and change[f"pairs.py:{line + 1}"] == "affected", change
+    assert list(change.values()).count("changed") == 1 and "unchanged" in change.values(), change
+    assert ex.next_run.startswith("refuses to run") and f"changed select (pairs.py:{line})" in ex.next_run
     before = layer_ids(bench)
     frontier = Frontier.from_json(rec["frontier"], 1)
     res = bench.run(path, rebuild=True)
@@ -168,6 +175,9 @@ def test_comment_edits_run_on_and_a_rebuild_recomputes_only_the_changed_operator
     # an operator declared before all the others: the others' state is found by fingerprint
     path = bench.pipeline("pairs", PIPE_FIRST)
     assert_refused(bench, path, spark_jobs, [f"new distinct (pairs.py:{line_of(PIPE_FIRST, 'distinct')})"])
+    ex = explain_pipeline(bench.store, path, name="pairs")
+    assert f"pairs.py:{line_of(PIPE_FIRST, 'distinct')}" in [o.where for o in ex.operators if o.change == "new"]
+    assert "changed" not in [o.change for o in ex.operators] and ex.removed == []
     before = layer_ids(bench)
     res = bench.run(path, rebuild=True)
     assert res.rebuilt["recomputed"] == [f"distinct (pairs.py:{line_of(PIPE_FIRST, 'distinct')})"]
