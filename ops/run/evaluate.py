@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame
 
@@ -55,6 +56,7 @@ class Runtime:
         self.progress = progress
         self.arranged = arranged_nodes(p)
         self.uses = uses(p)
+        self.shared = shared_costly(p, self.arranged, self.uses)
         self.live: dict[int, LiveArrangement] = {}
         self.stored = stored
         self.sources: dict[str, DataFrame | None] = {}  # input trace -> this batch's new updates
@@ -144,6 +146,11 @@ def evaluate_scope(p: Pipeline, scope, ctx: EvalContext, frames: dict, runtime: 
             # Consolidated first: a join's changes at many epochs largely cancel (reach, 10^4
             # updates: 41 s -> 32-38 s), and Spark sums them before its shuffle.
             df = frames[n.id] = linear.consolidate(ctx, df).localCheckpoint(eager=False)
+        elif df is not None and scope is None and not runtime.planning and n.id in runtime.shared:
+            # read by several jobs (its writes, its arrangement's, and those of the operators
+            # downstream): computed once, by the first, kept on disk (bounded memory) for the
+            # others, instead of recomputing its stateful operators in each
+            df = frames[n.id] = df.localCheckpoint(eager=False, storageLevel=StorageLevel.DISK_ONLY)
         if df is not None:
             _check_column_names(n, ctx, df)
             if scope is None and not runtime.planning and n.op in STATEFUL:
@@ -151,6 +158,32 @@ def evaluate_scope(p: Pipeline, scope, ctx: EvalContext, frames: dict, runtime: 
     if runtime.planning:
         runtime.planned.update({n.id: frames.get(n.id) for n in nodes if n.op != "loop"})
     runtime.record(frames, nodes)
+
+
+def shared_costly(p: Pipeline, arranged: dict[int, Node], uses: dict[int, int]) -> set[int]:
+    """The ids of the pipeline's top-level nodes whose changes more than one job reads and
+    cost a stateful operator to compute (one, or a linear operator over one). A node is read
+    by each operator using it, by its own arrangement's write and, as an output, by the
+    output's write (an output node passes its input's frame on)."""
+    costly: dict[int, bool] = {}
+
+    def is_costly(n: Node) -> bool:
+        if n.id not in costly:
+            costly[n.id] = n.op in STATEFUL or (n.op in _LINEAR and any(is_costly(i) for i in n.inputs))
+        return costly[n.id]
+
+    out = set()
+    for n in p.nodes:
+        if n.scope is not None or not is_costly(n):
+            continue
+        readers = uses.get(n.id, 0) + (n.id in arranged) + (n.op == "output")
+        if readers > 1:
+            out.add(n.id)
+    return out
+
+
+#: Operators that compute each change from one change of their inputs, cheaply.
+_LINEAR = {"select", "filter", "flat_map", "concat", "negate", "consolidate", "output", "arrange"}
 
 
 def _evaluate_node(n: Node, ctx: EvalContext, frames: dict, runtime: Runtime) -> DataFrame | None:

@@ -652,7 +652,7 @@ def test_a_wrong_output_fails_the_reduce_bench_check(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ddcli.bench import reduce as br
+    from ddcli.bench.against_duckdb import reduce as br
     from ops.reduce.kernel import Count, reduce_delta
     raw = br._raw_table(500, 3, 20, seed=3)
     path = str(tmp_path / "raw.parquet")

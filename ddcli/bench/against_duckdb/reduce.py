@@ -23,11 +23,11 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import threading
 import time as _time
 from typing import Callable
 
 from ddcli.bench.common import save_figure
+from ddcli.bench.process import Usage
 
 PIPELINE = '''
 def pipeline(p):
@@ -37,58 +37,6 @@ def pipeline(p):
     p.output("least", rows.min(by="key", column="amount", name="least"))
     p.output("top3", rows.top_k(by="key", k=3, order_by="amount", descending=True))
 '''
-
-
-class PeakMemory:
-    """Peak resident memory of this process's descendants (the JVM and the Python workers
-    it starts), sampled every ``interval`` seconds."""
-
-    def __init__(self, interval: float = 0.2):
-        self.interval, self.peak, self._stop = interval, 0, threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    @staticmethod
-    def _children() -> dict[int, list[int]]:
-        kids: dict[int, list[int]] = {}
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                with open(f"/proc/{pid}/stat") as fh:
-                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            kids.setdefault(ppid, []).append(int(pid))
-        return kids
-
-    @classmethod
-    def descendants_rss(cls) -> int:
-        kids, total, todo = cls._children(), 0, list(cls._children().get(os.getpid(), []))
-        while todo:
-            pid = todo.pop()
-            todo.extend(kids.get(pid, []))
-            try:
-                with open(f"/proc/{pid}/status") as fh:
-                    for line in fh:
-                        if line.startswith("VmRSS:"):
-                            total += int(line.split()[1]) * 1024
-            except OSError:
-                pass
-        return total
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.descendants_rss())
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> "PeakMemory":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self.descendants_rss())
 
 
 def _raw_table(n: int, keys: int, times: int, seed: int, first_id: int = 0, first_time: int = 0):
@@ -175,7 +123,7 @@ def bench_reduce(*, updates: int = 1_000_000, hot_keys: int = 10, uniform_keys: 
     say = log or (lambda _m: None)
     try:
         res: dict = {"benchmark": "reduce", "updates": updates, "hot_keys": hot_keys, "uniform_keys": uniform_keys,
-                     "times": times, "new_updates": new_updates, "repeat": repeat}
+                     "times": times, "new_updates": new_updates, "repeat": repeat, "load_average": os.getloadavg()[0]}
         pipe = os.path.join(work, "reduce_bench.py")
         with open(pipe, "w") as fh:
             fh.write(PIPELINE)
@@ -195,7 +143,7 @@ def bench_reduce(*, updates: int = 1_000_000, hot_keys: int = 10, uniform_keys: 
             pq.write_table(_raw_table(updates, keys, times, seed=1), raw)
             st = Store(os.path.join(work, f"store_{label}"))
             st.ingest("flights", [raw])
-            with PeakMemory() as mem:
+            with Usage() as mem:
                 t0 = _time.perf_counter()
                 run_pipeline(st, pipe)
                 seconds = _time.perf_counter() - t0
@@ -228,6 +176,11 @@ def bench_reduce(*, updates: int = 1_000_000, hot_keys: int = 10, uniform_keys: 
         res["incremental_hot_over_uniform"] = h["incremental_s"] / u["incremental_s"]
         if one_key:
             res["one_key"] = _one_key(work, pipe, one_key, one_key_times, say)
+        res["load_average_after"] = os.getloadavg()[0]
+        res["aims"] = {"run_over_duckdb": {
+            "value": {"hot": round(res["hot_over_duckdb"], 2), "uniform": round(res["uniform_over_duckdb"], 2)},
+            "aim": "<= 5 for both tables (Spark's start apart)",
+            "met": res["hot_over_duckdb"] <= 5 and res["uniform_over_duckdb"] <= 5}}
         return res
     finally:
         if own:
@@ -248,7 +201,7 @@ def _one_key(work: str, pipe: str, updates: int, times: int, say) -> dict:
         pq.write_table(_raw_table(n, 1, times, seed=100 + i, first_id=start), files[-1])
     st = Store(os.path.join(work, "store_one_key"))
     st.ingest("flights", files)
-    with PeakMemory() as mem:
+    with Usage() as mem:
         t0 = _time.perf_counter()
         run_pipeline(st, pipe)
         seconds = _time.perf_counter() - t0
