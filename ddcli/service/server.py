@@ -61,6 +61,7 @@ class Service:
         self.commands = 0
         self.busy = False  # a command is accepted or running
         self.running = False  # a command runs now: a Ctrl-C goes to it
+        self.current: protocol.Channel | None = None  # the channel of the command that runs
         self.stopping = False
         self.lock = threading.RLock()  # also taken by signal handlers, on the main thread
         self.work: queue.Queue = queue.Queue()
@@ -188,13 +189,13 @@ class Service:
                                        daemon=True)
             with client_command(request, channel):
                 with self.lock:
-                    self.running = True
+                    self.running, self.current = True, channel
                 watcher.start()
                 try:
                     code = _run_cli(argv)
                 finally:
                     with self.lock:
-                        self.running = False
+                        self.running, self.current = False, None
             release()
             channel.send_json(protocol.EXIT, {"code": code})
         except OSError as e:  # the client went away; its command was interrupted
@@ -230,7 +231,9 @@ class Service:
         except OSError:
             pass
         with self.lock:
-            if self.running:
+            # only its own command: a client that hangs up after its exit code must not
+            # interrupt the next client's command, which may already run
+            if self.running and self.current is channel:
                 signal.pthread_kill(self.main_thread, signal.SIGINT)
 
 

@@ -220,10 +220,10 @@ def test_a_command_uses_the_clients_folder_environment_and_current_files(tmp_pat
     ok(ddcli(["run", "scaled.py", "--rebuild"], work, env))
     got = {dict(k)["word"]: v for k, v in collection(str(work / "ddstore"), "out_a").items()}
     assert got == {w: n * 7 for w, n in base.items()}
-    # and so is the pipeline file: an edited one is refused until --rebuild
-    (work / "scaled.py").write_text(SCALED + "\n# edited\n")
+    # and so is the pipeline file: an edit of its dataflow is refused until --rebuild
+    (work / "scaled.py").write_text(SCALED.replace(".threshold(scaled)", ".distinct().threshold(scaled)"))
     res = ddcli(["run", "scaled.py"], work, env)
-    assert res.returncode == 2 and "another version of its file" in res.stderr, res.stderr
+    assert res.returncode == 2 and "changed since its last run: new distinct (scaled.py:" in res.stderr, res.stderr
     assert services() == ran_by[0]
 
 
@@ -321,6 +321,9 @@ def test_a_hung_service_is_killed_after_ctrl_c_and_the_client_says_so_in_one_lin
     assert code == 130 and out == "" and err.count("\n") == 1, (code, out, err)
     assert err.startswith("error: interrupted; the ddcli service did not stop the command"), err
     assert digest(os.path.join(store, "log")) == log_before
+    deadline = time.time() + 30  # its lock goes with the last of its processes
+    while pid in services().values() and time.time() < deadline:
+        time.sleep(0.2)
     assert pid not in services().values()
 
 
