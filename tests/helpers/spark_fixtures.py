@@ -31,8 +31,11 @@ def spark():
 
 @pytest.fixture
 def spark_jobs(spark):
-    """A function returning the ids of every Spark job started so far."""
-    tracker = spark.sparkContext.statusTracker()
+    """A function returning the ids of every Spark job started so far (of the engine's
+    session: started again if a test before stopped it, as an in-process Ctrl-C does)."""
+    from ops.spark.session import get_spark
+
+    tracker = get_spark().sparkContext.statusTracker()
 
     def jobs() -> set[int]:
         return set(tracker.getJobIdsForGroup())

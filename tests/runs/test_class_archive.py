@@ -142,6 +142,6 @@ def test_real_runs_write_the_archive_use_it_and_survive_a_damaged_one(tmp_path):
     damaged = f"{stem}-{len(head)}.jsa"
     with open(damaged, "wb") as fh:
         fh.write(head)
-    res = run("--rebuild")
+    res = run("--rebuild-all")  # everything again, from the inputs' since
     assert "11 new input updates -> counts (+14 updates)" in res.stdout
     assert not os.path.exists(damaged)

@@ -128,8 +128,8 @@ def test_the_sample_pipelines_on_a_standalone_cluster_equal_local_mode(spark, cl
         extra = {} if epoch == 0 else {"DDCLI_SPARK_DRIVER_HOST": cluster.host_addr,
                                        "DDCLI_SPARK_BIND_ADDRESS": cluster.host_addr}
         t0 = time.monotonic()
-        res = run_ddcli(["run", *PIPES], remote, env=_cluster_env(cluster, python, DDCLI_PROGRESS="1", **extra),
-                        timeout=900)
+        env = _cluster_env(cluster, python, DDCLI_PROGRESS="1", DDCLI_NO_PROGRESS="0", **extra)  # progress lines on
+        res = run_ddcli(["run", *PIPES], remote, env=env, timeout=900)
         assert res.returncode == 0, f"exit {res.returncode}\n{res.stdout}\n{res.stderr}"
         assert res.stdout.count("pipeline '") == 5, res.stdout
         # cc ran resident in the executors' two slots (a barrier stage of as many tasks as
