@@ -25,6 +25,7 @@ import time
 
 from ddcli.service import folder as place
 from ddcli.service import identity, protocol
+from storage.processes import pid_alive
 
 START_SECONDS = 90.0  # a new service may first wait for a predecessor of its key to stop
 ANSWER_SECONDS = 10.0  # a live service answers a request at once
@@ -154,20 +155,11 @@ def _wait_for_service(path: str, request: dict, pid: int) -> protocol.Channel | 
             channel = _accepted(path, request)
             if channel is not None:
                 return channel
-        if not _alive(pid) and not os.path.exists(path):
+        if not pid_alive(pid) and not os.path.exists(path):
             return None  # it could not start (its log says why), or found another one
         time.sleep(0.02)
     return None
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class _Interrupts:

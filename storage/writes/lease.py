@@ -26,22 +26,13 @@ import time
 from storage import clock
 from storage.blobs.resolve import for_path
 from storage.errors import Conflict
+from storage.processes import pid_alive
 
 DEFAULT_TTL = 60.0
 
 
 def ttl_seconds() -> float:
     return float(os.environ.get("DDCLI_LEASE_SECONDS") or DEFAULT_TTL)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _leases(blobs, folder: str, name: str) -> list[tuple[int, str]]:
@@ -63,7 +54,7 @@ def _holder(blobs, path: str, ttl: float) -> dict | None:
         rec = json.loads(text)
     except ValueError:  # its holder is still writing it
         return {"pid": "?", "host": "?", "started": "just now"}
-    if rec.get("host") == socket.gethostname() and not _pid_alive(int(rec.get("pid", -1))):
+    if rec.get("host") == socket.gethostname() and not pid_alive(int(rec.get("pid", -1))):
         return None
     return rec
 

@@ -102,3 +102,21 @@ def test_a_lease_from_another_host_expires_after_its_time_to_live(words_store, m
     _foreign_lease(words_store, age=31)
     with lease(words_store, "wordcount") as path:
         assert path.endswith("wordcount.2.json")
+
+
+def test_a_killed_holder_not_yet_collected_by_its_parent_holds_nothing():
+    from storage.processes import pid_alive
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert pid_alive(child.pid) and pid_alive(os.getpid())
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.time() + 10
+        while pid_alive(child.pid) and time.time() < deadline:  # a zombie until wait() below
+            time.sleep(0.05)
+        assert not pid_alive(child.pid)
+        with open(f"/proc/{child.pid}/stat") as fh:  # still there, not collected
+            assert fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    finally:
+        child.kill()
+        child.wait()
+    assert not pid_alive(child.pid) and not pid_alive(-1)

@@ -1,9 +1,10 @@
 """The warm engine (ddcli/service/): what a user expects of it, each in real processes.
 
 Every command here is ``python -m ddcli`` in a process of its own, as a shell, cron or
-Airflow would start it; the services it starts live in the test session's folder
-(``DDCLI_SERVICE_DIR``, tests/conftest.py), which stops them all at the end. The commands
-of one test share one service where they can, as a user's commands do.
+Airflow would start it; the services it starts live in a folder of the test's own
+(``DDCLI_SERVICE_DIR``): the tests count and kill services, so none of another test may be
+there; every service in it is stopped at the end. The commands of one test share one
+service where they can, as a user's commands do.
 
 The store is checked with pyarrow and a plain fold of the update files, never through the
 code under test; "identical" compares two stores built with and without the service.
@@ -129,6 +130,24 @@ def history(store: str) -> dict:
                 acc[tuple(sorted((k, v) for k, v in r.items() if k != "diff"))] += r["diff"]
         out[name] = sorted((k, v) for k, v in acc.items() if v)
     return out
+
+
+@pytest.fixture(autouse=True)
+def own_services(monkeypatch):
+    """A folder of services for this test alone (short, under /tmp: a socket's path must
+    fit in 100 bytes); every service in it is stopped at the end."""
+    import shutil
+    import tempfile
+
+    from ddcli.service.client import stop
+    from ddcli.service.folder import keys
+
+    folder = tempfile.mkdtemp(prefix="ddsvc-", dir="/tmp")
+    monkeypatch.setenv("DDCLI_SERVICE_DIR", folder)
+    yield folder
+    for key in keys(folder):
+        stop(folder, key)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
