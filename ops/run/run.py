@@ -466,22 +466,15 @@ def write_targets(store: Store, plan: RunPlan, ev: Evaluation, targets: dict[str
         if job is None:
             continue
         kind, write = job
-        if kind == "task":  # its files are written: their layers only
-            with progress.step("write", trace=tname, state=is_state, in_loop_task=True) as w:
-                sealed, held = _written_in_task(*write, out.protos[tname], plan, node, is_state)
-                out.sealed[tname] = registry.add(tname, sealed)
-                if not is_state:
-                    out.held[tname] = registry.add(tname, held)
-                _describe_write(w, tname, targets, out.sealed, out.held, out.protos, ran)
-            writes[tname] = w
-            _report_write(progress, w)
-        elif kind == "grouped":
+        if kind == "grouped":
             grouped[tname] = write
         elif kind == "shared":
             shared.setdefault(shared_token(write.df), {})[tname] = write
         else:
-            with progress.step("write", trace=tname, state=is_state) as w:
-                sealed, held = write()
+            in_task = kind == "task"  # the loop's task wrote its files: their layers only
+            with progress.step("write", trace=tname, state=is_state, **({"in_loop_task": True} if in_task else {})) as w:
+                sealed, held = (_written_in_task(*write, out.protos[tname], plan, node, is_state) if in_task
+                                else write())
                 out.sealed[tname] = registry.add(tname, sealed)
                 if not is_state:
                     out.held[tname] = registry.add(tname, held)

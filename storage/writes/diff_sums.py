@@ -24,6 +24,7 @@ from storage.errors import DiffOverflow
 from storage.files.limits import INT64_MAX
 from storage.layer import diff_max
 from storage.state.trace import Trace
+from storage.writes.retractions import with_stored_updates
 
 
 def check_diff_sums(store, name: str, existing: Trace | None, updates: pa.Table, data_columns: list[str]) -> None:
@@ -80,27 +81,14 @@ def _file_diff_max(lf, path: str) -> int:
 def _worst_row(store, existing: Trace | None, updates: pa.Table, data_columns: list[str]):
     """``(row, positive sum, negative sum)`` of a row whose diffs, new and stored, leave
     int64 (``(None, 0, 0)`` when none does)."""
-    from storage.sql.duck import connect, quote
+    from storage.sql.duck import quote
     cols = ", ".join(quote(c) for c in data_columns)
-    paths = store.read_paths(existing, local=True) if existing is not None else []
-    old = ""
-    if paths:
-        files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
-        match = " AND ".join(f"o.{quote(c)} IS NOT DISTINCT FROM t.{quote(c)}" for c in data_columns)
-        old = (f" UNION ALL SELECT {', '.join('o.' + quote(c) for c in data_columns)}, o.diff "
-               f"FROM read_parquet([{files}]) o SEMI JOIN touched t ON {match}")
     pos = "SUM(CASE WHEN diff > 0 THEN CAST(diff AS HUGEINT) ELSE 0 END)"
     neg = "SUM(CASE WHEN diff < 0 THEN CAST(diff AS HUGEINT) ELSE 0 END)"
-    query = (f"WITH touched AS (SELECT DISTINCT {cols} FROM __ddcli_new), "
-             f"every AS (SELECT {cols}, diff FROM __ddcli_new{old}) "
-             f"SELECT {cols}, CAST({pos} AS VARCHAR) AS __pos, CAST({neg} AS VARCHAR) AS __neg FROM every "
-             f"GROUP BY ALL HAVING {pos} > {INT64_MAX} OR {neg} < -{INT64_MAX} ORDER BY ALL LIMIT 1")
-    with connect(store) as con:
-        con.register("__ddcli_new", updates)
-        try:
-            found = con.sql(query).to_arrow_table()
-        finally:
-            con.unregister("__ddcli_new")
+    found = with_stored_updates(store, existing, updates, data_columns, "",
+                                f"SELECT {cols}, CAST({pos} AS VARCHAR) AS __pos, CAST({neg} AS VARCHAR) AS __neg "
+                                f"FROM every GROUP BY ALL HAVING {pos} > {INT64_MAX} OR {neg} < -{INT64_MAX} "
+                                f"ORDER BY ALL LIMIT 1")
     if not found.num_rows:
         return None, 0, 0
     row = found.to_pylist()[0]

@@ -39,11 +39,11 @@ class Negative:
                 f"first: {shown} (count {self.first_count})")
 
 
-def negative_rows(store, existing: Trace | None, updates: pa.Table, data_columns: list[str]) -> Negative:
-    """The rows of ``updates`` with a negative diff whose total count, over the trace's
-    updates and ``updates``, is negative."""
-    if not updates.num_rows or not pc.any(pc.less(updates.column("diff"), 0)).as_py():
-        return Negative()
+def with_stored_updates(store, existing: Trace | None, updates: pa.Table, data_columns: list[str],
+                        touched_where: str, select: str) -> pa.Table:
+    """The result of ``select`` over ``every``: the rows of ``updates`` and the trace's stored
+    updates of the rows they touch (the rows of ``updates`` ``touched_where`` keeps), in one
+    DuckDB query that reads only the stored row groups that can hold them."""
     from storage.sql.duck import connect
     cols = ", ".join(quote(c) for c in data_columns)
     paths = store.read_paths(existing, local=True) if existing is not None else []
@@ -53,16 +53,25 @@ def negative_rows(store, existing: Trace | None, updates: pa.Table, data_columns
         match = " AND ".join(f"o.{quote(c)} IS NOT DISTINCT FROM t.{quote(c)}" for c in data_columns)
         old = (f" UNION ALL SELECT {', '.join('o.' + quote(c) for c in data_columns)}, o.diff "
                f"FROM read_parquet([{files}]) o SEMI JOIN touched t ON {match}")
-    query = (f"WITH touched AS (SELECT DISTINCT {cols} FROM __ddcli_new WHERE diff < 0), "
-             f"every AS (SELECT {cols}, diff FROM __ddcli_new{old}) "
-             f"SELECT {cols}, CAST(SUM(diff) AS VARCHAR) AS __count FROM every GROUP BY ALL "
-             f"HAVING SUM(diff) < 0 ORDER BY ALL")
+    query = (f"WITH touched AS (SELECT DISTINCT {cols} FROM __ddcli_new {touched_where}), "
+             f"every AS (SELECT {cols}, diff FROM __ddcli_new{old}) {select}")
     with connect(store) as con:
         con.register("__ddcli_new", updates)
         try:
-            found = con.sql(query).to_arrow_table()
+            return con.sql(query).to_arrow_table()
         finally:
             con.unregister("__ddcli_new")
+
+
+def negative_rows(store, existing: Trace | None, updates: pa.Table, data_columns: list[str]) -> Negative:
+    """The rows of ``updates`` with a negative diff whose total count, over the trace's
+    updates and ``updates``, is negative."""
+    if not updates.num_rows or not pc.any(pc.less(updates.column("diff"), 0)).as_py():
+        return Negative()
+    cols = ", ".join(quote(c) for c in data_columns)
+    found = with_stored_updates(store, existing, updates, data_columns, "WHERE diff < 0",
+                                f"SELECT {cols}, CAST(SUM(diff) AS VARCHAR) AS __count FROM every GROUP BY ALL "
+                                f"HAVING SUM(diff) < 0 ORDER BY ALL")
     if not found.num_rows:
         return Negative()
     first = found.slice(0, 1).to_pylist()[0]
