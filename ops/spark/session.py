@@ -158,6 +158,8 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "5s")
         .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "12")
     )
+    if local and os.environ["PYSPARK_PYTHON"] == _python():  # workers forked with ddcli's task code imported
+        builder = builder.config("spark.python.daemon.module", "ops.spark.daemon")
     if not local:  # local workers inherit this process's environment; a cluster's are handed it
         for name, value in executor_settings().items():
             builder = builder.config(f"spark.executorEnv.{name}", value)
