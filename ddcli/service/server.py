@@ -13,7 +13,8 @@ second client that comes while a command runs is told the service is busy and ru
 a process of its own — exactly what it would do with no service; commands on the same
 store then meet the store's usual lease and commit rules. A client's Ctrl-C, or a client
 that goes away, interrupts its command as Ctrl-C interrupts a command in its own process
-(jobs cancelled, nothing committed, exit 130), and the session stays warm. After
+(jobs cancelled, nothing committed, exit 130), and the session stays warm. After its
+first command that started Spark, it warms up once (ddcli/service/warm_up.py). After
 ``DDCLI_SERVICE_IDLE`` seconds (of the last client) without a command, or on
 ``ddcli service stop``, the service stops.
 """
@@ -68,6 +69,7 @@ class Service:
         self.work: queue.Queue = queue.Queue()
         self.main_thread = threading.get_ident()
         self.worker_sets: set[int] = set()
+        self.warm_up = None  # ddcli/service/warm_up.py: started once, after the first command
 
     # ------------------------------------------------------------ clients
 
@@ -154,10 +156,15 @@ class Service:
                         continue
                     self.stopping = True
                 log(f"stopping: idle for {self.idle:g} s")
+                self.end_warm_up(cancel=True)
                 return
             if item is None:
+                self.end_warm_up(cancel=True)
                 return
+            self.end_warm_up()
             self.run_command(*item)
+            if self.warm_up is None and self.master.startswith("local") and spark_running():
+                self.start_warm_up(item[1])
 
     def on_sigint(self, signum, frame) -> None:
         """A Ctrl-C a client sent: its command's (ops/spark/session.py cancels its jobs);
@@ -215,6 +222,21 @@ class Service:
             release()
             self.count_worker_sets(request)
 
+    def start_warm_up(self, request: dict) -> None:
+        from ddcli.service.identity import task_environment
+        from ddcli.service.warm_up import WarmUp
+        self.warm_up = WarmUp(self.folder, self.key, task_environment(request.get("env", {})), log)
+        self.warm_up.start()
+
+    def end_warm_up(self, cancel: bool = False) -> None:
+        """Before a command: let the warm-up finish; when stopping: cut it short."""
+        if self.warm_up is None:
+            return
+        if cancel:
+            self.warm_up.cancel()
+        else:
+            self.warm_up.wait()
+
     def count_worker_sets(self, request: dict) -> None:
         from ddcli.service.identity import task_environment
         self.worker_sets.add(hash(frozenset(task_environment(request.get("env", {})).items())))
@@ -251,6 +273,11 @@ def _cli_command():
 def _run_cli(argv: list[str]) -> int:
     code = _cli_command().main(args=argv, prog_name="ddcli", standalone_mode=False)
     return code if isinstance(code, int) else 0
+
+
+def spark_running() -> bool:
+    from ops.spark.session import running_spark
+    return running_spark() is not None
 
 
 def _tidy() -> None:

@@ -79,6 +79,11 @@ def connect_timeout() -> float:
     return value
 
 
+def running_spark():
+    """The process's Spark session if it has started one, else None (nothing is started)."""
+    return _session
+
+
 def get_spark(master: str | None = None, *, memory: str | None = None):
     """The process's Spark session, started on first use with the project's settings."""
     global _session

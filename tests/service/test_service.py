@@ -536,3 +536,24 @@ def test_status_stop_and_idle_stop(words_store):
     while services() and time.time() < deadline:
         time.sleep(0.2)
     assert services() == {}
+
+
+def test_the_service_warms_up_once_after_its_first_command_and_leaves_nothing(words_store):
+    """After its first run, the service runs a small pipeline of its own (a loop, a reduce,
+    a join) in a folder it removes; the next command waits for it, the user's store holds
+    only its own traces, and the warm-up's jobs are no command's (``--json`` counts the
+    same jobs as a run in its own process: see the test of identical results)."""
+    from ddcli.service.folder import log_path
+
+    ok(ddcli(["run", WORDCOUNT], words_store))
+    ok(ddcli(["ingest", "words", WORDS[1]], words_store))
+    ok(ddcli(["run", WORDCOUNT], words_store))
+    folder = os.environ["DDCLI_SERVICE_DIR"]
+    (key,) = services()
+    with open(log_path(folder, key)) as fh:
+        logged = [line for line in fh if "warm-up" in line]
+    assert len(logged) == 1 and "warm-up: done" in logged[0], logged
+    assert not [n for n in os.listdir(folder) if n.startswith("warm-up-")]
+    assert sorted(Store(str(words_store / "ddstore")).state().traces) == ["counts", "words"]
+    assert collection(str(words_store / "ddstore"), "counts") == {
+        (("count", n), ("word", w)): 1 for w, n in fold_csv(WORDS).items()}
