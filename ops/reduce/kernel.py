@@ -194,14 +194,16 @@ def key_slices(table: pa.Table, key: list[str], max_rows: int):
     if table.num_rows <= max_rows:
         yield table
         return
-    kid, K = row_ids(table, key, ordered=False)
+    kid, K = row_ids(table, key, ordered=False)  # ids in order of first appearance
     counts = np.bincount(kid, minlength=K)
     chunk = np.r_[0, np.cumsum(counts)[:-1]] // max(int(max_rows), 1)
     kbounds = np.flatnonzero(np.r_[True, chunk[1:] != chunk[:-1], True])
-    order = np.argsort(kid, kind="stable")
     row_start = np.r_[0, np.cumsum(counts)]
+    grouped = not (kid[1:] < kid[:-1]).any()  # each key's rows together already (ops/reduce/held_rows.py)
+    order = None if grouped else np.argsort(kid, kind="stable")
     for k0, k1 in zip(kbounds[:-1], kbounds[1:]):
-        yield table.take(pa.array(order[row_start[k0]:row_start[k1]]))
+        lo, hi = int(row_start[k0]), int(row_start[k1])
+        yield table.slice(lo, hi - lo) if grouped else table.take(pa.array(order[lo:hi]))
 
 
 def _sweep_chunk(table, key, values, reducer, out_schema, result_schema) -> pa.Table | None:
