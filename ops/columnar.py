@@ -30,7 +30,14 @@ def new_flags(table: pa.Table) -> np.ndarray:
 
 def densify(x: np.ndarray, ordered: bool = True) -> tuple[np.ndarray, int]:
     """Dense ids ``0..n-1`` of the values of ``x``: in value order (a sort), or in order of
-    first appearance (a hash table: pandas' factorize, several times faster)."""
+    first appearance (a hash table: pandas' factorize, several times faster). Values in
+    ascending order already (rows sorted by key) take neither: their ids count the runs."""
+    if len(x) and not (x[1:] < x[:-1]).any():
+        start = np.empty(len(x), bool)
+        start[0] = True
+        np.not_equal(x[1:], x[:-1], out=start[1:])
+        ids = np.cumsum(start, dtype=np.int64) - 1
+        return ids, int(ids[-1]) + 1
     if not ordered:
         import pandas as pd
         ids, uniques = pd.factorize(x)

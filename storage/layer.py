@@ -125,7 +125,7 @@ def consolidate(table: pa.Table, data_columns: list[str], key: list[str], d: int
     if presummed and not moved and table.num_rows:
         # sorted, equal (data, time) would sit side by side: checked, not trusted
         ordered = table.select(group + ["diff"])
-        if _strictly_ascending(ordered, [c for c, _ in order]) and not _has_zero_diff(ordered):
+        if strictly_ascending(ordered, [c for c, _ in order]) and not _has_zero_diff(ordered):
             return ordered
         ordered = ordered.sort_by(order)
         if not _needs_summing(ordered, group):
@@ -147,7 +147,7 @@ def _has_zero_diff(table: pa.Table) -> bool:
     return bool(table.num_rows) and bool(pc.any(pc.equal(table.column("diff"), 0)).as_py())
 
 
-def _strictly_ascending(table: pa.Table, columns: list[str]) -> bool:
+def strictly_ascending(table: pa.Table, columns: list[str]) -> bool:
     """Whether every row is before the next in the order of ``columns`` (ascending, first
     column most significant), none equal to it on all of them: a sort would keep the table
     as it is. False for nulls, NaN and column types Arrow cannot compare (they get sorted)."""
@@ -166,6 +166,8 @@ def _strictly_ascending(table: pa.Table, columns: list[str]) -> bool:
             return False
         before = lt if before is None else pc.or_(before, pc.and_(tied, lt))
         tied = eq if tied is None else pc.and_(tied, eq)
+        if not pc.all(pc.or_(before, tied)).as_py():  # some row is after the next: out of order
+            return False
     return bool(pc.all(before).as_py())
 
 

@@ -39,6 +39,7 @@ from ops.reduce import slabs as rf
 from ops.reduce import sweep as sw
 from ops.reduce.grid import grid_cells, grid_delta
 from storage.lattice import time_columns
+from storage.layer import strictly_ascending
 
 __all__ = [
     "GROUP", "COUNT", "reduce_delta", "Reducer", "Count", "CountDistinct", "Sum", "Min", "Max",
@@ -137,8 +138,11 @@ def reduce_delta(
     if not parts:
         return empty_table(result_schema)
     out = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+    order = key + out_schema.names + tcols
+    if strictly_ascending(out, order):  # count and sum of rows sorted by key come out in order
+        return out
     try:
-        return out.sort_by([(c, "ascending") for c in key + out_schema.names + tcols])
+        return out.sort_by([(c, "ascending") for c in order])
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
         return out  # unsortable column types: consolidated, just not ordered
 
