@@ -21,6 +21,7 @@ that goes away, interrupts its command as Ctrl-C interrupts a command in its own
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import queue
 import signal
@@ -237,11 +238,18 @@ class Service:
                 signal.pthread_kill(self.main_thread, signal.SIGINT)
 
 
-def _run_cli(argv: list[str]) -> int:
+@functools.lru_cache(maxsize=1)
+def _cli_command():
+    """The command line as a Click command, built once: Typer reads every command's
+    signature and type hints to build it (0.2-0.4 s), and the service runs many commands."""
     import typer
 
     from ddcli.cli import app
-    code = typer.main.get_command(app).main(args=argv, prog_name="ddcli", standalone_mode=False)
+    return typer.main.get_command(app)
+
+
+def _run_cli(argv: list[str]) -> int:
+    code = _cli_command().main(args=argv, prog_name="ddcli", standalone_mode=False)
     return code if isinstance(code, int) else 0
 
 

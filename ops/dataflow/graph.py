@@ -9,8 +9,8 @@ here imports the builder or any operator.
 
 from __future__ import annotations
 
-import inspect
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,9 +38,12 @@ class Node:
 def declared_at() -> str:
     """The first frame outside ops/: the user's pipeline file and line."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # ops/
-    for fr in inspect.stack()[2:]:
-        if not os.path.abspath(fr.filename).startswith(here):
-            return f"{os.path.basename(fr.filename)}:{fr.lineno}"
+    frame = sys._getframe(2)  # frames, not inspect.stack(): that reads every caller's source lines
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not os.path.abspath(filename).startswith(here):
+            return f"{os.path.basename(filename)}:{frame.f_lineno}"
+        frame = frame.f_back
     return ""
 
 

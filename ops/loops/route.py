@@ -18,6 +18,7 @@ the rows a task holds after a round); the constants here say where they are.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -104,6 +105,7 @@ def build_body(p: Pipeline, loop_node: Node, plan: LoopPlan, schemas: dict, arra
     return Body(scope.name, d, nodes, variables, leaves, loop_node.args["max_rounds"])
 
 
+@functools.lru_cache(maxsize=1024)  # a warm engine plans the same loops again and again
 def duck_type(sql: str, schema: pa.Schema) -> pa.DataType | None:
     """The type DuckDB gives the expression ``sql`` over columns of ``schema`` (None: it refuses it)."""
     import duckdb

@@ -127,6 +127,32 @@ def _union(tables: list[pa.Table | None], schema: pa.Schema) -> pa.Table | None:
     return present[0] if len(present) == 1 else pa.concat_tables(present)
 
 
+def _equal_bits(typ: pa.DataType) -> bool:
+    return (pa.types.is_integer(typ) or pa.types.is_string(typ) or pa.types.is_large_string(typ)
+            or pa.types.is_boolean(typ) or pa.types.is_date(typ))
+
+
+def rows_of_keys(con, t: pa.Table, touched: pa.Table, key: list[str]) -> pa.Table:
+    """The rows of ``t`` whose ``key`` some row of ``touched`` holds (nulls equal). One
+    column of one type whose equal values have equal bits (not floats: -0.0 = 0.0): an
+    Arrow membership test (a DuckDB query costs some 5 ms of planning, and a loop's tail
+    rounds touch a handful of keys); else a semi-join in DuckDB (``con``)."""
+    typ = t.schema.field(key[0]).type
+    if len(key) == 1 and typ == touched.schema.field(key[0]).type and _equal_bits(typ):
+        wanted = pc.unique(touched.column(key[0]))
+        return t.filter(pc.is_in(t.column(key[0]), value_set=wanted, skip_nulls=False))
+    cond = " AND ".join(f"o.{_quote(k)} IS NOT DISTINCT FROM k.{_quote(k)}" for k in key)
+    keys = ", ".join(_quote(k) for k in key)
+    con.register("_dd_old", t)
+    con.register("_dd_touched", touched)
+    try:
+        return con.sql(f"SELECT o.* FROM _dd_old o SEMI JOIN (SELECT DISTINCT {keys} FROM _dd_touched) k "
+                       f"ON {cond}").to_arrow_table()
+    finally:
+        con.unregister("_dd_old")
+        con.unregister("_dd_touched")
+
+
 def _quote(c: str) -> str:
     return '"' + c.replace('"', '""') + '"'
 
@@ -244,9 +270,7 @@ class _Round:
         parts = [new]
         old = self.old(n.inputs[0], key, t)
         if old is not None and key:  # the old updates of the touched keys, advanced to the frontier
-            cond = " AND ".join(f"o.{_quote(k)} IS NOT DISTINCT FROM k.{_quote(k)}" for k in key)
-            keys = ", ".join(_quote(k) for k in key)
-            old = self.sql(f"SELECT o.* FROM o SEMI JOIN (SELECT DISTINCT {keys} FROM n) k ON {cond}", o=old, n=t)
+            old = rows_of_keys(self.con, old, t, key)
         if old is not None:
             if old.num_rows:
                 old = advance(conform(old, in_schema), self.tcols[-1], self.iteration)

@@ -51,7 +51,7 @@ class RunProgress:
         return len(self._jobs() - self._first) if self._tracker is not None else 0
 
     def _jobs(self) -> set[int]:
-        return set(self._tracker.getJobIdsForGroup()) if self._tracker is not None else set()
+        return job_ids(self._tracker) if self._tracker is not None else set()
 
     @contextmanager
     def step(self, kind: str, **fields):
@@ -96,6 +96,16 @@ class RunProgress:
             self(f"{n.describe()}: {rows}; {where}")
 
 
+def job_ids(tracker) -> set[int]:
+    """The ids of every job Spark still knows (up to ``spark.ui.retainedJobs``, 1,000), in
+    two Py4J calls: reading the Java array element by element costs a call per job, and a
+    warm engine's session knows a thousand of them."""
+    from pyspark import SparkContext
+
+    ids = SparkContext._jvm.java.util.Arrays.toString(tracker._jtracker.getJobIdsForGroup(None))
+    return {int(x) for x in ids.strip("[]").split(",") if x.strip()}
+
+
 def step_label(kind: str, fields: dict) -> str:
     """What a step does, in a few words."""
     if kind == "spark_start":
@@ -138,11 +148,11 @@ class TaskCounts:
         self.base: set[int] = set()
 
     def mark(self) -> None:
-        self.base = set(self.tracker.getJobIdsForGroup())
+        self.base = job_ids(self.tracker)
 
     def now(self) -> tuple[int, int]:
         done = total = 0
-        for job in set(self.tracker.getJobIdsForGroup()) - self.base:
+        for job in job_ids(self.tracker) - self.base:
             counts = self.finished.get(job) or self._job(job)
             done, total = done + counts[0], total + counts[1]
         return done, total

@@ -134,8 +134,33 @@ def _record_floor(d: int, hi: int | None, frontier: Frontier) -> int | None:
     return p if hi is None else min(hi, p)
 
 
-def check_pipeline(spark, p: Pipeline, views: dict[str, InputView], d: int) -> dict[int, pa.Schema]:
-    """Validate the whole graph on empty frames (no Spark job); the data schema of each node."""
+# the planning dry run's results in this process, by what decides them: the nodes' ids and
+# fingerprints (operators, arguments, expressions, user functions' code), the inputs' schemas
+# and the session. A warm engine runs the same pipeline again and again, and the dry run
+# costs some 0.3 s of Py4J calls a time.
+_PLANNED: dict[tuple, dict[int, pa.Schema]] = {}
+_PLANNED_KEEP = 64
+
+
+def check_pipeline(spark, p: Pipeline, views: dict[str, InputView], d: int,
+                   fps: dict[int, str] | None = None) -> dict[int, pa.Schema]:
+    """Validate the whole graph on empty frames (no Spark job); the data schema of each node.
+    With the nodes' fingerprints ``fps``, a graph this process validated already is not
+    validated again."""
+    key = None if fps is None else (
+        spark.sparkContext.applicationId, d, tuple(sorted(fps.items())),
+        tuple(sorted((n, v.trace.schema.serialize().to_pybytes()) for n, v in views.items())))
+    if key in _PLANNED:
+        return dict(_PLANNED[key])
+    schemas = _plan_schemas(spark, p, views, d)
+    if key is not None:
+        if len(_PLANNED) >= _PLANNED_KEEP:
+            _PLANNED.clear()
+        _PLANNED[key] = dict(schemas)
+    return schemas
+
+
+def _plan_schemas(spark, p: Pipeline, views: dict[str, InputView], d: int) -> dict[int, pa.Schema]:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     ctx = EvalContext(spark, d)
@@ -367,7 +392,7 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
         + [f"the stored state {t.name}" for t in boundaries.values()]))
     loops = any(n.op == "loop" and (backfill is None or n.id in backfill.needed) for n in p.nodes)
     size_partitions(spark, delta_rows, single_ok=not loops)
-    schemas = check_pipeline(spark, p, views, d)
+    schemas = check_pipeline(spark, p, views, d, plan.ident.fps)
     runtime = Runtime(p, _stored_arrangements(store, plan, schemas), progress=progress, loop_stats=loop_stats,
                       schemas=schemas)
     runtime.exchange_root = store.exchange_folder()
@@ -381,8 +406,9 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
         sources[t.name] = read_layers(spark, store.read_paths(t),
                                       _empty_frame(spark, update_schema(t.schema, t.d)).schema)
     # batches only for one-dimensional times: with more, compacting to a batch's first time
-    # could merge times the stored state must keep apart (the frontier need not be beyond it)
-    if d == 1 and loops:
+    # could merge times the stored state must keep apart (the frontier need not be beyond it);
+    # and only past a batch's number of times in updates (fewer updates hold fewer times)
+    if d == 1 and loops and delta_rows > (batch_times or BATCH_TIMES):
         files = {n: store.layer_paths(v.trace, v.new) for n, v in views.items()}
         files.update({t.name: store.layer_paths(t, t.layers) for t in boundaries.values()})
         batches = time_batches(store, files, d, batch_times or BATCH_TIMES)

@@ -147,12 +147,19 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         # nested in another) and costs planning time on long plans; ddcli needs none of it
         .config("spark.sql.constraintPropagation.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        # PySpark's DataFrame debugging records the Python call site of every DataFrame call:
+        # a stack walk and three Py4J calls each (a pipeline's planning makes thousands), and
+        # an import of IPython on the first (0.6 s); ddcli's errors name the pipeline's line
+        # themselves
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         # a barrier stage (a resident loop, ops/loops/local.py) is sized by the slots when it
         # is planned; should executors go in between, Spark retries its slot check, by
         # default 40 times 15 s: fail after a minute instead (the loop then goes round by round)
         .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "5s")
         .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "12")
     )
+    if local and os.environ["PYSPARK_PYTHON"] == _python():  # workers forked with ddcli's task code imported
+        builder = builder.config("spark.python.daemon.module", "ops.spark.daemon")
     if not local:  # local workers inherit this process's environment; a cluster's are handed it
         for name, value in executor_settings().items():
             builder = builder.config(f"spark.executorEnv.{name}", value)

@@ -109,3 +109,52 @@ def test_one_owner_for_a_key_of_every_integer_width():
     unsigned = owners(con, pa.table({"k": pa.array([0, 3], pa.uint64())}), ["k"], 7)
     assert list(unsigned) == [seen[0], seen[3]]
     assert len(set(seen.values())) > 1  # not one owner for everything
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("key, touched_schema", [
+    (["k"], SCHEMA),  # one integer column: Arrow's membership test
+    (["s"], SCHEMA),  # one string column: the same
+    (["k"], pa.schema([("k", pa.int32()), ("s", pa.string()), ("v", pa.int64())])),  # types differ: DuckDB
+    (["k", "s"], SCHEMA),  # two columns: DuckDB
+    (["f"], None),  # floats (-0.0 equals 0.0): DuckDB
+], ids=["int", "string", "widths", "two_columns", "float"])
+def test_rows_of_the_touched_keys_are_those_a_semi_join_keeps(seed, key, touched_schema):
+    """A reduce's old rows narrowed to the keys a round touches (ops/loops/task.py
+    rows_of_keys), whichever way it takes: every row whose key a touched row holds, None
+    equal to None, and no other."""
+    from ops.loops.task import rows_of_keys
+
+    rng = random.Random(seed)
+    if key == ["f"]:
+        def table(n):
+            return pa.table({"f": [rng.choice([None, 0.0, -0.0, 1.5, float("nan")]) for _ in range(n)],
+                             "v": [rng.randint(0, 5) for _ in range(n)]})
+        old, touched = table(200), table(4)
+    else:
+        old, touched = _random_table(rng, 300), _random_table(rng, 5).cast(touched_schema)
+
+    def same(a, b):  # None equals None, NaN equals NaN, -0.0 equals 0.0 (DuckDB's semantics)
+        return a == b or (a is None and b is None) or (isinstance(a, float) and a != a and b is not None and b != b)
+
+    def canon(row):  # a row as a countable tuple (NaN is not equal to itself)
+        return tuple("nan" if isinstance(x, float) and x != x else x for x in row.values())
+
+    wanted = [tuple(r[c] for c in key) for r in touched.to_pylist()]
+    expected = Counter(canon(r) for r in old.to_pylist()
+                       if any(all(same(x, y) for x, y in zip(tuple(r[c] for c in key), w)) for w in wanted))
+    got = rows_of_keys(duckdb.connect(), old, touched, key)
+    assert Counter(canon(r) for r in got.to_pylist()) == expected
+    assert sum(expected.values()) > 0 or not wanted
+
+
+def test_lookup_values_are_equal_for_equal_integers_of_any_width_and_apart_for_others():
+    """The spine's lookup value of one integer column is the key's own bits: equal keys of
+    any width meet, distinct keys (and null) stay apart."""
+    values = [None, -5, -1, 0, 1, 7, 127]
+    tables = [pa.table({"k": pa.array(values, typ)}) for typ in (pa.int8(), pa.int16(), pa.int32(), pa.int64())]
+    got = [loop_spine.lookup_hashes(None, t, ["k"]).tolist() for t in tables]
+    assert all(g == got[0] for g in got)
+    assert len(set(got[0])) == len(values)
+    unsigned = loop_spine.lookup_hashes(None, pa.table({"k": pa.array([0, 1, 7, 127], pa.uint8())}), ["k"]).tolist()
+    assert unsigned == got[0][3:]
