@@ -107,9 +107,10 @@ def consolidate(table: pa.Table, data_columns: list[str], key: list[str], d: int
 
     Returns a table with exactly the data columns, the time columns and ``diff``.
     ``presummed``: the caller says no two rows share (data, time) and no diff is 0 (a
-    reduce's output): unless advancing moves a time, the rows are sorted and checked for
-    equal neighbours, and summed only if the check fails (the hash aggregation costs
-    twice the sort).
+    reduce's output): unless advancing moves a time, rows found in strictly ascending
+    order already (a reduce's kernel sorts its output) are kept as they are, others are
+    sorted and checked for equal neighbours, and summed only if the check fails (the hash
+    aggregation costs twice the sort).
     """
     tcols = time_columns(d)
     moved = False
@@ -123,7 +124,10 @@ def consolidate(table: pa.Table, data_columns: list[str], key: list[str], d: int
     order = [(c, "ascending") for c in sort_columns(data_columns, key, d)]
     if presummed and not moved and table.num_rows:
         # sorted, equal (data, time) would sit side by side: checked, not trusted
-        ordered = table.select(group + ["diff"]).sort_by(order)
+        ordered = table.select(group + ["diff"])
+        if strictly_ascending(ordered, [c for c, _ in order]) and not _has_zero_diff(ordered):
+            return ordered
+        ordered = ordered.sort_by(order)
         if not _needs_summing(ordered, group):
             return ordered
     if table.num_rows:
@@ -139,10 +143,39 @@ def consolidate(table: pa.Table, data_columns: list[str], key: list[str], d: int
     return summed.select(group + ["diff"])
 
 
+def _has_zero_diff(table: pa.Table) -> bool:
+    return bool(table.num_rows) and bool(pc.any(pc.equal(table.column("diff"), 0)).as_py())
+
+
+def strictly_ascending(table: pa.Table, columns: list[str]) -> bool:
+    """Whether every row is before the next in the order of ``columns`` (ascending, first
+    column most significant), none equal to it on all of them: a sort would keep the table
+    as it is. False for nulls, NaN and column types Arrow cannot compare (they get sorted)."""
+    n = table.num_rows
+    if n < 2:
+        return True
+    before = tied = None  # row i < row i+1 already decided by an earlier column / equal so far
+    for c in columns:
+        col = table.column(c)
+        if col.null_count:
+            return False
+        a, b = col.slice(0, n - 1), col.slice(1)
+        try:
+            lt, eq = pc.less(a, b), pc.equal(a, b)
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid):
+            return False
+        before = lt if before is None else pc.or_(before, pc.and_(tied, lt))
+        tied = eq if tied is None else pc.and_(tied, eq)
+        if not pc.all(pc.or_(before, tied)).as_py():  # some row is after the next: out of order
+            return False
+    return bool(pc.all(before).as_py())
+
+
 def _needs_summing(ordered: pa.Table, group: list[str]) -> bool:
     """Whether a table sorted by ``group`` has a zero diff or two neighbours equal on every
-    column of ``group`` (nulls equal to nulls); True for column types Arrow cannot compare."""
-    if ordered.num_rows and pc.any(pc.equal(ordered.column("diff"), 0)).as_py():
+    column of ``group`` (nulls equal to nulls, NaN to NaN, as the aggregation groups them);
+    True for column types Arrow cannot compare."""
+    if _has_zero_diff(ordered):
         return True
     if ordered.num_rows < 2:
         return False
@@ -155,6 +188,8 @@ def _needs_summing(ordered: pa.Table, group: list[str]) -> bool:
         except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid):
             return True
         eq = pc.or_(eq, pc.and_(pc.is_null(a), pc.is_null(b)))
+        if pa.types.is_floating(col.type):
+            eq = pc.or_(eq, pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False))
         same = eq if same is None else pc.and_(same, eq)
     return bool(pc.any(same).as_py())
 

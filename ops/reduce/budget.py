@@ -266,7 +266,7 @@ def reduce_held(held: HeldRows, key: list[str], values: list[str], d: int, reduc
     if held.spilled:  # reduces sharing one input group by the same key: they keep the same rows
         held.keep_touched(key)
     if not held.spilled or held.rows <= budget:
-        return rk.reduce_delta(held.table if not held.spilled else held.select(), key, values, d, reducer)
+        return rk.reduce_delta(held.grouped(key) if not held.spilled else held.select(), key, values, d, reducer)
     if shares_ok:
         stage_one = _first_stage(reducer, key, values, d)
         # a share without new updates changes no output of a reducer of one value row at a time

@@ -39,6 +39,7 @@ from ops.reduce import slabs as rf
 from ops.reduce import sweep as sw
 from ops.reduce.grid import grid_cells, grid_delta
 from storage.lattice import time_columns
+from storage.layer import strictly_ascending
 
 __all__ = [
     "GROUP", "COUNT", "reduce_delta", "Reducer", "Count", "CountDistinct", "Sum", "Min", "Max",
@@ -137,8 +138,11 @@ def reduce_delta(
     if not parts:
         return empty_table(result_schema)
     out = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+    order = key + out_schema.names + tcols
+    if strictly_ascending(out, order):  # count and sum of rows sorted by key come out in order
+        return out
     try:
-        return out.sort_by([(c, "ascending") for c in key + out_schema.names + tcols])
+        return out.sort_by([(c, "ascending") for c in order])
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
         return out  # unsortable column types: consolidated, just not ordered
 
@@ -194,14 +198,16 @@ def key_slices(table: pa.Table, key: list[str], max_rows: int):
     if table.num_rows <= max_rows:
         yield table
         return
-    kid, K = row_ids(table, key, ordered=False)
+    kid, K = row_ids(table, key, ordered=False)  # ids in order of first appearance
     counts = np.bincount(kid, minlength=K)
     chunk = np.r_[0, np.cumsum(counts)[:-1]] // max(int(max_rows), 1)
     kbounds = np.flatnonzero(np.r_[True, chunk[1:] != chunk[:-1], True])
-    order = np.argsort(kid, kind="stable")
     row_start = np.r_[0, np.cumsum(counts)]
+    grouped = not (kid[1:] < kid[:-1]).any()  # each key's rows together already (ops/reduce/held_rows.py)
+    order = None if grouped else np.argsort(kid, kind="stable")
     for k0, k1 in zip(kbounds[:-1], kbounds[1:]):
-        yield table.take(pa.array(order[row_start[k0]:row_start[k1]]))
+        lo, hi = int(row_start[k0]), int(row_start[k1])
+        yield table.slice(lo, hi - lo) if grouped else table.take(pa.array(order[lo:hi]))
 
 
 def _sweep_chunk(table, key, values, reducer, out_schema, result_schema) -> pa.Table | None:
