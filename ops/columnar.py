@@ -32,7 +32,7 @@ def densify(x: np.ndarray, ordered: bool = True) -> tuple[np.ndarray, int]:
     """Dense ids ``0..n-1`` of the values of ``x``: in value order (a sort), or in order of
     first appearance (a hash table: pandas' factorize, several times faster). Values in
     ascending order already (rows sorted by key) take neither: their ids count the runs."""
-    if len(x) and not (x[1:] < x[:-1]).any():
+    if len(x) and x.dtype.kind in "iub" and not (x[1:] < x[:-1]).any():  # (NaN compares false)
         start = np.empty(len(x), bool)
         start[0] = True
         np.not_equal(x[1:], x[:-1], out=start[1:])

@@ -93,12 +93,12 @@ class WarmUp:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _updates(columns: dict[str, list], time: int):
+def _updates(columns: dict[str, list], at: int):
     import pyarrow as pa
 
     n = len(next(iter(columns.values())))
     return pa.table({**{c: pa.array(v, pa.int64()) for c, v in columns.items()},
-                     "time": pa.array([time] * n, pa.int64()), "diff": pa.array([1] * n, pa.int64())})
+                     "time": pa.array([at] * n, pa.int64()), "diff": pa.array([1] * n, pa.int64())})
 
 
 def _ingest(store, name: str, table, work: str, **options) -> None:

@@ -102,7 +102,10 @@ def job_ids(tracker) -> set[int]:
     warm engine's session knows a thousand of them."""
     from pyspark import SparkContext
 
-    ids = SparkContext._jvm.java.util.Arrays.toString(tracker._jtracker.getJobIdsForGroup(None))
+    java = getattr(tracker, "_jtracker", None)
+    if java is None:  # not PySpark's tracker (a display's own): its ids as it gives them
+        return set(tracker.getJobIdsForGroup())
+    ids = SparkContext._jvm.java.util.Arrays.toString(java.getJobIdsForGroup(None))
     return {int(x) for x in ids.strip("[]").split(",") if x.strip()}
 
 
