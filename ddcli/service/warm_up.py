@@ -30,15 +30,12 @@ JOB_GROUP = "ddcli-warm-up"
 PIPELINE = '''
 def pipeline(p):
     edges = p.input("edges")
-    roots = p.input("roots")
-    steps = edges.select(node="src", next="dst")
-
-    def one_more_hop(reached):
-        return reached.join(steps, on="node").select(node="next").concat(roots).distinct()
-
-    p.output("reached", roots.iterate(one_more_hop), key=["node"])
+    seeds = p.input("roots")
+    forward = edges.select(node="src", next="dst")
     p.output("out_degree", edges.count(by="src"))
-    p.output("two_hops", steps.join(edges.select(next="src", far="dst"), on="next"))
+    p.output("two_hops", forward.join(edges.select(next="src", far="dst"), on="next"))
+    p.output("reached", seeds.iterate(
+        lambda seen: seen.concat(seen.join(forward, on="node").select(node="next")).distinct()), key=["node"])
 '''
 
 

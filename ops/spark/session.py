@@ -380,7 +380,10 @@ def slots(spark) -> int:
         return 0
 
 
-SINGLE_PARTITION_ROWS = 100_000
+#: Updates of a run without loops that one partition takes whole (no shuffle): a join of
+#: 128,000 updates (ddcli bench join, 20 keys, T = 1,600) took 0.5 s in one task, 1.2 s
+#: shuffled into two
+SINGLE_PARTITION_ROWS = 200_000
 #: Updates of a run per shuffle partition beyond one per core: a task's Arrow working set
 #: (its sweeps, its layer file's sort) stays a few hundred MB whatever the run's size
 #: (a year-long backfill of 2.9 * 10^6 updates: Python workers 0.96 -> 0.72 GiB at peak
@@ -392,7 +395,9 @@ def size_partitions(spark, rows: int, *, single_ok: bool = False) -> int:
     """Shuffle partitions for a piece of work of about ``rows`` updates.
 
     Every task costs a few tens of milliseconds, so small work gets one partition per
-    core and big work one per ``TASK_SHARE_ROWS`` updates (bounded memory per task). A tiny run of a
+    core and big work one per ``TASK_SHARE_ROWS`` updates (bounded memory per task), rounded
+    up to a multiple of the cores: 3 tasks on 2 cores leave the third running alone, a
+    stage twice a task's time (4 smaller ones take 1.5 task times). A tiny run of a
     pipeline whose work cannot multiply round after round (``single_ok``: no loops) gets
     one partition, which needs no shuffle at all to bring a key's updates together. Set
     once per command, before any plan is built; ``DDCLI_SHUFFLE_PARTITIONS`` fixes it.
@@ -403,7 +408,8 @@ def size_partitions(spark, rows: int, *, single_ok: bool = False) -> int:
     elif single_ok and rows <= SINGLE_PARTITION_ROWS:
         n = 1
     else:
-        n = max(cores(spark), min(64, rows // TASK_SHARE_ROWS + 1))
+        c = cores(spark)
+        n = max(c, -(-min(64, rows // TASK_SHARE_ROWS + 1) // c) * c)
     spark.conf.set("spark.sql.shuffle.partitions", str(n))
     return n
 
