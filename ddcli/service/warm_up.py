@@ -35,7 +35,7 @@ def pipeline(p):
     p.output("out_degree", edges.count(by="src"))
     p.output("two_hops", forward.join(edges.select(next="src", far="dst"), on="next"))
     p.output("reached", seeds.iterate(
-        lambda seen: seen.concat(seen.join(forward, on="node").select(node="next")).distinct()), key=["node"])
+        lambda seen: seen.join(forward, on="node").select(node="next").concat(seeds).distinct()), key=["node"])
 '''
 
 
