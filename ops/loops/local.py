@@ -50,7 +50,6 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -61,6 +60,7 @@ from ops.errors import PipelineError
 from ops.io.read import layer_table
 from ops.io.write import write_table_files
 from ops.io.wide_frame import pack_frames, pack_tables, unpack_frame, unpack_table, wide_schema
+from ops.loops.direct import SourceRead, entered_layer_table, frames_needed, read_source, run_direct, source_reads
 from ops.loops.exchange import Exchange, ExchangeAborted, Router
 from ops.loops.plan import LoopPlan, loop_path
 from ops.loops.priority import check_iteration
@@ -120,8 +120,11 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
         if refused:
             report(runtime, plan, refused)
             return None
-    ins = _task_inputs(nodes, plan, ictx, entered, runtime, tasks)
-    if not ins.parts:  # nothing dealt by P: no variable state and nothing entering it
+    one_task = not tasks and not plan.by
+    sourced = source_reads(p, [n for n in nodes if n.op == "enter" and entered.get(n.id) is not None],
+                           runtime.source_files, schemas, ictx.d) if one_task and runtime.source_files else {}
+    ins = _task_inputs(nodes, plan, ictx, entered, runtime, tasks, sourced)
+    if not ins.parts and not ins.sourced:  # nothing dealt by P: no variable state and nothing entering it
         return {l: None for l, _ in body.leaves}
     bc, rows = _broadcast(ins, spark) if ins.bparts else (None, 0)
     if isinstance(bc, str):
@@ -131,27 +134,34 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
     pfields = [] if tasks else [schemas[v0.id].field(c) for c in plan.by]
     outs = _task_outputs(body, schemas, ictx.d)
     acc = spark.sparkContext.accumulator(None, TaskStats())
-    writes = _writes_in_task(p, runtime, body, nodes) if not tasks and not plan.by else {}
+    writes = _writes_in_task(p, runtime, body, nodes) if one_task else {}
     files = spark.sparkContext.accumulator([], WrittenFiles()) if writes else None
     folder = os.path.join(res.root, f"ddcli-loop-{os.getpid()}-{time.time_ns()}") if tasks else None
-    task = _task_function(body, ins, outs, bc, acc, wide_schema({t: ins.schemas[t] for t in ins.parts}, pfields),
-                          tasks=tasks, keys=res.keys if tasks else None, folder=folder,
-                          row_limit=ONE_TASK_ROWS if not plan.by and limited else None,
+    # every row read from files and every result written by the task: no frame in or out
+    direct = not ins.parts and not ins.bparts and not frames_needed(p, body, writes)
+    in_wide = wide_schema({t: ins.schemas[t] for t in ins.parts}, pfields)
+    task = _task_function(body, ins, outs, bc, acc, in_wide, tasks=tasks, keys=res.keys if tasks else None,
+                          folder=folder, row_limit=ONE_TASK_ROWS if not plan.by and limited else None,
                           floor=runtime.record_floor,  # the processed updates leave the task advanced to it
-                          writes=writes, files=files)
-    packed = pack_frames(ins.parts, {t: ins.schemas[t] for t in ins.parts}, pfields)
+                          writes=writes, files=files, returns=not direct)
+    out = None
+    if direct:
+        run_direct(spark, task)
+    else:
+        packed = pack_frames(ins.parts, {t: ins.schemas[t] for t in ins.parts}, pfields) if ins.parts \
+            else spark.createDataFrame([], from_arrow_schema(in_wide))
     if tasks:  # dealt any way: each task routes its rows to their owners first
         out = _resident_job(packed, tasks, task, outs.wide, folder)
         if isinstance(out, str):  # nothing was broadcast: every row was dealt
             report(runtime, plan, out)
             return None
-    else:
+    elif not direct:
         dealt = packed.repartition(partitions(spark), *[f"_p{j}" for j in range(len(pfields))]) if pfields \
             else packed.coalesce(1)
         out = dealt.mapInArrow(task, from_arrow_schema(outs.wide)).localCheckpoint(eager=True)
     if bc is not None:
         bc.unpersist()
-    if not _finished(loop_node, plan, body, nodes, acc, tasks, rows, res, started, runtime):
+    if not _finished(loop_node, plan, body, nodes, acc, tasks, rows, res, started, runtime, direct, len(ins.sourced)):
         return None
     if writes:  # the layer files the task wrote, by trace (none: the trace has no changes)
         written = {spec["trace"]: [] for specs in writes.values() for spec in specs}
@@ -160,12 +170,14 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
         runtime.written_in_tasks.update(written)
     by_id = {n.id: n for n in nodes}
     for (kind, nid), tag in outs.tags.items():
-        if kind == "rec":
+        if kind == "rec" and out is not None:  # (direct: the task wrote every one as its node's state)
             runtime.arrangement(by_id[nid]).record(unpack_frame(out, tag, outs.schemas[tag]))
     for n in nodes:
         if n.op == "enter" and runtime.live.get(n.id) is not None:
             runtime.live[n.id].forget_processed()
-    return {nid: unpack_frame(out, tag, outs.schemas[tag]) for (kind, nid), tag in outs.tags.items() if kind == "leave"}
+    # (direct: only outputs the task wrote read the leaves)
+    return {nid: None if out is None else unpack_frame(out, tag, outs.schemas[tag])
+            for (kind, nid), tag in outs.tags.items() if kind == "leave"}
 
 
 class WrittenFiles(AccumulatorParam):
@@ -228,11 +240,13 @@ class TaskInputs:
     schemas: dict[int, pa.Schema] = field(default_factory=dict)
     layer_files: dict[int, list[str]] = field(default_factory=dict)
     entered_files: set[int] = field(default_factory=set)  # tags whose files hold the outer collection's times
+    sourced: dict[int, SourceRead] = field(default_factory=dict)  # new updates the task reads from an input's files
 
 
 def _task_inputs(nodes: list[Node], plan: LoopPlan, ictx: EvalContext, entered: dict, runtime,
-                 tasks: int) -> TaskInputs:
-    """Every arranged node's old updates and every entered node's new ones, tagged."""
+                 tasks: int, sourced: dict[int, SourceRead]) -> TaskInputs:
+    """Every arranged node's old updates and every entered node's new ones, tagged; the new
+    ones of ``sourced`` (enter node id -> how) read by the task from an input's files."""
     ins = TaskInputs()
     spark = ictx.spark
     for n in nodes:
@@ -258,6 +272,9 @@ def _task_inputs(nodes: list[Node], plan: LoopPlan, ictx: EvalContext, entered: 
             ins.schemas[tag] = schema
             if kind == "old" and files:
                 ins.layer_files[tag] = files
+            if kind == "new" and n.id in sourced:
+                ins.sourced[tag] = sourced[n.id]
+                continue
             if df is None:  # its stored files alone: no frame, whose empty scan would cost Python tasks
                 continue
             cols = plan.placed[n.id]
@@ -302,13 +319,15 @@ def _task_outputs(body: Body, schemas: dict, d: int) -> TaskOutputs:
 
 
 def _task_function(body: Body, ins: TaskInputs, outs: TaskOutputs, bc, acc, in_wide: pa.Schema, *, tasks: int,
-                   keys, folder: str | None, row_limit: int | None, floor, writes: dict, files):
+                   keys, folder: str | None, row_limit: int | None, floor, writes: dict, files, returns: bool = True):
     """The function each Spark task runs over its batches (pickled by value with what it
     closes over): the loop's rounds to the fixed point, its statistics into ``acc``, the
-    layer files of ``writes`` (:func:`_writes_in_task`) written and told to ``files``."""
+    layer files of ``writes`` (:func:`_writes_in_task`) written and told to ``files``; its
+    results as batches of the wide frame ``outs`` (unless not ``returns``)."""
     row_budget = task_rows()
     in_wide_tags, in_broadcast_tags = set(ins.parts), set(ins.bparts)
     tags, in_schemas, layer_files, entered_files = ins.tags, ins.schemas, ins.layer_files, ins.entered_files
+    sourced = ins.sourced
 
     def task(batches):
         ex = None
@@ -336,6 +355,8 @@ def _task_function(body: Body, ins: TaskInputs, outs: TaskOutputs, bc, acc, in_w
         share = slice(None) if ex is None else slice(ex.me, None, tasks)  # resident tasks: a share each
         stored = {tag: [(entered_layer_table if tag in entered_files else layer_table)(f, in_schemas[tag])
                         for f in files[share]] for tag, files in layer_files.items()}
+        for tag, src in sourced.items():  # (one task only: it reads every file)
+            stored.setdefault(tag, []).append(read_source(src, in_schemas[tag]))
         n += sum(t.num_rows for ts in stored.values() for t in ts)
         if row_limit is not None:  # resident tasks together: every task refuses, or none
             total = n if ex is None else sum(ex.agree(n))
@@ -364,6 +385,8 @@ def _task_function(body: Body, ins: TaskInputs, outs: TaskOutputs, bc, acc, in_w
                     mine = _outer_times(table, spec["d"]) if kind == "enter" else table
                     for meta in write_table_files(mine, **{k: v for k, v in spec.items() if k != "trace"}):
                         files.add([(spec["trace"], row) for row in meta.to_pylist()])
+        if not returns:
+            return
         out = {}
         for (kind, nid), tag in outs.tags.items():
             if kind == "leave" and nid in got.leaves:
@@ -377,25 +400,12 @@ def _task_function(body: Body, ins: TaskInputs, outs: TaskOutputs, bc, acc, in_w
     return task
 
 
-def entered_layer_table(path: str, schema: pa.Schema) -> pa.Table:
-    """A layer file of a collection outside the loop as the loop's update ``schema`` (inside
-    a task): its time coordinates, then iteration 0 (``ops.loops.rounds.enter_frame``)."""
-    inner = [f.name for f in schema if f.name == "time" or f.name.startswith("time_")]
-    outer = time_columns(len(inner) - 1)
-    data = [f for f in schema if f.name not in inner and f.name != "diff"]
-    t = layer_table(path, pa.schema(data + [pa.field(c, pa.int64()) for c in outer] + [schema.field("diff")]))
-    columns = {f.name: t.column(f.name) for f in data}
-    columns.update({new: t.column(old) for old, new in zip(outer, inner)})
-    columns[inner[-1]] = pa.array(np.zeros(t.num_rows, np.int64))
-    columns["diff"] = t.column("diff")
-    return pa.table(columns).select(schema.names).cast(schema)
-
-
 def _finished(loop_node: Node, plan: LoopPlan, body: Body, nodes: list[Node], acc, tasks: int, rows: int, res,
-              started: float, runtime) -> bool:
+              started: float, runtime, direct: bool, sourced: int) -> bool:
     """Read the tasks' statistics: False (reported) when the tasks refused their rows,
     an error when the loop did not converge or a priority was bad; else report the path
-    taken and its figures."""
+    taken and its figures (``direct``: a plain job, no frames; ``sourced``: entered
+    collections the task read from files: ops/loops/direct.py)."""
     scope = loop_node.args["scope"]
     # the accumulator holds the statistics of the job's successful tasks; a stage Spark had
     # to run again could count a task twice, which only the sum ``updates`` (a figure for
@@ -424,7 +434,8 @@ def _finished(loop_node: Node, plan: LoopPlan, body: Body, nodes: list[Node], ac
                                    "held_rows": int(stats["held"] or 0)})
     if runtime.progress is not None:
         runtime.progress.steps.append({"step": "loop_local", "loop": scope.name, "rounds": rounds,
-                                       "held_rows": int(stats["held"] or 0),
+                                       "held_rows": int(stats["held"] or 0), "direct": direct,
+                                       "entered_from_files": sourced,
                                        "seconds": round(time.monotonic() - started, 3)})
         inside = f"{tasks} resident tasks" if tasks else "tasks"
         runtime.progress(f"loop {scope.name}: {rounds} rounds inside {inside} in {time.monotonic() - started:.2f} s")

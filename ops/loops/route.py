@@ -73,21 +73,9 @@ def build_body(p: Pipeline, loop_node: Node, plan: LoopPlan, schemas: dict, arra
                      arranged=n.id in arranged)
         a = n.args
         if n.op in ("select", "filter"):
-            src = schemas[n.inputs[0].id]
-            if n.op == "select":
-                if not all(isinstance(c, str) for c in a["columns"]):
-                    return f"{n.describe()} selects a Spark column object"
-                t.columns = list(a["columns"])
-                for k, e in a["exprs"].items():
-                    sql = portable_sql(e, src.names)
-                    if sql is None or duck_type(sql, src) != schemas[n.id].field(k).type:
-                        return f"{n.describe()}: expression {e!r} is not one DuckDB evaluates as Spark does"
-                    t.exprs[k] = sql
-            else:
-                sql = portable_sql(a["condition"], src.names)
-                if sql is None or duck_type(sql, src) != pa.bool_():
-                    return f"{n.describe()}: condition {a['condition']!r} is not one DuckDB evaluates as Spark does"
-                t.condition = sql
+            t = linear_task_node(n, schemas, arranged)
+            if isinstance(t, str):
+                return t
         elif n.op in ("join", "semijoin"):
             t.on = list(a["on"])
         elif n.op in ("reduce", "distinct", "threshold"):
@@ -103,6 +91,28 @@ def build_body(p: Pipeline, loop_node: Node, plan: LoopPlan, schemas: dict, arra
     variables = [(v.id, v.inputs[0].id, v.args["result"].id) for v in scope.variables]
     leaves = [(l.id, l.inputs[1].id) for l in p.nodes if l.op == "leave" and l.inputs[0] is loop_node]
     return Body(scope.name, d, nodes, variables, leaves, loop_node.args["max_rounds"])
+
+
+def linear_task_node(n: Node, schemas: dict, arranged: dict) -> TaskNode | str:
+    """A ``select`` or ``filter`` as a task runs it (its expressions in DuckDB's SQL), or
+    why it cannot run there (an expression DuckDB would not evaluate as Spark does)."""
+    t = TaskNode(n.id, n.op, [i.id for i in n.inputs], schemas[n.id], arranged=n.id in arranged)
+    a, src = n.args, schemas[n.inputs[0].id]
+    if n.op == "select":
+        if not all(isinstance(c, str) for c in a["columns"]):
+            return f"{n.describe()} selects a Spark column object"
+        t.columns = list(a["columns"])
+        for k, e in a["exprs"].items():
+            sql = portable_sql(e, src.names)
+            if sql is None or duck_type(sql, src) != schemas[n.id].field(k).type:
+                return f"{n.describe()}: expression {e!r} is not one DuckDB evaluates as Spark does"
+            t.exprs[k] = sql
+    else:
+        sql = portable_sql(a["condition"], src.names)
+        if sql is None or duck_type(sql, src) != pa.bool_():
+            return f"{n.describe()}: condition {a['condition']!r} is not one DuckDB evaluates as Spark does"
+        t.condition = sql
+    return t
 
 
 @functools.lru_cache(maxsize=1024)  # a warm engine plans the same loops again and again

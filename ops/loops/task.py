@@ -153,6 +153,31 @@ def rows_of_keys(con, t: pa.Table, touched: pa.Table, key: list[str]) -> pa.Tabl
         con.unregister("_dd_touched")
 
 
+def _sql(con, q: str, t: pa.Table) -> pa.Table:
+    con.register("t", t)
+    try:
+        return con.sql(q).to_arrow_table()
+    finally:
+        con.unregister("t")
+
+
+def select_rows(con, n: TaskNode, t: pa.Table, tcols: list[str]) -> pa.Table:
+    """A ``select``'s changes: references and renames in Arrow, expressions in DuckDB (``con``)."""
+    plain = {k: e[1:-1] for k, e in n.exprs.items() if _PLAIN.match(e) and e[1:-1] in t.column_names}
+    if len(plain) == len(n.exprs):  # references and renames only: no SQL
+        cols = {c: t.column(c) for c in n.columns} | {k: t.column(c) for k, c in plain.items()}
+        cols |= {c: t.column(c) for c in tcols + ["diff"]}
+        return pa.table(cols)
+    items = [_quote(c) for c in n.columns] + [f"({e}) AS {_quote(k)}" for k, e in n.exprs.items()]
+    items += [_quote(c) for c in tcols + ["diff"]]
+    return _sql(con, f"SELECT {', '.join(items)} FROM t", t)
+
+
+def filter_rows(con, n: TaskNode, t: pa.Table) -> pa.Table:
+    """A ``filter``'s changes, in DuckDB (``con``)."""
+    return _sql(con, f"SELECT * FROM t WHERE ({n.condition})", t)
+
+
 def _quote(c: str) -> str:
     return '"' + c.replace('"', '""') + '"'
 
@@ -204,17 +229,10 @@ class _Round:
     # ---- operators: each takes and returns update tables (None: no changes)
 
     def select(self, n: TaskNode, t: pa.Table) -> pa.Table:
-        plain = {k: e[1:-1] for k, e in n.exprs.items() if _PLAIN.match(e) and e[1:-1] in t.column_names}
-        if len(plain) == len(n.exprs):  # references and renames only: no SQL
-            cols = {c: t.column(c) for c in n.columns} | {k: t.column(c) for k, c in plain.items()}
-            cols |= {c: t.column(c) for c in self.tcols + ["diff"]}
-            return pa.table(cols)
-        items = [_quote(c) for c in n.columns] + [f"({e}) AS {_quote(k)}" for k, e in n.exprs.items()]
-        items += [_quote(c) for c in self.tcols + ["diff"]]
-        return self.sql(f"SELECT {', '.join(items)} FROM t", t=t)
+        return select_rows(self.con, n, t, self.tcols)
 
     def filter(self, n: TaskNode, t: pa.Table) -> pa.Table:
-        return self.sql(f"SELECT * FROM t WHERE ({n.condition})", t=t)
+        return filter_rows(self.con, n, t)
 
     def pairs(self, left: pa.Table, right: pa.Table, on: list[str], right_cols: list[str]) -> pa.Table:
         """Every pair of a ``left`` and a ``right`` update of one key, swept over the outer

@@ -75,6 +75,9 @@ class Runtime:
         # files such tasks wrote, by trace (``META_SCHEMA`` rows of ops/io/write.py)
         self.task_writes: dict[tuple[str, int], list[dict]] = {}
         self.written_in_tasks: dict[str, list[dict]] = {}
+        # input trace -> the run's new layer files, which a loop's one task may read itself
+        # (ops/loops/direct.py); for one batch only, as ``task_writes``
+        self.source_files: dict[str, list[str]] = {}
 
     def loop_plan(self, loop_node: Node):
         """How ``loop_node`` runs (ops/loops/plan.py), planned once per run."""

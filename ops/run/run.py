@@ -416,6 +416,7 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
         batches = [(None, None, set(sources))]
     if len(batches) == 1 and backfill is None:
         runtime.task_writes = task_writes(store, plan, runtime, schemas)
+        runtime.source_files = {n: store.read_paths(v.trace, v.new) for n, v in views.items() if v.new}
     first = time_columns(d)[0]
     batch_frames: list[dict] = []
     for i, (lo, hi, inside) in enumerate(batches):
