@@ -182,8 +182,8 @@ class Store:
                 faults.point(f"{name}.before_commit")
                 self.commit(lambda s: change(self._still_there(s, written), result))
                 faults.point(f"{name}.after_commit")
-                for trace in merge:
-                    self.merge_after_commit(trace)
+                if merge:
+                    self.merge_after_commit(*merge)
         except BaseException:
             self._discard_unless_committed(written)
             raise
@@ -335,44 +335,53 @@ class Store:
         removed = self.collect_garbage(grace_seconds)
         return {"traces": len(names), "merges": merged, "removed_files": removed, "conflicts": conflicts}
 
-    def merge_layers(self, name: str, *, full: bool = False) -> int:
-        """One commit that replaces runs of adjacent layers by their merge
-        (:func:`storage.state.transitions.plan_merges` chooses them). Raises
-        :class:`Conflict` (having removed its new files) when another writer replaced the
-        same layers, or added a hold the merge would violate.
+    def merge_layers(self, *names: str, full: bool = False) -> int:
+        """One commit that replaces runs of adjacent layers of the traces ``names`` by their
+        merges (:func:`storage.state.transitions.plan_merges` chooses them); returns the
+        layers written. Raises :class:`Conflict` (having removed its new files) when
+        another writer replaced the same layers, or added a hold a merge would violate.
         """
-        t = self.trace(name)
-        groups = plan_merges(t, full)
+        groups = {n: g for n in names if (g := plan_merges(self.trace(n), full))}
         if not groups:
             return 0
 
-        def write(written: Written) -> list[Layer]:
-            try:
-                return [written.add(name, self.write_layer(t, self.read_updates(t, g), lower=g[0].lower,
-                                                           upper=g[-1].upper, seq_lo=g[0].seq_lo,
-                                                           seq_hi=g[-1].seq_hi)) for g in groups]
-            except DiffOverflow as e:
-                raise DiffOverflow(f"merging layers of trace {name!r}: {e}; the layers stay as they are") from None
+        def write(written: Written) -> dict[str, list[Layer]]:
+            out = {}
+            for name, gs in groups.items():
+                t = self.trace(name)
+                try:
+                    out[name] = [written.add(name, self.write_layer(t, self.read_updates(t, g), lower=g[0].lower,
+                                                                    upper=g[-1].upper, seq_lo=g[0].seq_lo,
+                                                                    seq_hi=g[-1].seq_hi)) for g in gs]
+                except DiffOverflow as e:
+                    raise DiffOverflow(f"merging layers of trace {name!r}: {e}; the layers stay as they are") from None
+            return out
 
-        replaced = [[l.id for l in g] for g in groups]
-        new_layers = self.write_and_commit("compact", write, lambda s, layers: transitions.merge(s, name, replaced, layers))
-        return len(new_layers)
+        def change(s: State, layers: dict[str, list[Layer]]) -> State:
+            for name, gs in groups.items():
+                s = transitions.merge(s, name, [[l.id for l in g] for g in gs], layers[name])
+            return s
 
-    def merge_after_commit(self, name: str) -> None:
-        """Geometric merging after a write that is already committed.
+        new_layers = self.write_and_commit("compact", write, change)
+        return sum(len(ls) for ls in new_layers.values())
+
+    def merge_after_commit(self, *names: str) -> None:
+        """Geometric merging after a write that is already committed, of every trace
+        ``names`` in one commit.
 
         Losing a race only postpones it; any other failure (a full disk) is a warning in
         :attr:`warnings`, not an error: the write itself is committed, and the next write
         or ``ddcli compact`` merges again.
         """
         try:
-            self.merge_layers(name)
+            self.merge_layers(*names)
         except Conflict:
             pass
         except CorruptionError as e:
             raise CorruptionError(f"the write was committed, but merging afterwards found damage: {e}") from None
         except Exception as e:  # noqa: BLE001 - the committed write stands whatever merging does
-            self.warn(f"trace {name!r}: merging layers after the commit failed "
+            which = f"trace {names[0]!r}" if len(names) == 1 else f"traces {', '.join(map(repr, names))}"
+            self.warn(f"{which}: merging layers after the commit failed "
                       f"({type(e).__name__}: {e}); the updates are committed, "
                       f"the merge is retried by the next write or 'ddcli compact'")
 
