@@ -341,14 +341,16 @@ class Store:
         layers written. Raises :class:`Conflict` (having removed its new files) when
         another writer replaced the same layers, or added a hold a merge would violate.
         """
-        groups = {n: g for n in names if (g := plan_merges(self.trace(n), full))}
+        state = self.state()
+        traces = {n: self.trace(n, state) for n in names}
+        groups = {n: g for n, t in traces.items() if (g := plan_merges(t, full))}
         if not groups:
             return 0
 
         def write(written: Written) -> dict[str, list[Layer]]:
             out = {}
             for name, gs in groups.items():
-                t = self.trace(name)
+                t = traces[name]
                 try:
                     out[name] = [written.add(name, self.write_layer(t, self.read_updates(t, g), lower=g[0].lower,
                                                                     upper=g[-1].upper, seq_lo=g[0].seq_lo,

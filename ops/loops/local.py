@@ -92,9 +92,10 @@ class TaskStats(AccumulatorParam):
         return (max(a[0], b[0]), a[1] + b[1], min(a[2], b[2]), max(a[3], b[3])) + tuple(refused)
 
 
-def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalContext, entered: dict, runtime) -> dict | None:
+def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalContext, entered, runtime) -> dict | None:
     """The leaves' frames of one batch of ``loop_node``, computed partition-locally; None
-    when the loop must run round by round after all (the reason is reported)."""
+    when the loop must run round by round after all (the reason is reported). ``entered``:
+    the batch's updates entering the loop (``ops.loops.rounds.EnteredFrames``)."""
     scope = loop_node.args["scope"]
     schemas, spark = runtime.schemas, ictx.spark
     if runtime.loop_paths.get(plan.loop, {}).get("path") == "round":  # refused earlier in this run
@@ -121,7 +122,7 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
             report(runtime, plan, refused)
             return None
     one_task = not tasks and not plan.by
-    sourced = source_reads(p, [n for n in nodes if n.op == "enter" and entered.get(n.id) is not None],
+    sourced = source_reads(p, [n for n in nodes if n.op == "enter" and entered.present(n.id)],
                            runtime.source_files, schemas, ictx.d) if one_task and runtime.source_files else {}
     ins = _task_inputs(nodes, plan, ictx, entered, runtime, tasks, sourced)
     if not ins.parts and not ins.sourced:  # nothing dealt by P: no variable state and nothing entering it
@@ -243,7 +244,7 @@ class TaskInputs:
     sourced: dict[int, SourceRead] = field(default_factory=dict)  # new updates the task reads from an input's files
 
 
-def _task_inputs(nodes: list[Node], plan: LoopPlan, ictx: EvalContext, entered: dict, runtime,
+def _task_inputs(nodes: list[Node], plan: LoopPlan, ictx: EvalContext, entered, runtime,
                  tasks: int, sourced: dict[int, SourceRead]) -> TaskInputs:
     """Every arranged node's old updates and every entered node's new ones, tagged; the new
     ones of ``sourced`` (enter node id -> how) read by the task from an input's files."""
@@ -257,16 +258,18 @@ def _task_inputs(nodes: list[Node], plan: LoopPlan, ictx: EvalContext, entered: 
             # rows through Spark, which cost cc's tasks 3.3 s of a 9 s batch for 1.1 M rows):
             # when one task takes every row, or resident tasks each a share (they route rows anyway)
             a = runtime.arrangement(n)
-            files, old = a.for_tasks(ictx) if tasks or not plan.by else ([], a.whole(ictx))
-            outer = a.outer_files_for_tasks() if n.op == "enter" and node_priority(n) is None else None
-            if (tasks or not plan.by) and outer is not None:  # entered at iteration 0, in the tasks
+            in_tasks = tasks or not plan.by
+            outer = a.outer_files_for_tasks() if in_tasks and n.op == "enter" and node_priority(n) is None else None
+            if outer is not None:  # entered at iteration 0, in the tasks
                 files, old = outer
                 ins.entered_files.add(len(ins.tags) + 1)
+            else:
+                files, old = a.for_tasks(ictx) if in_tasks else ([], a.whole(ictx))
             frames.append(("old", old))
-        if n.op == "enter":
-            frames.append(("new", entered.get(n.id)))
+        if n.op == "enter" and entered.present(n.id):  # (read from files: never built as a frame)
+            frames.append(("new", None if n.id in sourced else entered[n.id]))
         for kind, df in frames:
-            if df is None and not (kind == "old" and files):
+            if df is None and not (kind == "old" and files) and not (kind == "new" and n.id in sourced):
                 continue
             tag = ins.tags[(kind, n.id)] = len(ins.tags) + 1
             ins.schemas[tag] = schema

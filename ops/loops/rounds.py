@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from typing import Callable
 
 from pyspark.errors import AnalysisException
@@ -114,8 +115,8 @@ def evaluate_loop(p: Pipeline, loop_node: Node, ctx: EvalContext, frames: dict, 
         if v.args.get("result") is None:
             raise PipelineError(f"loop {scope.name}: variable {v.describe()} is never set")
     leaves = [n for n in p.nodes if n.op == "leave" and n.inputs[0] is loop_node]
-    entered = {e.id: _entered(e, frames.get(e.inputs[0].id), last, scope) for e in enters}
-    if all(f is None for f in entered.values()):
+    entered = EnteredFrames(enters, frames, last, scope)
+    if not any(entered.present(e.id) for e in enters):
         return {l.id: None for l in leaves}
     if runtime.planning:  # one pass of the body on empty frames, only to check it
         inner: dict[int, DataFrame | None] = {}
@@ -210,6 +211,33 @@ def _rounds(p: Pipeline, loop_node: Node, ctx: EvalContext, ictx: EvalContext, e
     # consolidated: a loop's changes at one outer time, round after round, largely cancel
     return {l.id: (linear.consolidate(ctx, leave_frame(linear.union_coalesced(collected[l.id])))
                    if collected[l.id] else None) for l in leaves}
+
+
+class EnteredFrames(Mapping):
+    """Enter node id -> the updates of this batch entering the loop through it (None:
+    none), each frame built when first read: a loop whose task reads them from the input's
+    files itself (ops/loops/direct.py) never builds them (a few Py4J calls each)."""
+
+    def __init__(self, enters: list[Node], frames: dict, last: str, scope):
+        self._outer = {e.id: (e, frames.get(e.inputs[0].id)) for e in enters}
+        self._last, self._scope = last, scope
+        self._built: dict[int, DataFrame | None] = {}
+
+    def present(self, eid: int) -> bool:
+        """Whether anything enters through ``eid`` this batch (nothing is built)."""
+        return self._outer[eid][1] is not None
+
+    def __getitem__(self, eid: int) -> DataFrame | None:
+        if eid not in self._built:
+            e, outer = self._outer[eid]
+            self._built[eid] = _entered(e, outer, self._last, self._scope)
+        return self._built[eid]
+
+    def __iter__(self):
+        return iter(self._outer)
+
+    def __len__(self) -> int:
+        return len(self._outer)
 
 
 def _entered(e: Node, outer: DataFrame | None, last: str, scope) -> DataFrame | None:

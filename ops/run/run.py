@@ -115,8 +115,13 @@ def update_schema(data: pa.Schema, d: int) -> pa.Schema:
 
 
 def _empty_frame(spark, schema: pa.Schema):
+    return spark.createDataFrame([], spark_schema(schema))
+
+
+def spark_schema(schema: pa.Schema):
+    """``schema`` as Spark's (built in Python: no frame, no call into the JVM)."""
     from pyspark.sql.pandas.types import from_arrow_schema
-    return spark.createDataFrame([], from_arrow_schema(schema))
+    return from_arrow_schema(schema)
 
 
 def node_dim(d: int, node: Node) -> int:
@@ -401,10 +406,10 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
     for n, v in views.items():
         if v.new:
             sources[n] = read_layers(spark, store.read_paths(v.trace, v.new),
-                                     _empty_frame(spark, update_schema(v.trace.schema, d)).schema)
+                                     spark_schema(update_schema(v.trace.schema, d)))
     for t in boundaries.values():  # a partial rebuild reads unchanged operators' state whole
         sources[t.name] = read_layers(spark, store.read_paths(t),
-                                      _empty_frame(spark, update_schema(t.schema, t.d)).schema)
+                                      spark_schema(update_schema(t.schema, t.d)))
     # batches only for one-dimensional times: with more, compacting to a batch's first time
     # could merge times the stored state must keep apart (the frontier need not be beyond it);
     # and only past a batch's number of times in updates (fewer updates hold fewer times)
@@ -575,7 +580,7 @@ def _target_write(store: Store, plan: RunPlan, ev: Evaluation, tname: str, node:
         present = [f[node.id] for f in ev.batch_frames if f.get(node.id) is not None]
         if proto.pending:  # what waited beyond the old frontier: sealed now, or waits on
             present.append(read_layers(ev.spark, store.layer_paths(proto, proto.pending),
-                                       _empty_frame(ev.spark, layout["schema"]).schema))
+                                       spark_schema(layout["schema"])))
         df = union_coalesced(present) if present else None
         one_frame = len(present) == 1
         if df is not None and plan.backfill is not None and tname in plan.backfill.from_state:
