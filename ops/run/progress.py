@@ -105,8 +105,14 @@ def job_ids(tracker) -> set[int]:
     java = getattr(tracker, "_jtracker", None)
     if java is None:  # not PySpark's tracker (a display's own): its ids as it gives them
         return set(tracker.getJobIdsForGroup())
-    ids = SparkContext._jvm.java.util.Arrays.toString(java.getJobIdsForGroup(None))
+    jvm = SparkContext._jvm
+    if _ARRAYS[0] is not jvm:  # looking the class up by its package path is three more calls
+        _ARRAYS[:] = [jvm, jvm.java.util.Arrays]
+    ids = _ARRAYS[1].toString(java.getJobIdsForGroup(None))
     return {int(x) for x in ids.strip("[]").split(",") if x.strip()}
+
+
+_ARRAYS: list = [None, None]  # (the JVM view, its java.util.Arrays)
 
 
 def step_label(kind: str, fields: dict) -> str:

@@ -50,6 +50,12 @@ class Blobs:
     def put_if_absent(self, path: str, data: bytes, point: str = "log.before_link") -> bool:
         raise NotImplementedError  # ``point``: the fault point just before the create (storage/faults.py)
     def replace(self, path: str, data: bytes) -> None: raise NotImplementedError
+
+    def replace_hint(self, path: str, data: bytes) -> None:
+        """:meth:`replace` a file its readers treat as a hint, which they may find missing
+        for a moment (they then do without it): a store may write it more cheaply."""
+        self.replace(path, data)
+
     def delete(self, path: str) -> bool: raise NotImplementedError
     def list(self, folder: str) -> list[str]: raise NotImplementedError
     def list_folders(self, folder: str) -> list[str]: raise NotImplementedError

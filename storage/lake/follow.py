@@ -210,6 +210,6 @@ class Follower:
     def _write_record(self, version: int, state: dict, tables: dict) -> None:
         live = {n: v for n, v in tables.items() if n in state.get("traces", {})}
         try:
-            self.store.blobs.replace(self._record_path(), json.dumps({"version": version, "tables": live}).encode())
+            self.store.blobs.replace_hint(self._record_path(), json.dumps({"version": version, "tables": live}).encode())
         except OSError as e:
             self.store.warn(f"could not record how far the Delta Lake logs are ({e}); the next command checks them all")

@@ -355,7 +355,7 @@ class Log:
             if not isinstance(hint.get(k), int) or v > hint[k]:
                 hint[k] = v
         try:
-            self.blobs.replace(self._hint_path(), json.dumps(hint).encode())
+            self.blobs.replace_hint(self._hint_path(), json.dumps(hint).encode())
         except OSError:
             pass
 
