@@ -115,7 +115,17 @@ def update_schema(data: pa.Schema, d: int) -> pa.Schema:
 
 
 def _empty_frame(spark, schema: pa.Schema):
-    return spark.createDataFrame([], spark_schema(schema))
+    """An empty frame of ``schema``, one per schema and session (frames do not change, and
+    each costs ~25 ms of Py4J calls: a new pipeline's planning makes one per input)."""
+    key = (spark, schema.serialize().to_pybytes())
+    if key not in _EMPTY:
+        if len(_EMPTY) >= _PLANNED_KEEP:
+            _EMPTY.clear()
+        _EMPTY[key] = spark.createDataFrame([], spark_schema(schema))
+    return _EMPTY[key]
+
+
+_EMPTY: dict[tuple, object] = {}
 
 
 def spark_schema(schema: pa.Schema):
