@@ -139,7 +139,7 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
     files = spark.sparkContext.accumulator([], WrittenFiles()) if writes else None
     folder = os.path.join(res.root, f"ddcli-loop-{os.getpid()}-{time.time_ns()}") if tasks else None
     # every row read from files and every result written by the task: no frame in or out
-    direct = not ins.parts and not ins.bparts and not frames_needed(p, body, writes)
+    direct = one_task and not ins.parts and not ins.bparts and not frames_needed(p, body, writes)
     in_wide = wide_schema({t: ins.schemas[t] for t in ins.parts}, pfields)
     task = _task_function(body, ins, outs, bc, acc, in_wide, tasks=tasks, keys=res.keys if tasks else None,
                           folder=folder, row_limit=ONE_TASK_ROWS if not plan.by and limited else None,
