@@ -50,7 +50,11 @@ def collect_garbage(store, grace_seconds: float) -> int:
             delta_retention.remove_dead_table(store, tname, delta_cutoff)
             # only when empty and old: a new trace's writer may have just made it
             blobs.remove_folder(blobs.join(root, tname), older_than=cutoff)
-    for p in store.log.stray_tmp_files():
+    # temporary files of writers killed before their rename: the log's, and the hints'
+    # beside the store's folders (the Delta record, ``Blobs.replace_hint``)
+    strays = store.log.stray_tmp_files() + [blobs.join(store.path, n) for n in blobs.list(store.path)
+                                             if n.startswith(".tmp-")]
+    for p in strays:
         try:
             if blobs.stat(p).mtime < cutoff:
                 blobs.delete(p)

@@ -321,16 +321,18 @@ def test_garbage_collection_removes_old_orphans_and_never_referenced_files(tmp_p
     tdir = store.trace_dir("t")
     old_orphan, new_orphan, tmp_orphan = (blobs.join(tdir, n) for n in ("old.parquet", "new.parquet", ".tmp-x"))
     log_tmp = blobs.join(store.log.dir, ".tmp-y")
-    for p in (old_orphan, tmp_orphan, log_tmp):
+    hint_tmp = blobs.join(store.path, ".tmp-z")  # a hint's writer killed before its rename
+    for p in (old_orphan, tmp_orphan, log_tmp, hint_tmp):
         blobs.replace(p, b"")
-    merged_away = files_on_disk(store) - referenced_files(store) - {old_orphan, tmp_orphan, log_tmp}
+    merged_away = files_on_disk(store) - referenced_files(store) - {old_orphan, tmp_orphan, log_tmp, hint_tmp}
     assert merged_away, "geometric merging replaced some layers"
     then = moment_between()  # everything so far is old, the referenced files must stay all the same
     blobs.replace(new_orphan, b"")
     referenced = referenced_files(store)
     set_store_clock(monkeypatch, then + 3600)
     removed = store.compact(grace_seconds=3600)["removed_files"]
-    assert removed == 3 + len(merged_away)
+    assert removed == 4 + len(merged_away)
+    assert ".tmp-z" not in blobs.list(store.path)
     assert files_on_disk(store) == referenced | {new_orphan}
     store.compact(grace_seconds=0)
     assert files_on_disk(store) == referenced
