@@ -31,13 +31,22 @@ def new_flags(table: pa.Table) -> np.ndarray:
 def densify(x: np.ndarray, ordered: bool = True) -> tuple[np.ndarray, int]:
     """Dense ids ``0..n-1`` of the values of ``x``: in value order (a sort), or in order of
     first appearance (a hash table: pandas' factorize, several times faster). Values in
-    ascending order already (rows sorted by key) take neither: their ids count the runs."""
+    ascending order already (rows sorted by key) take neither: their ids count the runs;
+    integers of a range narrow for their number take a table of the values present (in
+    value order, either way)."""
     if len(x) and x.dtype.kind in "iub" and not (x[1:] < x[:-1]).any():  # (NaN compares false)
         start = np.empty(len(x), bool)
         start[0] = True
         np.not_equal(x[1:], x[:-1], out=start[1:])
         ids = np.cumsum(start, dtype=np.int64) - 1
         return ids, int(ids[-1]) + 1
+    if len(x) and x.dtype.kind in "iu":
+        lo, hi = int(x.min()), int(x.max())
+        if hi - lo < 4 * len(x) + 1024:  # a narrow range: a table of the values present, no sort
+            present = np.zeros(hi - lo + 1, np.int64)
+            present[x - lo] = 1
+            rank = np.cumsum(present) - 1
+            return rank[x - lo], int(rank[-1]) + 1
     if not ordered:
         import pandas as pd
         ids, uniques = pd.factorize(x)

@@ -38,6 +38,7 @@ from ops.reduce import builtin_grid as lattice
 from ops.reduce import slabs as rf
 from ops.reduce import sweep as sw
 from ops.reduce.grid import grid_cells, grid_delta
+from ops.reduce.presence import presence_delta
 from storage.lattice import time_columns
 from storage.layer import strictly_ascending
 
@@ -123,6 +124,11 @@ def reduce_delta(
     if table.num_rows == 0:
         return empty_table(result_schema)
 
+    if d >= 2 and isinstance(reducer, (Distinct, Threshold)):  # every row's grid at once, when small
+        out = presence_delta(table, key + values, d, reducer.fn if isinstance(reducer, Threshold) else None,
+                             result_schema, max_cells)
+        if out is not None:
+            return _sorted(out, key + out_schema.names + tcols)
     flat_parts = []
     if d >= 2:  # keys whose slabs cost less than their grid: one dimension lower
         chunks, table = rf.split(table, key, d, grid_cells=_grid_cells(reducer, values, d))
@@ -138,13 +144,22 @@ def reduce_delta(
     if not parts:
         return empty_table(result_schema)
     out = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-    order = key + out_schema.names + tcols
+    return _sorted(out, key + out_schema.names + tcols)
+
+
+def _sorted(out: pa.Table, order: list[str]) -> pa.Table:
     if strictly_ascending(out, order):  # count and sum of rows sorted by key come out in order
         return out
     try:
         return out.sort_by([(c, "ascending") for c in order])
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
         return out  # unsortable column types: consolidated, just not ordered
+
+
+def _multiplicity_fn(reducer: Reducer):
+    """A row's output multiplicity as a function of its count: ``Threshold``'s own, or
+    ``Distinct``'s presence."""
+    return reducer.fn if isinstance(reducer, Threshold) else (lambda c: (np.asarray(c) > 0).astype(np.int64))
 
 
 def _grid_cells(reducer: Reducer, values: list[str], d: int):
@@ -162,7 +177,7 @@ def _dispatch(table, key, values, d, reducer, out_schema, result_schema, max_cel
         parts = _sweep_parts(table, key, values, reducer, out_schema, result_schema, max_rows)
     elif isinstance(reducer, (Distinct, Threshold)):
         # one value row at a time: the grid of each (key, value row), not of each key
-        fn = reducer.fn if isinstance(reducer, Threshold) else (lambda c: (np.asarray(c) > 0).astype(np.int64))
+        fn = _multiplicity_fn(reducer)
         parts = grid_delta(table, key + values, [], d, Threshold(fn), pa.schema([]),
                            pa.schema([result_schema.field(c) for c in key + values] + list(result_schema)[len(key) + len(values):]),
                            max_cells, limit)
@@ -217,8 +232,7 @@ def _sweep_chunk(table, key, values, reducer, out_schema, result_schema) -> pa.T
         return _assemble(table, key, key_rep, g // 2, t, val, diff, out_schema, result_schema)
     s, key_rep = _prepare(table, key, values)
     if isinstance(reducer, (Distinct, Threshold)):
-        fn = reducer.fn if isinstance(reducer, Threshold) else (lambda c: (np.asarray(c) > 0).astype(np.int64))
-        pair, t, diff = sw.per_row(s, fn)
+        pair, t, diff = sw.per_row(s, _multiplicity_fn(reducer))
     else:
         pair, t, diff = sw.top_k(s, reducer, reducer.k if isinstance(reducer, TopK) else 1)
     diff = sw.signed(pair, diff)

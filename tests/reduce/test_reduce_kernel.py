@@ -244,6 +244,7 @@ def test_keys_cut_into_slabs_match_the_reference(name, d, choice, monkeypatch):
 
     for name_, value in zip(("MAX_SLABS", "SLAB_ROW_COST", "COPY_BUDGET"), SLAB_CHOICES[choice]):
         monkeypatch.setattr(ops.reduce.slabs, name_, value)
+    monkeypatch.setattr("ops.reduce.kernel.presence_delta", lambda *a: None)  # (tested on its own below)
     make, plain = REDUCERS[name]
     rng = random.Random(f"flat-{name}-{d}")
     for _ in range({2: 12, 3: 4}[d]):
@@ -281,6 +282,7 @@ def test_hot_keys_at_d2_match_the_reference(name, choice, monkeypatch):
 
     for name_, value in zip(("MAX_SLABS", "SLAB_ROW_COST", "COPY_BUDGET"), SLAB_CHOICES[choice]):
         monkeypatch.setattr(ops.reduce.slabs, name_, value)
+    monkeypatch.setattr("ops.reduce.kernel.presence_delta", lambda *a: None)
     make, plain = REDUCERS[name]
     rng = random.Random(f"hot-{name}")
     for _ in range(3):
@@ -290,6 +292,58 @@ def test_hot_keys_at_d2_match_the_reference(name, choice, monkeypatch):
         out = reduce_delta(table, KEYS, VALUES, 2, reducer)
         check_shape(out, table, 2, reducer)
         check_accumulation(rows, out, 2, plain)
+
+
+@pytest.mark.parametrize("ranks", ["table", "sort"])
+@pytest.mark.parametrize("shape", ["loop_round", "hot", "random"])
+@pytest.mark.parametrize("d", [2, 3])
+@pytest.mark.parametrize("name", ["distinct", "threshold", "threshold_neg"])
+def test_presence_kernel_matches_the_reference(name, d, shape, ranks, monkeypatch):
+    """Distinct and threshold at d >= 2 take every row's grid in one pass
+    (ops/reduce/presence.py) when it is small: exact at every time, and it is the kernel
+    that answered; the ranks of times within a row found by a table of pairs or by a sort."""
+    import ops.reduce.kernel
+    import ops.reduce.presence
+
+    big = 0 if ranks == "sort" else 1 << 30
+    monkeypatch.setattr(ops.reduce.presence, "PAIR_TABLE_PER_UPDATE", big)
+    monkeypatch.setattr(ops.reduce.presence, "PAIR_TABLE_MIN", big)
+    answered = []
+
+    def counted(*a):
+        out = ops.reduce.presence.presence_delta(*a)
+        answered.append(out is not None)
+        return out
+
+    monkeypatch.setattr(ops.reduce.kernel, "presence_delta", counted)
+    make, plain = REDUCERS[name]
+    rng = random.Random(f"presence-{name}-{d}-{shape}")
+    for case in range(8):
+        rows = {"loop_round": lambda: loop_round_rows(rng, d, 3), "hot": lambda: hot_rows(rng, d, 5),
+                "random": lambda: random_rows(rng, d, rng.randint(1, 30), 3)}[shape]()
+        table = make_table(rows, KEYS, VALUES, d, KTYPES, VTYPES)
+        if case % 2:  # rows in any order
+            table = table.take(pa.array(rng.sample(range(table.num_rows), table.num_rows)))
+        reducer = make()
+        out = reduce_delta(table, KEYS, VALUES, d, reducer)
+        check_shape(out, table, d, reducer)
+        check_accumulation(rows, out, d, plain)
+    assert answered and all(answered)
+
+
+def test_presence_kernel_declines_grids_larger_than_its_updates():
+    """Updates spread over both coordinates make a grid of (outer times x iterations)
+    cells: above its cells-per-update bound the presence kernel leaves the table to the
+    slabs and the grid, which stay exact."""
+    from ops.reduce.presence import CELLS_PER_UPDATE, presence_delta
+
+    n = 4 * CELLS_PER_UPDATE + 64
+    rows = [((1, "p"), (1, "a", 0.5), (i, n - i), 1, i % 2 == 0) for i in range(n)]  # a diagonal: n x n cells
+    table = make_table(rows, KEYS, VALUES, 2, KTYPES, VTYPES)
+    schema = reduce_delta(table.slice(0, 0), KEYS, VALUES, 2, Distinct()).schema
+    assert presence_delta(table, KEYS + VALUES, 2, None, schema, 1 << 30) is None
+    out = reduce_delta(table, KEYS, VALUES, 2, Distinct())
+    check_accumulation(rows, out, 2, REDUCERS["distinct"][1])
 
 
 def test_only_slabs_from_the_first_new_update_are_copied(monkeypatch):
