@@ -3,7 +3,7 @@
 Spark starts one daemon per set of worker settings and forks a worker from it for each
 task slot; a worker idle for a minute is stopped, and the next task forks a new one. Each
 new worker would import what ddcli's tasks run (the loop's rounds, the reduce and join
-kernels, the layer writer: numpy, pyarrow, DuckDB) on its first task, some 0.3 s, again
+kernels, the layer writer: numpy, pyarrow, pandas, DuckDB) on its first task, some 0.3 s, again
 and again in a warm engine. Imported here once, before any fork, every worker starts with
 them. Only imports happen before the fork, never work: the threads numpy and pyarrow start
 on import are idle when it forks (both libraries handle a fork), and anything that fails to
@@ -19,6 +19,7 @@ import gc
 def _preload() -> None:
     try:
         import duckdb  # noqa: F401
+        import pandas  # noqa: F401 - pyarrow imports it on a column's first to_numpy (0.25 s)
         import pyarrow.compute  # noqa: F401
         import pyarrow.parquet  # noqa: F401
 
