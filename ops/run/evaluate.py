@@ -32,6 +32,7 @@ from ops.operators.delta_join import delta_join_changes
 from ops.operators.join import join_changes
 from ops.reduce.budget import task_rows
 from ops.reduce.operator import SPLIT_ROWS, reduce_changes, two_stage
+from ops.run.deferred import DeferredFrame, pending
 from ops.run.progress import RunProgress
 from ops.spark.errors import first_line
 
@@ -139,6 +140,9 @@ def evaluate_scope(p: Pipeline, scope, ctx: EvalContext, frames: dict, runtime: 
             continue
         if n.op == "leave":
             continue  # filled in by its loop
+        if _deferrable(n, frames, runtime):  # (checked by the planning dry run already)
+            frames[n.id] = DeferredFrame(lambda n=n, ins=dict(frames): _evaluate_node(n, ctx, ins, runtime))
+            continue
         frames[n.id] = _evaluate_node(n, ctx, frames, runtime)
         df = frames[n.id]
         if df is not None and scope is not None and not runtime.planning and n.id in runtime.arranged \
@@ -161,6 +165,16 @@ def evaluate_scope(p: Pipeline, scope, ctx: EvalContext, frames: dict, runtime: 
     if runtime.planning:
         runtime.planned.update({n.id: frames.get(n.id) for n in nodes if n.op != "loop"})
     runtime.record(frames, nodes)
+
+
+def _deferrable(n: Node, frames: dict, runtime: Runtime) -> bool:
+    """A run's input, or a select or filter of a frame not built yet: its own frame can wait
+    until something uses it (ops/run/deferred.py)."""
+    if runtime.planning:
+        return False
+    if n.op == "input":
+        return pending(runtime.sources.get(n.args["trace"]))
+    return n.op in ("select", "filter") and n.id not in runtime.shared and pending(frames.get(n.inputs[0].id))
 
 
 def shared_costly(p: Pipeline, arranged: dict[int, Node], uses: dict[int, int]) -> set[int]:

@@ -54,18 +54,19 @@ class RunProgress:
         return job_ids(self._tracker) if self._tracker is not None else set()
 
     @contextmanager
-    def step(self, kind: str, **fields):
-        """Time a piece of work that runs Spark jobs; the body may fill ``rows`` (and other
+    def step(self, kind: str, spark: bool = True, **fields):
+        """Time a piece of work that runs Spark jobs (none with ``spark`` False: its jobs
+        are not counted, two Py4J calls saved); the body may fill ``rows`` (and other
         figures) in the yielded dict, which becomes one of :attr:`steps`."""
         rec = {"step": kind, **fields}
-        before, t0 = self._jobs(), time.monotonic()
+        before, t0 = self._jobs() if spark else None, time.monotonic()
         self.watcher.begin(step_label(kind, fields))
         try:
             yield rec
         finally:
             self.watcher.end()
         rec["seconds"] = round(time.monotonic() - t0, 3)
-        rec["jobs"] = len(self._jobs() - before)
+        rec["jobs"] = len(self._jobs() - before) if spark else 0
         self.steps.append(rec)
 
     def loop_round(self, loop: str, rnd: int, iteration: int, seconds: float, nxt: int | None,

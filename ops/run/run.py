@@ -31,6 +31,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from typing import Callable
 
 import pyarrow as pa
@@ -47,6 +48,7 @@ from ops.operators.arrangement import Arrangement
 from ops.operators.context import EvalContext
 from ops.operators.linear import union_coalesced
 from ops.reduce.shared_shuffle import shared_token, write_shared
+from ops.run.deferred import DeferredFrame
 from ops.run.evaluate import Runtime, evaluate
 from ops.run.progress import RunProgress, cone_of, updates
 from ops.run.rebuild import Backfill, Identity, identify, plan_backfill, state_reusable
@@ -414,9 +416,9 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
     ctx = EvalContext(spark, d, delta_rows=delta_rows)
     sources = {}
     for n, v in views.items():
-        if v.new:
-            sources[n] = read_layers(spark, store.read_paths(v.trace, v.new),
-                                     spark_schema(update_schema(v.trace.schema, d)))
+        if v.new:  # built when first used: a loop's task may read the files itself
+            sources[n] = DeferredFrame(partial(read_layers, spark, store.read_paths(v.trace, v.new),
+                                               spark_schema(update_schema(v.trace.schema, d))))
     for t in boundaries.values():  # a partial rebuild reads unchanged operators' state whole
         sources[t.name] = read_layers(spark, store.read_paths(t),
                                       spark_schema(update_schema(t.schema, t.d)))
@@ -514,7 +516,8 @@ def write_targets(store: Store, plan: RunPlan, ev: Evaluation, targets: dict[str
             shared.setdefault(shared_token(write.df), {})[tname] = write
         else:
             in_task = kind == "task"  # the loop's task wrote its files: their layers only
-            with progress.step("write", trace=tname, state=is_state, **({"in_loop_task": True} if in_task else {})) as w:
+            with progress.step("write", spark=not in_task, trace=tname, state=is_state,
+                               **({"in_loop_task": True} if in_task else {})) as w:
                 sealed, held = (_written_in_task(*write, out.protos[tname], plan, node, is_state) if in_task
                                 else write())
                 out.sealed[tname] = registry.add(tname, sealed)

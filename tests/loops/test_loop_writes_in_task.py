@@ -5,7 +5,7 @@ its rows to tasks, so a small run takes it in one task; that task then also writ
 output and every state trace (the loop's arrangements and the edges it entered), instead
 of a second job reading its result back. It also reads the run's new edges from their
 layer files itself (``ops/loops/direct.py``), through the ``select`` between the input and
-the loop, so that the run needs no DataFrame job at all. Over random sliding windows
+the loop, so that the run needs no DataFrame job at all, nor builds a DataFrame of them. Over random sliding windows
 (retractions, roots coming and going, several runs, compaction between them, one run in
 batches, which writes by job as before) the output must equal breadth-first search at
 every time; so must a variant whose entered edges pass a ``filter`` and a computed
@@ -29,7 +29,12 @@ def reached_ref(inputs) -> dict:
 @pytest.mark.parametrize("seed", [5])
 def test_node_set_reach_in_one_task_writes_its_layers_itself_and_equals_bfs_at_every_time(
         spark, tmp_path, monkeypatch, seed):
+    import ops.run.run
+
     monkeypatch.setenv("DDCLI_LOOP_PATH", "auto")
+    frames_read = []  # the new edges' layers read into a DataFrame (ops/run/deferred.py)
+    read_layers = ops.run.run.read_layers
+    monkeypatch.setattr(ops.run.run, "read_layers", lambda *a: frames_read.append(a) or read_layers(*a))
     bench = Bench(tmp_path)
     path = bench.pipeline("reach_nodes", samples_source("reach_nodes"))
     runs = list(sliding_window_runs(seed, nodes=14, edges=24, steps=[8, 10, 10]))
@@ -37,7 +42,9 @@ def test_node_set_reach_in_one_task_writes_its_layers_itself_and_equals_bfs_at_e
         bench.ingest("edges", EDGES, eu, upper=upper)
         bench.ingest("roots", ROOTS, ru, upper=upper)
         batched = r == 1
+        frames_read.clear()
         res = bench.run(path, batch_times=4 if batched else None)
+        assert bool(frames_read) == batched  # read by the task itself, no frame ever built
         [loop] = [s for s in res.steps if s["step"] == "loop_path"]
         assert loop["path"] == "local" and "few enough for one task" in loop["not_resident"], loop
         writes = {s["trace"]: s for s in res.steps if s["step"] == "write"}
