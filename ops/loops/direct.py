@@ -26,7 +26,7 @@ from ops.dataflow.builder import Pipeline
 from ops.dataflow.graph import Node, node_priority
 from ops.io.read import layer_table
 from ops.loops.route import linear_task_node
-from ops.loops.task import Body, TaskNode, filter_rows, select_rows, update_schema
+from ops.loops.task import Body, LazyDuckDB, TaskNode, filter_rows, select_rows, update_schema
 from storage.lattice import time_columns
 
 
@@ -69,10 +69,8 @@ def read_source(src: SourceRead, schema: pa.Schema) -> pa.Table:
     tables = [entered_layer_table(f, src.schema) for f in src.files]
     t = pa.concat_tables(tables) if tables else src.schema.empty_table()
     if src.chain:
-        import duckdb
-
         tcols = [c for c in src.schema.names if c == "time" or c.startswith("time_")]
-        con = duckdb.connect()
+        con = LazyDuckDB()  # (renames need none)
         try:
             for n in src.chain:
                 t = select_rows(con, n, t, tcols) if n.op == "select" else filter_rows(con, n, t)

@@ -184,7 +184,7 @@ def _quote(c: str) -> str:
     return '"' + c.replace('"', '""') + '"'
 
 
-class _LazyDuckDB:
+class LazyDuckDB:
     """A DuckDB connection made when first used: connecting costs 10-25 ms, and a body of
     joins, renames and distincts over integer keys never queries."""
 
@@ -207,7 +207,7 @@ class _Round:
 
     def __init__(self, body: Body, old: dict[int, pa.Table], router=None):
         self.body = body
-        self.con = _LazyDuckDB()
+        self.con = LazyDuckDB()
         self.tcols = time_columns(body.d)
         self.schemas = {n.id: update_schema(n.schema, body.d) for n in body.nodes}
         # advanced to the loop's frontier when batches merge: rounds' rows cancel
