@@ -28,7 +28,7 @@ def _keep_freed_memory() -> None:
         libc = ctypes.CDLL("libc.so.6")
         m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3
         libc.mallopt(m_mmap_threshold, 32 << 20)
-        libc.mallopt(m_trim_threshold, 256 << 20)  # (returned once 256 MB lie free at the top)
+        libc.mallopt(m_trim_threshold, 64 << 20)  # (returned once 64 MB lie free at the top)
         libc.mallopt(m_top_pad, 16 << 20)
     except (OSError, AttributeError):
         pass
