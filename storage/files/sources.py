@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import traceback
 from typing import Iterator
 
 import numpy as np
@@ -128,15 +129,23 @@ class CsvSource(Source):
             problem = limits.too_many_columns(head.split(b"\n", 1)[0].count(b",") + 1)
             if problem:
                 raise self.fail(problem)
+            failure = None
             try:
                 reader = self._reader(stream, self._header(head))
                 batches = self._batches(reader)
             except pa.ArrowInvalid as e:
-                raise self._explain(str(e), stream) from None
+                failure = self._explain(str(e), stream)
             except UnicodeDecodeError:
-                raise (self.utf8_error() or self.fail("invalid UTF-8")) from None
+                failure = self.utf8_error() or self.fail("invalid UTF-8")
+            except BaseException as e:  # a refusal of ours (a line too long, the memory budget), an interrupt
+                traceback.clear_frames(e.__traceback__)  # (their variables hold the failed reader)
+                failure = e
             finally:
                 stream.stop()  # pyarrow's read-ahead thread must be out of the stream before we go on
+            if failure is not None:  # and must have let go of it: else it may do so as the process exits
+                reader = None
+                stream.wait_released()
+                raise failure
             self.sha256 = stream.finish()
             quotes = stream.quotes
         table = pa.Table.from_batches(batches, schema=reader.schema)
@@ -164,7 +173,7 @@ class CsvSource(Source):
         text columns cost nothing to convert (measured: as fast as with threads)."""
         conv = pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, null_values=[],
                                     strings_can_be_null=False, quoted_strings_can_be_null=False)
-        return pacsv.open_csv(pa.PythonFile(stream, mode="r"), parse_options=self._PARSE, convert_options=conv,
+        return pacsv.open_csv(stream.python_file(), parse_options=self._PARSE, convert_options=conv,
                               read_options=pacsv.ReadOptions(block_size=self.line_limit, use_threads=False))
 
     def _batches(self, reader) -> list[pa.RecordBatch]:

@@ -157,6 +157,43 @@ def test_a_50_mb_value_is_refused_by_default(words, tmp_path):
     assert took < 30 and tree_digest(words) == before
 
 
+SLOW_READ_AHEAD = """
+import sys, threading, time
+from storage.errors import UpdateFileError
+from storage.files import streams
+from storage.files.read import read_update_file
+
+real = streams.ByteStream.read
+
+def slow(self, n=-1):
+    data = real(self, n)
+    if not data and threading.current_thread() is not threading.main_thread():
+        time.sleep(0.3)  # pyarrow's read-ahead thread, slow to come back from the end of the stream
+    return data
+
+streams.ByteStream.read = slow
+try:
+    read_update_file(sys.argv[1])
+except UpdateFileError as e:
+    print(e, file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+def test_refusing_a_long_line_waits_for_the_read_ahead_thread_before_the_process_exits(tmp_path):
+    """pyarrow's read-ahead thread goes on after the reader failed on the first block; a
+    process that exits while it is still in Python aborts (exit -6, "terminate called
+    without an active exception": 1 refusal in 7 did). Slowed down, it is waited for."""
+    path = tmp_path / "value.csv"
+    path.write_bytes(b"word,time\n" + b"v" * 50_000_000 + b",1\n")
+    script = tmp_path / "slow_read_ahead.py"
+    script.write_text(SLOW_READ_AHEAD)
+    res = subprocess.run([sys.executable, str(script), str(path)], cwd=REPO, env=ddcli_env(None),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, (res.returncode, res.stderr[-2000:])
+    assert "16 MiB (DDCLI_MAX_LINE_BYTES)" in res.stderr
+
+
 def test_updates_beyond_the_memory_budget_are_refused_and_nothing_is_written(words, tmp_path):
     rows = b"word,time\n" + b"a,1\n" * 500_000
     (tmp_path / "rows.csv").write_bytes(rows)
