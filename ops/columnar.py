@@ -11,6 +11,10 @@ import pyarrow.compute as pc
 
 GROUP = "_group"
 COUNT = "_count"
+#: ``ranks_within`` tells (unit, value) pairs apart by a table of those present rather than
+#: by a sort while the table holds at most this many entries per row (plus the minimum).
+PAIR_TABLE_PER_ROW = 4
+PAIR_TABLE_MIN = 1024
 
 def np_int(col) -> np.ndarray:
     """An int64 numpy copy of an Arrow column (nulls are an error: counts/times must be set)."""
@@ -197,3 +201,31 @@ def groups_of(rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
 
 def empty_table(schema: pa.Schema) -> pa.Table:
     return pa.table({f.name: pa.array([], f.type) for f in schema}, schema=schema)
+
+
+def ranks_within(uid: np.ndarray, U: int, t: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Each row's rank among the distinct values of ``t`` of its unit (``uid``, ids
+    ``0 .. U - 1``); per unit how many there are and where its values start in the last
+    array, those values (by unit, ascending). (unit, value) pairs of a narrow range (a
+    loop's iterations) are told apart by a table of the pairs present, others by a sort."""
+    n = len(t)
+    lo = int(t.min())
+    span = int(t.max()) - lo + 1
+    if float(U) * span <= PAIR_TABLE_PER_ROW * n + PAIR_TABLE_MIN:
+        packed = uid * span + (t - lo)
+        present = np.zeros(U * span, bool)
+        present[packed] = True
+        pairs = np.flatnonzero(present)  # ascending: by unit, then value
+        count = np.bincount(pairs // span, minlength=U).astype(np.int64)
+        begin = exclusive_cumsum(count)
+        pair_id = np.cumsum(present) - 1
+        return pair_id[packed] - begin[uid], count, begin, pairs % span + lo
+    order = lex_order([uid, t])
+    us, ts = uid[order], t[order]
+    first = np.ones(n, bool)
+    first[1:] = (us[1:] != us[:-1]) | (ts[1:] != ts[:-1])
+    count = np.bincount(us[first], minlength=U).astype(np.int64)
+    begin = exclusive_cumsum(count)
+    r = np.empty(n, np.int64)
+    r[order] = np.cumsum(first) - 1 - begin[us]
+    return r, count, begin, ts[first]

@@ -23,8 +23,8 @@ from types import SimpleNamespace
 import numpy as np
 import pyarrow as pa
 
-from ops.columnar import (COUNT, GROUP, exclusive_cumsum, group_sum, lex_order, new_flags, np_int, row_ids,
-                          seg_cumsum_any_)
+from ops.columnar import (COUNT, GROUP, exclusive_cumsum, group_sum, lex_order, new_flags, np_int, ranks_within,
+                          row_ids, seg_cumsum_any_)
 from ops.errors import KeyTooLarge
 from storage.lattice import time_columns
 
@@ -72,21 +72,8 @@ def grid_delta(table: pa.Table, key: list[str], values: list[str], d: int, reduc
     kv_key = kid[kv_rep]
 
     # per coordinate: each key's sorted distinct values, and each update's rank in them
-    ranks, ncoord, tstart, tvals = [], [], [], []
-    for c in tcols:
-        t = np_int(table.column(c))
-        order = lex_order([kid, t])
-        ks, ts = kid[order], t[order]
-        first = np.ones(n, bool)
-        first[1:] = (ks[1:] != ks[:-1]) | (ts[1:] != ts[:-1])
-        cnt = np.bincount(ks[first], minlength=K).astype(np.int64)
-        st = exclusive_cumsum(cnt)
-        r = np.empty(n, np.int64)
-        r[order] = np.cumsum(first) - 1 - st[ks]
-        ranks.append(r)
-        ncoord.append(cnt)
-        tstart.append(st)
-        tvals.append(ts[first])
+    ranks, ncoord, tstart, tvals = (list(x) for x in zip(*[ranks_within(kid, K, np_int(table.column(c)))
+                                                          for c in tcols]))
 
     # what every chunk of keys shares (whole-table arrays are indexed by row)
     ctx = SimpleNamespace(

@@ -23,16 +23,12 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ops.columnar import exclusive_cumsum, lex_order, new_flags, np_int, row_ids, seg_cumsum_
+from ops.columnar import exclusive_cumsum, new_flags, np_int, ranks_within, row_ids, seg_cumsum_
 from storage.lattice import time_columns
 
 #: Grid cells per update above which the dense pass declines (it then costs more than
 #: the slabs' copies of the rows); a loop round's units hold some 2-3.
 CELLS_PER_UPDATE = 16
-#: (unit, value) pairs told apart by a table of those present rather than by a sort while
-#: the table holds at most this many entries per update (plus ``PAIR_TABLE_MIN``).
-PAIR_TABLE_PER_UPDATE = 4
-PAIR_TABLE_MIN = 1024
 
 
 def presence_delta(table: pa.Table, units: list[str], d: int, fn, result_schema: pa.Schema,
@@ -48,13 +44,7 @@ def presence_delta(table: pa.Table, units: list[str], d: int, fn, result_schema:
     fresh_diff = np.where(new_flags(table), diff, 0)
 
     # per coordinate: each unit's sorted distinct values, and each update's rank among them
-    rank, size, start, values = [], [], [], []
-    for c in tcols:
-        r, count, begin, vals = _ranks_within(uid, U, np_int(table.column(c)))
-        rank.append(r)
-        size.append(count)
-        start.append(begin)
-        values.append(vals)
+    rank, size, start, values = zip(*[ranks_within(uid, U, np_int(table.column(c))) for c in tcols])
 
     # cells in mixed radix, last coordinate fastest: unit u's cells are base[u] .. base[u + 1]
     cells_of = np.ones(U, np.int64)
@@ -120,34 +110,6 @@ def _summed(cell: np.ndarray, diff: np.ndarray, cells: int) -> np.ndarray:
     out = np.zeros(cells, np.int64)
     np.add.at(out, cell, diff)
     return out
-
-
-def _ranks_within(uid: np.ndarray, U: int, t: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Each update's rank among its unit's distinct values of ``t``; per unit how many there
-    are and where its values start in the last array, those values (by unit, ascending).
-    (unit, value) pairs of a narrow range (a loop's iterations) are told apart by a table
-    of the pairs present, others by a sort."""
-    n = len(t)
-    lo = int(t.min())
-    span = int(t.max()) - lo + 1
-    if float(U) * span <= PAIR_TABLE_PER_UPDATE * n + PAIR_TABLE_MIN:
-        packed = uid * span + (t - lo)
-        present = np.zeros(U * span, bool)
-        present[packed] = True
-        pairs = np.flatnonzero(present)  # ascending: by unit, then value
-        count = np.bincount(pairs // span, minlength=U).astype(np.int64)
-        begin = exclusive_cumsum(count)
-        pair_id = np.cumsum(present) - 1
-        return pair_id[packed] - begin[uid], count, begin, pairs % span + lo
-    order = lex_order([uid, t])
-    us, ts = uid[order], t[order]
-    first = np.ones(n, bool)
-    first[1:] = (us[1:] != us[:-1]) | (ts[1:] != ts[:-1])
-    count = np.bincount(us[first], minlength=U).astype(np.int64)
-    begin = exclusive_cumsum(count)
-    r = np.empty(n, np.int64)
-    r[order] = np.cumsum(first) - 1 - begin[us]
-    return r, count, begin, ts[first]
 
 
 def _grid_coordinates(size: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:

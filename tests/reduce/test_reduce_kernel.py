@@ -302,12 +302,13 @@ def test_presence_kernel_matches_the_reference(name, d, shape, ranks, monkeypatc
     """Distinct and threshold at d >= 2 take every row's grid in one pass
     (ops/reduce/presence.py) when it is small: exact at every time, and it is the kernel
     that answered; the ranks of times within a row found by a table of pairs or by a sort."""
+    import ops.columnar
     import ops.reduce.kernel
     import ops.reduce.presence
 
     big = 0 if ranks == "sort" else 1 << 30
-    monkeypatch.setattr(ops.reduce.presence, "PAIR_TABLE_PER_UPDATE", big)
-    monkeypatch.setattr(ops.reduce.presence, "PAIR_TABLE_MIN", big)
+    monkeypatch.setattr(ops.columnar, "PAIR_TABLE_PER_ROW", big)
+    monkeypatch.setattr(ops.columnar, "PAIR_TABLE_MIN", big)
     answered = []
 
     def counted(*a):
