@@ -8,9 +8,9 @@ the ``d``-dimensional finite differences of ``E = fn(total) - fn(old)`` over tha
 (``Z(total) - Z(old)``, as in ``ops/reduce/grid.py``). Here that is computed for every
 unit at once in flat int64 arrays: each update dropped into its grid cell, prefix sums
 along each coordinate (segmented cumulative sums, one coordinate at a time), ``E`` per
-cell, its finite differences, and the non-zero cells are the output. No reducer call, no
-per-unit tables, no sort of the output: a loop round's distinct over tens of thousands of
-updates costs a few milliseconds.
+cell, its finite differences, and the non-zero cells are the output. No reducer call and
+no per-unit tables: a loop round's distinct over tens of thousands of updates costs a few
+milliseconds.
 
 The dense cells are bounded by the updates: when the units' grids together hold more
 than :data:`CELLS_PER_UPDATE` cells per update (rows whose times spread over both
@@ -47,12 +47,13 @@ def presence_delta(table: pa.Table, units: list[str], d: int, fn, result_schema:
     rank, size, start, values = zip(*[ranks_within(uid, U, np_int(table.column(c))) for c in tcols])
 
     # cells in mixed radix, last coordinate fastest: unit u's cells are base[u] .. base[u + 1]
-    cells_of = np.ones(U, np.int64)
+    cells_of = np.ones(U, np.float64)  # (in floats: a product of d sizes may pass int64 before it is refused)
     for i in range(d):
         cells_of *= size[i]
-    cells = int(cells_of.sum())
-    if cells > max(CELLS_PER_UPDATE * n, 1024) or cells > max_cells:
+    if cells_of.sum() > min(max(CELLS_PER_UPDATE * n, 1024), max_cells):
         return None
+    cells_of = cells_of.astype(np.int64)
+    cells = int(cells_of.sum())
     base = exclusive_cumsum(cells_of)
     cell = np.zeros(n, np.int64)
     for i in range(d):

@@ -338,8 +338,8 @@ def test_presence_kernel_declines_grids_larger_than_its_updates():
     slabs and the grid, which stay exact."""
     from ops.reduce.presence import CELLS_PER_UPDATE, presence_delta
 
-    n = 4 * CELLS_PER_UPDATE + 64
-    rows = [((1, "p"), (1, "a", 0.5), (i, n - i), 1, i % 2 == 0) for i in range(n)]  # a diagonal: n x n cells
+    n = 3 * CELLS_PER_UPDATE  # a diagonal: n x n cells, over CELLS_PER_UPDATE x n and the minimum of 1,024
+    rows = [((1, "p"), (1, "a", 0.5), (i, n - i), 1, i % 2 == 0) for i in range(n)]
     table = make_table(rows, KEYS, VALUES, 2, KTYPES, VTYPES)
     schema = reduce_delta(table.slice(0, 0), KEYS, VALUES, 2, Distinct()).schema
     assert presence_delta(table, KEYS + VALUES, 2, None, schema, 1 << 30) is None
