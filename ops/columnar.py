@@ -47,10 +47,12 @@ def densify(x: np.ndarray, ordered: bool = True) -> tuple[np.ndarray, int]:
     if len(x) and x.dtype.kind in "iu":
         lo, hi = int(x.min()), int(x.max())
         if hi - lo < 4 * len(x) + 1024:  # a narrow range: a table of the values present, no sort
+            # offsets in 64 bits: in a narrower type they wrap (int8 -100 .. 100) and collide
+            offset = (x if x.dtype.itemsize == 8 else x.astype(np.int64)) - lo
             present = np.zeros(hi - lo + 1, np.int64)
-            present[x - lo] = 1
+            present[offset] = 1
             rank = np.cumsum(present) - 1
-            return rank[x - lo], int(rank[-1]) + 1
+            return rank[offset], int(rank[-1]) + 1
     if not ordered:
         import pandas as pd
         ids, uniques = pd.factorize(x)

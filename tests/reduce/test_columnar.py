@@ -39,10 +39,11 @@ def test_densify_against_unique(values, spread, ordered, presorted):
     _check(x, ordered)
 
 
-@pytest.mark.parametrize("dtype", [np.uint8, np.uint64, np.int32])
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint64, np.int8, np.int16, np.int32])
 def test_densify_other_integer_types(dtype):
     rng = np.random.default_rng(3)
-    x = rng.integers(0, 200, 500).astype(dtype)
+    signed = np.dtype(dtype).kind == "i"  # (int8 from -100 to 100: offsets that wrap in 8 bits)
+    x = rng.integers(-100 if signed else 0, 101 if signed else 200, 500).astype(dtype)
     if dtype == np.uint64:
         x = x + np.uint64(2 ** 63)  # beyond int64: the narrow range still holds
     _check(x, True)
