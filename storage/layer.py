@@ -274,9 +274,13 @@ def footer_metadata(path: str) -> dict:
     return json.loads(md[META_KEY]) if META_KEY in md else {}
 
 
+def update_schema(data: pa.Schema, d: int) -> pa.Schema:
+    """The schema of a collection's updates: its ``data`` columns, ``d`` time columns, diff."""
+    return pa.schema(list(data) + [pa.field(t, pa.int64()) for t in time_columns(d)] + [pa.field("diff", pa.int64())])
+
+
 def empty_updates(schema: pa.Schema, d: int) -> pa.Table:
-    fields = list(schema) + [pa.field(c, pa.int64()) for c in time_columns(d)] + [pa.field("diff", pa.int64())]
-    return pa.Table.from_batches([], pa.schema(fields))
+    return update_schema(schema, d).empty_table()
 
 
 def updates_table(data: pa.Table, times: list[np.ndarray], diff: np.ndarray, d: int) -> pa.Table:

@@ -31,10 +31,12 @@ def read_layers(spark, paths: list[str], schema) -> DataFrame:
     return spark.range(0, len(files), 1, len(files)).mapInArrow(read, schema)
 
 
-def layer_table(path: str, schema: pa.Schema) -> pa.Table:
+def layer_table(path: str, schema: pa.Schema, where=None) -> pa.Table:
     """One layer file's updates as ``schema`` (an Arrow schema), read with pyarrow wherever
-    the store lives: inside a task, without a Spark job."""
+    the store lives: inside a task, without a Spark job. ``where``: only the rows that pass
+    this filter (a ``pyarrow.compute`` expression; row groups whose statistics rule it out
+    are not read)."""
     from storage.blobs.resolve import read_table
 
-    table = read_table(path, page_checksum_verification=True).replace_schema_metadata(None)
+    table = read_table(path, page_checksum_verification=True, filters=where).replace_schema_metadata(None)
     return table.select(schema.names).cast(schema)

@@ -10,9 +10,9 @@ new iteration coordinate, 0) commutes with both.
 When nothing else reaches the task through Spark, and nothing of what it computes is
 needed back as a frame (its outputs and its arrangements' state are written by the task
 itself, and nothing else reads its leaves: :func:`frames_needed`), the task needs no
-DataFrame at all: :func:`run_direct` runs it as one task of a plain Spark job, which costs
-about half a DataFrame job's planning, code generation and output checkpoint (ddcli bench
-small: node-set reach).
+DataFrame at all: it runs as the one task of a plain Spark job (``ops/spark/one_task.py``),
+which costs about half a DataFrame job's planning, code generation and output checkpoint
+(ddcli bench small: node-set reach).
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from ops.dataflow.builder import Pipeline
 from ops.dataflow.graph import Node, node_priority
 from ops.io.read import layer_table
 from ops.loops.route import linear_task_node
-from ops.loops.task import Body, LazyDuckDB, TaskNode, filter_rows, select_rows, update_schema
+from ops.loops.task import Body, LazyDuckDB, TaskNode, filter_rows, select_rows
 from storage.lattice import time_columns
+from storage.layer import update_schema
 
 
 @dataclass
@@ -102,17 +103,3 @@ def frames_needed(p: Pipeline, body: Body, writes: dict) -> bool:
             if any(i.id == leave for i in n.inputs) and not (n.op == "output" and ("leave", leave) in writes):
                 return True
     return any(t.arranged and t.op != "enter" and ("rec", t.id) not in writes for t in body.nodes)
-
-
-def run_direct(spark, task) -> None:
-    """Run ``task`` (``ops.loops.local._task_function``'s, over no shipped rows) as the one
-    task of a plain Spark job; what it computes it writes itself, and its statistics and
-    files come back in accumulators."""
-    def one(rows):
-        for _ in rows:  # drained: PySpark reuses a worker only when its input was read whole
-            pass
-        for _ in task(iter(())):
-            pass
-        return iter(())
-
-    spark.sparkContext.parallelize([0], 1).mapPartitions(one).collect()

@@ -60,16 +60,18 @@ from ops.errors import PipelineError
 from ops.io.read import layer_table
 from ops.io.write import write_table_files
 from ops.io.wide_frame import pack_frames, pack_tables, unpack_frame, unpack_table, wide_schema
-from ops.loops.direct import SourceRead, entered_layer_table, frames_needed, read_source, run_direct, source_reads
+from ops.loops.direct import SourceRead, entered_layer_table, frames_needed, read_source, source_reads
 from ops.loops.exchange import Exchange, ExchangeAborted, Router
 from ops.loops.plan import LoopPlan, loop_path
 from ops.loops.priority import check_iteration
 from ops.loops.route import (BROADCAST_ROWS, FEW_ROWS, ONE_TASK_ROWS, Engine, Resident, build_body,
                              few_rows_decision, resident_decision, stored_refusal, task_rows)
-from ops.loops.task import Body, fixed_point, update_schema
+from ops.loops.task import Body, fixed_point
 from ops.operators.context import EvalContext
+from ops.spark.one_task import WrittenFiles, run_one_task
 from ops.spark.session import is_local, partitions
 from storage.lattice import time_columns
+from storage.layer import update_schema
 
 TOO_BIG = -1  # ``converged`` of a task that refused its rows, or stopped holding too many
 
@@ -147,7 +149,7 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
                           writes=writes, files=files, returns=not direct)
     out = None
     if direct:
-        run_direct(spark, task)
+        run_one_task(spark, task)
     else:
         packed = pack_frames(ins.parts, {t: ins.schemas[t] for t in ins.parts}, pfields) if ins.parts \
             else spark.createDataFrame([], from_arrow_schema(in_wide))
@@ -179,19 +181,6 @@ def evaluate_local(p: Pipeline, loop_node: Node, plan: LoopPlan, ictx: EvalConte
     # (direct: only outputs the task wrote read the leaves)
     return {nid: None if out is None else unpack_frame(out, tag, outs.schemas[tag])
             for (kind, nid), tag in outs.tags.items() if kind == "leave"}
-
-
-class WrittenFiles(AccumulatorParam):
-    """The layer files a loop's task wrote: ``(trace, META_SCHEMA row)`` pairs, gathered
-    with the task's result (no job of their own)."""
-
-    @staticmethod
-    def zero(value):
-        return []
-
-    @staticmethod
-    def addInPlace(a, b):
-        return a + b
 
 
 def _writes_in_task(p: Pipeline, runtime, body: Body, nodes: list[Node]) -> dict[tuple[str, int], list[dict]]:

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 from ops.loops.spine import Spine
 from ops.operators.join_sweep import all_pairs
 from storage.lattice import time_columns
+from storage.layer import update_schema
 
 _PLAIN = re.compile(r'^"[A-Za-z_][A-Za-z0-9_]*"$')  # portable_sql's form of a bare column
 CONSOLIDATE_OLD = 4  # a reduce consolidates the old rows it reads when they are this many times its new ones
@@ -83,10 +84,6 @@ class Outcome:
     refused: tuple[int, int] | None = None  # (node id, iteration): a null or negative priority
     held: int = 0  # the most rows the task held after a round (state, records, pending, outputs)
     too_big: bool = False  # stopped: it held more than its row budget
-
-
-def update_schema(data: pa.Schema, d: int) -> pa.Schema:
-    return pa.schema(list(data) + [pa.field(t, pa.int64()) for t in time_columns(d)] + [pa.field("diff", pa.int64())])
 
 
 def conform(t: pa.Table, schema: pa.Schema) -> pa.Table:

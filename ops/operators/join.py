@@ -44,7 +44,7 @@ def join_changes(ctx: EvalContext, on: list[str], d_left: DataFrame | None, d_ri
     def right_view(df: DataFrame) -> DataFrame:
         return df.select(*on, *ctx.tail()) if semi else df
 
-    lookup = _lookup_files(left_arr, right_arr) if small and d_left is not None and d_right is not None else None
+    lookup = lookup_files(left_arr, right_arr) if small and d_left is not None and d_right is not None else None
     old_left = old_right = None
     if lookup is None:
         if d_right is not None and left_arr is not None:
@@ -106,7 +106,7 @@ def _tagged(ctx: EvalContext, df: DataFrame, key: list[str], cols: list[str], si
     return df.select(*key, *cols, *ctx.tcols, "diff", F.lit(new).alias("_new"), F.lit(side).cast("byte").alias(SIDE))
 
 
-def _lookup_files(left_arr, right_arr) -> tuple[list[str], list[str]] | None:
+def lookup_files(left_arr, right_arr) -> tuple[list[str], list[str]] | None:
     """Each side's stored layer files when every old update of both sides is in them (so
     that tasks may read their keys' old updates themselves), else None."""
     files = []

@@ -33,7 +33,7 @@ from storage.sql.query import quote
 PART = "_ddcli_part"
 #: Rows the sweep takes at once (at most the task's budget): its working arrays are a few
 #: dozen bytes a row, so a task's rows beyond this go in parts in time order.
-SLICE_ROWS = 1 << 18
+SLICE_ROWS = 1 << 20
 
 
 class TooManyLiveRows(ValueError):
@@ -41,13 +41,14 @@ class TooManyLiveRows(ValueError):
 
 
 def join_task(batches: Iterable[pa.RecordBatch], spec: JoinSpec, budget: int,
-              lookup: tuple[list[str], list[str]] | None = None) -> Iterator[pa.RecordBatch]:
+              lookup: tuple[list[str], list[str]] | None = None, hold: int | None = None) -> Iterator[pa.RecordBatch]:
     """The output batches of one task: ``batches`` (both sides' updates, ``SIDE``,
     ``_new``), plus with ``lookup`` each side's stored old updates of the keys the other
-    side changes, read from that side's layer files."""
+    side changes, read from that side's layer files. ``hold``: the rows held in Arrow
+    before the rest spill (the budget unless given)."""
     if lookup is not None:
         batches = _with_stored(list(batches), spec, lookup)
-    held = HeldRows(batches, budget)
+    held = HeldRows(batches, hold or budget)
     try:
         if held.rows == 0:
             return

@@ -29,7 +29,8 @@ from ops.operators.arrangement import Arrangement, LiveArrangement
 from ops.operators.asof import as_of_join_changes, pending_changes
 from ops.operators.context import RESERVED, EvalContext
 from ops.operators.delta_join import delta_join_changes
-from ops.operators.join import join_changes
+from ops.operators.join import join_changes, lookup_files
+from ops.operators.join_direct import plan_direct, run_direct
 from ops.reduce.budget import task_rows
 from ops.reduce.operator import SPLIT_ROWS, reduce_changes, two_stage
 from ops.run.deferred import DeferredFrame, pending
@@ -300,9 +301,16 @@ def _join(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame |
     """``join`` and ``semijoin``: their inputs' changes against each other's arrangements."""
     on = n.args["on"]
     left, right = ins
+    left_arr, right_arr = runtime.arrangement(n.inputs[0]), runtime.arrangement(n.inputs[1])
+    if not runtime.planning and not ctx.extra and n.scope is None and (left is not None or right is not None):
+        # in one task when small (its columns were checked by the planning dry run)
+        job = plan_direct(n, runtime, ctx.spark, ctx.d, ctx.delta_rows, lookup_files(left_arr, right_arr))
+        if job is not None:
+            runtime.written_in_tasks.update(run_direct(ctx.spark, job))
+            runtime.ran.append(n)  # computed and written by its task: no frame
+            return None
     if left is not None and right is not None:
         _check_join_keys(n, ctx, left, right, on)
-    left_arr, right_arr = runtime.arrangement(n.inputs[0]), runtime.arrangement(n.inputs[1])
     semi = n.op == "semijoin"
     if left is not None and right is not None and not semi:
         clash = (set(ctx.data_columns(left)) & set(ctx.data_columns(right))) - set(on)

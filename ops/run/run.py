@@ -55,7 +55,7 @@ from ops.run.rebuild import Backfill, Identity, identify, plan_backfill, state_r
 from ops.spark.session import check_interrupt, get_spark, no_interrupts, partitions, size_partitions
 from storage.errors import Conflict
 from storage.lattice import Frontier, format_frontier, time_columns
-from storage.layer import Layer
+from storage.layer import Layer, update_schema
 from storage.state.history import history_limit, run_entry
 from storage.state.readers import describe_holder
 from storage.state.trace import Trace, check_new_name
@@ -110,10 +110,6 @@ def pipeline_frontier(views: dict[str, InputView]) -> Frontier:
     for v in views.values():
         f = v.trace.upper if f is None else f.meet(v.trace.upper)
     return f
-
-
-def update_schema(data: pa.Schema, d: int) -> pa.Schema:
-    return pa.schema(list(data) + [pa.field(t, pa.int64()) for t in time_columns(d)] + [pa.field("diff", pa.int64())])
 
 
 def _empty_frame(spark, schema: pa.Schema):
@@ -416,7 +412,7 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
     ctx = EvalContext(spark, d, delta_rows=delta_rows)
     sources = {}
     for n, v in views.items():
-        if v.new:  # built when first used: a loop's task may read the files itself
+        if v.new:  # built when first used: a loop's or a join's task may read the files itself
             sources[n] = DeferredFrame(partial(read_layers, spark, store.read_paths(v.trace, v.new),
                                                spark_schema(update_schema(v.trace.schema, d))))
     for t in boundaries.values():  # a partial rebuild reads unchanged operators' state whole
@@ -498,7 +494,7 @@ def write_targets(store: Store, plan: RunPlan, ev: Evaluation, targets: dict[str
     """Write one layer to every target (outputs also their pending changes beyond the
     frontier), each registered with the store's ``registry`` of written files. Traces
     whose frames are already partitioned by their key are written by a job of their own
-    (or of the shuffle their reduces share); those a loop's one task wrote already
+    (or of the shuffle their reduces share); those a task wrote already (a loop's, a small join's)
     (``task_writes``) by none; the rest together, in one job."""
     out = RunWrites()
     writes: dict[str, dict] = {}  # trace -> its write step
@@ -515,9 +511,9 @@ def write_targets(store: Store, plan: RunPlan, ev: Evaluation, targets: dict[str
         elif kind == "shared":
             shared.setdefault(shared_token(write.df), {})[tname] = write
         else:
-            in_task = kind == "task"  # the loop's task wrote its files: their layers only
+            in_task = kind == "task"  # a task wrote its files (a loop's, a small join's): their layers only
             with progress.step("write", spark=not in_task, trace=tname, state=is_state,
-                               **({"in_loop_task": True} if in_task else {})) as w:
+                               **({"in_task": True} if in_task else {})) as w:
                 sealed, held = (_written_in_task(*write, out.protos[tname], plan, node, is_state) if in_task
                                 else write())
                 out.sealed[tname] = registry.add(tname, sealed)
@@ -559,14 +555,15 @@ def _layout(store: Store, plan: RunPlan, schemas: dict[int, pa.Schema], tname: s
 def task_writes(store: Store, plan: RunPlan, runtime: Runtime, schemas: dict[int, pa.Schema]) -> dict:
     """The targets a loop's one task may write itself, once its fixed point is found, so that
     a small run needs no job to write them (ops/loops/local.py): an output declared on a
-    loop's result with nothing pending, and the state of every arranged node. Keyed by
+    loop's result with nothing pending, and the state of every arranged node; and so may a
+    small run's join (ops/operators/join_direct.py), an output declared on it. Keyed by
     (``output`` or ``state``, node id), each a list of ``write_table_files`` arguments with
     the trace's name; for one batch only (later batches add to what earlier ones recorded)."""
     specs: dict[tuple[str, int], list[dict]] = {}
     for tname, (node, is_state) in run_targets(plan, runtime).items():
         proto, since, lay = _layout(store, plan, schemas, tname, node, is_state)
         source = node.inputs[0] if node.op == "output" else node  # an output passes its input on
-        if not is_state and (source.op != "leave" or proto.pending):
+        if not is_state and (source.op not in ("leave", "join", "semijoin") or proto.pending):
             continue
         specs.setdefault(("state" if is_state else "output", source.id), []).append(dict(
             trace=tname, directory=lay["directory"], schema=lay["schema"], key=lay["key"], d=lay["d"],
@@ -578,7 +575,7 @@ def task_writes(store: Store, plan: RunPlan, runtime: Runtime, schemas: dict[int
 def _target_write(store: Store, plan: RunPlan, ev: Evaluation, tname: str, node: Node, is_state: bool,
                   out: RunWrites):
     """How one target is written: ``("grouped" | "shared", LayerWrite)`` to write with others,
-    ``("own", write)`` for a job of its own, ``("task", files)`` when a loop's task wrote its
+    ``("own", write)`` for a job of its own, ``("task", files)`` when a task wrote its
     files already, None when it has no changes."""
     proto, since, layout = _layout(store, plan, ev.schemas, tname, node, is_state)
     out.protos[tname] = proto
@@ -618,7 +615,7 @@ def _target_write(store: Store, plan: RunPlan, ev: Evaluation, tname: str, node:
 
 def _written_in_task(files: list[dict], since: Frontier, proto: Trace, plan: RunPlan, node: Node,
                      is_state: bool) -> tuple[Layer | None, Layer | None]:
-    """The (sealed, pending) layers of the files a loop's task wrote (``META_SCHEMA`` rows)."""
+    """The (sealed, pending) layers of the files a task wrote (``META_SCHEMA`` rows)."""
     depth = node_dim(plan.d, node) - plan.d
     lower, upper = loop_frontier(plan.old_frontier, depth), loop_frontier(plan.frontier, depth)
     since = since if is_state else proto.effective_since()
@@ -700,7 +697,7 @@ def _describe_write(w: dict, tname: str, targets: dict, written: dict, held: dic
 def _report_write(progress: RunProgress, w: dict) -> None:
     what = " (state)" if w["state"] else ""
     ops = f"; computed {', '.join(w['operators'])}" if w["operators"] else ""
-    jobs = "by the loop's task" if w.get("in_loop_task") else f"{w['jobs']} Spark job{'s' if w['jobs'] != 1 else ''}"
+    jobs = "by the task that computed it" if w.get("in_task") else f"{w['jobs']} Spark job{'s' if w['jobs'] != 1 else ''}"
     together = w.get("together") or []
     if len(together) > 1:  # one job wrote several traces
         jobs = f"{jobs} for {len(together)} traces" if w["jobs"] else f"in the job of {together[0]}"

@@ -24,9 +24,9 @@ from pyspark.sql import functions as F
 from ops.dataflow.load import load_pipeline
 from ops.errors import PipelineError
 from ops.io.read import read_layers
-from ops.run.run import update_schema
 from ops.verify.oracle import AT, M, Oracle, check_supported, consolidated
 from storage.lattice import Frontier, Time, format_frontier, format_time, time_columns
+from storage.layer import update_schema
 from storage.store import Store
 
 DEFAULT_MAX_TIMES = None  # every time

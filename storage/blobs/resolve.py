@@ -50,6 +50,13 @@ def read_table(path: str, **options):
     return pq.read_table(p, filesystem=fs, **options)
 
 
+def read_metadata(path: str):
+    """A Parquet file's footer (its row groups and their statistics) wherever it lives."""
+    import pyarrow.parquet as pq
+    fs, p = for_path(path).arrow(path)
+    return pq.read_metadata(p, filesystem=fs) if fs is not None else pq.read_metadata(p)
+
+
 def read_schema(path: str):
     import pyarrow.parquet as pq
     fs, p = for_path(path).arrow(path)

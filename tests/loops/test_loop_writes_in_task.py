@@ -49,7 +49,7 @@ def test_node_set_reach_in_one_task_writes_its_layers_itself_and_equals_bfs_at_e
         assert loop["path"] == "local" and "few enough for one task" in loop["not_resident"], loop
         writes = {s["trace"]: s for s in res.steps if s["step"] == "write"}
         assert set(writes) == {"reached"} | set(bench.store.state().pipelines["reach_nodes"]["state"])
-        in_task = {t for t, s in writes.items() if s.get("in_loop_task")}
+        in_task = {t for t, s in writes.items() if s.get("in_task")}
         [local] = [s for s in res.steps if s["step"] == "loop_local"] if not batched else [None]
         if batched:  # its batches add to what earlier ones recorded: written by a job
             assert not in_task, writes

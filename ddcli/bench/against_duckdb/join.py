@@ -27,6 +27,7 @@ beside it the same beyond a run's fixed cost (a run of 5 keys at 20 times).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -165,12 +166,17 @@ def bench_join(*, keys: int = 20, times: tuple[int, ...] = (200, 800, 1600, 6400
         get_spark()
         res["spark_start_s"] = _time.perf_counter() - t0
         say(f"Spark session started in {res['spark_start_s']:.1f} s")
-        warm = Store(os.path.join(work, "store_warm"))  # warm-up, not timed: the JIT and the Python workers
-        for side, col in (("l", "a"), ("r", "b")):
-            path = os.path.join(work, f"warm_{side}.parquet")
-            pq.write_table(side_table(5, 20, col, seed=0), path)
-            warm.ingest(side, [path])
-        run_pipeline(warm, pipe)
+        # warm-up, not timed: the JIT and the Python workers, for both ways a join runs: in
+        # one task (a small run), and through a shuffle (a budget of 100 rows a task sends
+        # these 390 updates that way)
+        for store_name, budget in (("store_warm", None), ("store_warm_shuffled", "100")):
+            warm = Store(os.path.join(work, store_name))
+            for side, col in (("l", "a"), ("r", "b")):
+                path = os.path.join(work, f"{store_name}_{side}.parquet")
+                pq.write_table(side_table(5, 20, col, seed=0), path)
+                warm.ingest(side, [path])
+            with _setting("DDCLI_REDUCE_TASK_ROWS", budget):
+                run_pipeline(warm, pipe)
         res["fixed"] = _fixed_cost(work, pipe)
         say(f"a run of 5 keys at 20 times (a run's fixed cost): {res['fixed']['run_s']:.2f} s")
         cases = []
@@ -197,6 +203,22 @@ def bench_join(*, keys: int = 20, times: tuple[int, ...] = (200, 800, 1600, 6400
     finally:
         if own:
             shutil.rmtree(work, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _setting(name: str, value: str | None):
+    """The environment setting ``name`` at ``value`` (None: as it is) while inside."""
+    old = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if value is not None:
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
 
 
 def _fixed_cost(work: str, pipe: str) -> dict:

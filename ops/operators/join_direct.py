@@ -1,0 +1,209 @@
+"""A join whose sides are the run's inputs, in tasks that read their key ranges from the
+layer files and write the outputs' layers themselves.
+
+The general join (``ops/operators/join.py``) builds both sides as DataFrames, shuffles
+their rows through the JVM by key and converts them to Arrow and back for the sweep: for a
+small run that path's fixed cost (planning the frames, a shuffle, a write job) is most of
+the run, and for a large one the rows' trips through the JVM are. When
+
+* both sides are the run's inputs themselves (their new updates are layer files, their old
+  ones the inputs' stored layers, which a task looks its keys up in),
+* the join's only readers are outputs declared on it that a task may write
+  (``ops.run.run.task_writes``: nothing of theirs waits beyond the old frontier), and
+* the run has no old updates to look up, or few new ones (at most a task's budget: a task
+  that looks up holds its new updates whole),
+
+the join runs as a plain Spark job (``ops/spark/one_task.py``) of one task per range of
+the first key column: layers are sorted by key in row groups with key statistics, so a
+task reads only its range's row groups (pyarrow filters), sweeps them with their keys'
+stored old updates exactly as a join task does (``ops.operators.join_task.join_task``: the
+same slices in time of a hot key, the same refusal of a key whose live rows are over a
+task's budget) and writes the outputs' files; only the files' names come back. One task
+takes a run of at most a task's budget of rows; more take a task per budget, at least one
+per core. A task holds up to twice the budget in Arrow and spills the rest (ranges follow
+row groups, so they are uneven; a DuckDB spill costs more than the join of a million rows).
+Ranges need the first key column to be an integer or a string with statistics in every
+file; otherwise a run of at most :func:`direct_rows` runs in one task and a larger one takes
+the general join.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ops.dataflow.graph import Node
+from ops.io.read import layer_table
+from ops.io.write import write_table_files
+from ops.operators.join_sweep import SIDE, JoinSpec
+from ops.operators.join_task import join_task
+from ops.reduce.budget import task_rows
+from ops.spark.one_task import WrittenFiles, run_tasks
+from ops.spark.session import slots
+from storage.blobs.resolve import read_metadata
+from storage.layer import update_schema
+
+#: The most tasks one join's job takes.
+MAX_TASKS = 64
+
+
+def direct_rows() -> int:
+    """The rows a direct join's task holds in Arrow before the rest spill, and the most new
+    updates one task takes when they cannot be split by key: twice a task's budget."""
+    return 2 * task_rows()
+
+
+@dataclass(frozen=True)
+class DirectJoin:
+    """What the tasks need (pickled to them): the join, each side's new layer files and
+    their update schema, each side's stored layer files (``lookup``), the outputs' writes,
+    and the key ranges: task ``i`` takes the rows whose ``column`` is in
+    ``[bounds[i - 1], bounds[i])`` (the first also nulls, the last no upper bound)."""
+
+    spec: JoinSpec
+    files: tuple[list[str], list[str]]
+    schemas: tuple[pa.Schema, pa.Schema]
+    lookup: tuple[list[str], list[str]]
+    writes: list[dict]  # ``write_table_files`` arguments, with the trace's name
+    budget: int  # a task's budget of rows (``ops/reduce/budget.py``)
+    hold: int  # the rows a task holds in Arrow before the rest spill
+    column: str | None = None
+    bounds: tuple = ()
+
+    @property
+    def tasks(self) -> int:
+        return len(self.bounds) + 1
+
+
+def plan_direct(n: Node, runtime, spark, d: int, delta_rows: int | None, lookup) -> DirectJoin | None:
+    """The direct join of ``n`` (top level, in a run), or None when the general one runs:
+    see the module's docstring. ``lookup``: each side's stored layer files, or None when
+    old updates are not all in them."""
+    budget = task_rows()
+    if lookup is None or delta_rows is None or (any(lookup) and delta_rows > budget):
+        return None
+    readers = [m for m in runtime.p.nodes if any(i is n for i in m.inputs)]
+    if not readers or n.id in runtime.arranged or ("output", n.id) not in runtime.task_writes \
+            or any(m.op != "output" for m in readers) or any(i.op != "input" for i in n.inputs):
+        return None
+    schemas = runtime.schemas
+    on = list(n.args["on"])
+    left = tuple(f.name for f in schemas[n.inputs[0].id] if f.name not in on)
+    right = () if n.op == "semijoin" else tuple(f.name for f in schemas[n.inputs[1].id] if f.name not in on)
+    files = tuple(list(runtime.source_files.get(i.args["trace"], [])) for i in n.inputs)
+    job = DirectJoin(JoinSpec(tuple(on), left, right, d), files,
+                     tuple(update_schema(schemas[i.id], d) for i in n.inputs), lookup,
+                     list(runtime.task_writes[("output", n.id)]), budget, direct_rows())
+    if delta_rows <= budget:
+        return job
+    tasks = min(MAX_TASKS, max(slots(spark), -(-delta_rows // budget)))
+    bounds = key_bounds(files[0] + files[1], schemas[n.inputs[0].id].field(on[0]).type, on[0], tasks)
+    if bounds is None:
+        return job if delta_rows <= direct_rows() else None
+    return replace(job, column=on[0], bounds=tuple(bounds)) if bounds else job  # (none: one value)
+
+
+def key_bounds(files: list[str], kind: pa.DataType, column: str, tasks: int) -> list | None:
+    """Up to ``tasks - 1`` increasing values of ``column`` that cut the rows of ``files``
+    into ranges of about equal rows, from the files' row group statistics (each group
+    counted at its least value); None when the column's type or a file's statistics do not
+    allow ranges."""
+    if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        return None
+    groups = []  # (least value, rows) of every row group with a value
+    for path in files:
+        meta = read_metadata(path)
+        index = meta.schema.to_arrow_schema().get_field_index(column)
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            stats = group.column(index).statistics
+            if stats is None or not stats.has_null_count:
+                return None
+            if stats.null_count == group.num_rows:
+                continue  # only nulls: the first task's
+            if not stats.has_min_max:
+                return None
+            groups.append((stats.min, group.num_rows))
+    groups.sort(key=lambda g: g[0])
+    total = sum(rows for _, rows in groups)
+    bounds, seen = [], 0
+    for least, rows in groups:
+        if seen >= total * (len(bounds) + 1) / tasks and least > (bounds[-1] if bounds else groups[0][0]):
+            bounds.append(least)
+            if len(bounds) == tasks - 1:
+                break
+        seen += rows
+    return bounds
+
+
+def run_direct(spark, job: DirectJoin) -> dict[str, list[dict]]:
+    """Run the join's tasks; the layer files they wrote, by trace (``META_SCHEMA`` rows;
+    none: the trace has no changes)."""
+    files = spark.sparkContext.accumulator([], WrittenFiles())
+
+    def task(i: int) -> None:
+        for meta in _joined_and_written(job, i):
+            files.add(meta)
+
+    run_tasks(spark, job.tasks, task)
+    written: dict[str, list[dict]] = {w["trace"]: [] for w in job.writes}
+    for trace, row in files.value:
+        written[trace].append(row)
+    return written
+
+
+def task_range(job: DirectJoin, i: int):
+    """The filter of task ``i``'s rows (None: every row)."""
+    if not job.bounds:
+        return None
+    key = pc.field(job.column)
+    lo = job.bounds[i - 1] if i > 0 else None
+    hi = job.bounds[i] if i < len(job.bounds) else None
+    where = None if lo is None else key >= lo
+    if hi is not None:
+        where = key < hi if where is None else where & (key < hi)
+    return where | key.is_null() if i == 0 else where
+
+
+def _joined_and_written(job: DirectJoin, i: int):
+    """Inside task ``i``: the join's output changes of its keys written as each output's
+    files; yields the ``(trace, META_SCHEMA row)`` pairs of each file."""
+    spec, where = job.spec, task_range(job, i)
+    schema = _task_schema(spec, job.schemas)
+    tables = [_side_table(layer_table(f, job.schemas[s], where), schema, s) for s in (0, 1) for f in job.files[s]]
+    batches = (b for t in tables for b in t.to_batches())
+    out = [b for b in join_task(batches, spec, job.budget, job.lookup, hold=job.hold)]
+    if not out:
+        return
+    table = pa.Table.from_batches(out)
+    for w in job.writes:
+        for meta in write_table_files(table, presummed=True, **{k: v for k, v in w.items() if k != "trace"}):
+            yield [(w["trace"], row) for row in meta.to_pylist()]
+
+
+def _task_schema(spec: JoinSpec, schemas: tuple[pa.Schema, pa.Schema]) -> pa.Schema:
+    """A join task's input rows: key, left columns, right columns, times, diff, newness, side
+    (as ``ops.operators.join.sweep_pairs`` builds them)."""
+    left, right = schemas
+    fields = [left.field(c) for c in (*spec.key, *spec.left)] + [right.field(c) for c in spec.right]
+    fields += [pa.field(t, pa.int64()) for t in spec.tcols]
+    return pa.schema(fields + [pa.field("diff", pa.int64()), pa.field("_new", pa.bool_()), pa.field(SIDE, pa.int8())])
+
+
+def _side_table(rows: pa.Table, schema: pa.Schema, side: int) -> pa.Table:
+    """New updates of one side in the task's schema (the other side's columns null)."""
+    n = rows.num_rows
+    cols = []
+    for f in schema:
+        if f.name == SIDE:
+            cols.append(pa.array(np.full(n, side, np.int8)))
+        elif f.name == "_new":
+            cols.append(pa.array(np.ones(n, bool)))
+        elif f.name in rows.column_names:
+            cols.append(rows.column(f.name).cast(f.type))
+        else:
+            cols.append(pa.nulls(n, f.type))
+    return pa.Table.from_arrays(cols, schema=schema)
