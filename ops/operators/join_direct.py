@@ -24,7 +24,10 @@ per core. A task holds up to twice the budget in Arrow and spills the rest (rang
 row groups, so they are uneven; a DuckDB spill costs more than the join of a million rows).
 Ranges need the first key column to be an integer or a string with statistics in every
 file; otherwise a run of at most :func:`direct_rows` runs in one task and a larger one takes
-the general join.
+the general join. When the keys do not split (one hot key), the tasks take ranges of the
+first time coordinate instead: each reads its keys' rows up to the end of its range, sums
+those before it into each row's live multiplicity (the history a hot key's slices carry
+from one to the next in ``join_task``) and sweeps its own.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from ops.dataflow.graph import Node
 from ops.io.read import layer_table
 from ops.io.write import write_table_files
 from ops.operators.join_sweep import SIDE, JoinSpec
-from ops.operators.join_task import join_task
+from ops.operators.join_task import join_task, live_history
 from ops.reduce.budget import task_rows
 from ops.spark.one_task import WrittenFiles, run_tasks
 from ops.spark.session import slots
@@ -61,7 +64,8 @@ class DirectJoin:
     """What the tasks need (pickled to them): the join, each side's new layer files and
     their update schema, each side's stored layer files (``lookup``), the outputs' writes,
     and the key ranges: task ``i`` takes the rows whose ``column`` is in
-    ``[bounds[i - 1], bounds[i])`` (the first also nulls, the last no upper bound)."""
+    ``[bounds[i - 1], bounds[i])`` (the first also nulls, the last no upper bound); or the
+    time ranges: the rows whose first time coordinate is in ``[cuts[i - 1], cuts[i])``."""
 
     spec: JoinSpec
     files: tuple[list[str], list[str]]
@@ -72,10 +76,11 @@ class DirectJoin:
     hold: int  # the rows a task holds in Arrow before the rest spill
     column: str | None = None
     bounds: tuple = ()
+    cuts: tuple = ()
 
     @property
     def tasks(self) -> int:
-        return len(self.bounds) + 1
+        return len(self.bounds or self.cuts) + 1
 
 
 def plan_direct(n: Node, runtime, spark, d: int, delta_rows: int | None, lookup) -> DirectJoin | None:
@@ -103,7 +108,10 @@ def plan_direct(n: Node, runtime, spark, d: int, delta_rows: int | None, lookup)
     bounds = key_bounds(files[0] + files[1], schemas[n.inputs[0].id].field(on[0]).type, on[0], tasks)
     if bounds is None:
         return job if delta_rows <= direct_rows() else None
-    return replace(job, column=on[0], bounds=tuple(bounds)) if bounds else job  # (none: one value)
+    if bounds:
+        return replace(job, column=on[0], bounds=tuple(bounds))
+    cuts = time_cuts(files[0] + files[1], job.spec.tcols[0], tasks)  # one key value: ranges of time
+    return replace(job, cuts=tuple(cuts)) if cuts else job
 
 
 def key_bounds(files: list[str], kind: pa.DataType, column: str, tasks: int) -> list | None:
@@ -139,6 +147,24 @@ def key_bounds(files: list[str], kind: pa.DataType, column: str, tasks: int) -> 
     return bounds
 
 
+def time_cuts(files: list[str], column: str, tasks: int) -> list[int]:
+    """Up to ``tasks - 1`` increasing times cutting the span of ``column`` (a time
+    coordinate) in ``files`` evenly, from the files' statistics (none without them)."""
+    lo = hi = None
+    for path in files:
+        meta = read_metadata(path)
+        index = meta.schema.to_arrow_schema().get_field_index(column)
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(index).statistics
+            if stats is None or not stats.has_min_max:
+                return []
+            lo = stats.min if lo is None else min(lo, stats.min)
+            hi = stats.max if hi is None else max(hi, stats.max)
+    if lo is None:
+        return []
+    return sorted({lo + (hi - lo + 1) * j // tasks for j in range(1, tasks)} - {lo})
+
+
 def run_direct(spark, job: DirectJoin) -> dict[str, list[dict]]:
     """Run the join's tasks; the layer files they wrote, by trace (``META_SCHEMA`` rows;
     none: the trace has no changes)."""
@@ -169,13 +195,23 @@ def task_range(job: DirectJoin, i: int):
 
 
 def _joined_and_written(job: DirectJoin, i: int):
-    """Inside task ``i``: the join's output changes of its keys written as each output's
-    files; yields the ``(trace, META_SCHEMA row)`` pairs of each file."""
+    """Inside task ``i``: the join's output changes of its keys (or times) written as each
+    output's files; yields the ``(trace, META_SCHEMA row)`` pairs of each file."""
     spec, where = job.spec, task_range(job, i)
+    start = job.cuts[i - 1] if i > 0 and job.cuts else None
+    end = job.cuts[i] if i < len(job.cuts) else None
+    if end is not None:
+        where = pc.field(spec.tcols[0]) < end
     schema = _task_schema(spec, job.schemas)
     tables = [_side_table(layer_table(f, job.schemas[s], where), schema, s) for s in (0, 1) for f in job.files[s]]
+    history = None
+    if start is not None:  # the rows before the task's times only as the history they leave
+        rows = pa.concat_tables(tables)
+        early = pc.less(rows.column(spec.tcols[0]), start)
+        tables = [rows.filter(pc.invert(early))]
+        history = live_history(rows.filter(early), tables[0], spec, job.budget)
     batches = (b for t in tables for b in t.to_batches())
-    out = [b for b in join_task(batches, spec, job.budget, job.lookup, hold=job.hold)]
+    out = [b for b in join_task(batches, spec, job.budget, job.lookup, hold=job.hold, history=history)]
     if not out:
         return
     table = pa.Table.from_batches(out)

@@ -108,21 +108,27 @@ def join_table(table: pa.Table, spec: JoinSpec) -> pa.Table:
     diff = np_int(table.column("diff"))
     rest = [np_int(table.column(t)) for t in tcols[1:]]
     # a data row's id (the side is part of it), and a row's: with the other time coordinates
-    value, _ = row_ids(table, [SIDE, *spec.key, *spec.left, *spec.right], ordered=False)
+    value = value_ids(table, side, spec)
     row = _with_coordinates(value, rest)
     idx_l, idx_r = np.flatnonzero(~side), np.flatnonzero(side)
     left = _consolidated(_Side(row[idx_l], key[idx_l], ranks[idx_l], diff[idx_l], new[idx_l]))
     right = _consolidated(_Side(row[idx_r], key[idx_r], ranks[idx_r], diff[idx_r], new[idx_r]))
 
+    def term(changes, other: _Side, new: bool | None, strict: bool):
+        """The changes against the other side's intervals (none computed for no changes:
+        a first run has no old ones)."""
+        return _stab(changes, _intervals(other, new), width, strict) if len(changes[0]) else None
+
     if spec.half:
-        terms = [_stab(_changes(left, None), _intervals(right, None), width, strict=False)]
+        terms = [term(_changes(left, None), right, None, strict=False)]
     else:
-        terms = [
-            _stab(_changes(left, True), _intervals(right, None), width, strict=False),
-            _stab(_changes(left, False), _intervals(right, True), width, strict=False),
-            _flip(_stab(_changes(right, True), _intervals(left, None), width, strict=True)),
-            _flip(_stab(_changes(right, False), _intervals(left, True), width, strict=True)),
-        ]
+        terms = [term(_changes(left, True), right, None, strict=False),
+                 term(_changes(left, False), right, True, strict=False)]
+        terms += [t and _flip(t) for t in (term(_changes(right, True), left, None, strict=True),
+                                           term(_changes(right, False), left, True, strict=True))]
+    terms = [t for t in terms if t is not None]
+    if not terms:
+        return schema.empty_table()
     lrow, rrow, prank, pdiff = (np.concatenate(c) for c in zip(*terms))
     if len(pdiff) == 0:
         return schema.empty_table()
@@ -143,6 +149,21 @@ def join_table(table: pa.Table, spec: JoinSpec) -> pa.Table:
         cols[t] = pa.array(r[first], pa.int64())
     cols["diff"] = pa.array(sums, pa.int64())
     return pa.table(cols).cast(schema)
+
+
+def value_ids(table: pa.Table, side: np.ndarray, spec: JoinSpec) -> np.ndarray:
+    """Dense ids of the rows' (side, key, data columns of their side), each side's computed
+    over its own columns only (the other side's are null in its rows): half the rows a
+    column, and no nulls, which integer columns are coded without a hash table for."""
+    ids = np.zeros(table.num_rows, np.int64)
+    seen = 0
+    for s, cols in ((False, spec.left), (True, spec.right)):
+        idx = np.flatnonzero(side == s)
+        if len(idx):
+            mine, count = row_ids(table.select([*spec.key, *cols]).take(idx), [*spec.key, *cols], ordered=False)
+            ids[idx] = mine + seen
+            seen += count
+    return ids
 
 
 def _ranks(x: np.ndarray, hist: np.ndarray, keys: int):

@@ -25,15 +25,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ops.columnar import group_sum, lex_order, np_int, row_ids
-from ops.operators.join_sweep import HIST, SIDE, JoinSpec, join_table
+from ops.columnar import group_sum, lex_order, new_flags, np_int, row_ids
+from ops.operators.join_sweep import HIST, SIDE, JoinSpec, join_table, value_ids
 from ops.reduce.held_rows import TABLE, HeldRows
 from storage.sql.query import quote
 
 PART = "_ddcli_part"
 #: Rows the sweep takes at once (at most the task's budget): its working arrays are a few
 #: dozen bytes a row, so a task's rows beyond this go in parts in time order.
-SLICE_ROWS = 1 << 20
+SLICE_ROWS = 1 << 18
 
 
 class TooManyLiveRows(ValueError):
@@ -41,11 +41,14 @@ class TooManyLiveRows(ValueError):
 
 
 def join_task(batches: Iterable[pa.RecordBatch], spec: JoinSpec, budget: int,
-              lookup: tuple[list[str], list[str]] | None = None, hold: int | None = None) -> Iterator[pa.RecordBatch]:
+              lookup: tuple[list[str], list[str]] | None = None, hold: int | None = None,
+              history: pa.Table | None = None) -> Iterator[pa.RecordBatch]:
     """The output batches of one task: ``batches`` (both sides' updates, ``SIDE``,
     ``_new``), plus with ``lookup`` each side's stored old updates of the keys the other
     side changes, read from that side's layer files. ``hold``: the rows held in Arrow
-    before the rest spill (the budget unless given)."""
+    before the rest spill (the budget unless given). ``history``: the live rows of the
+    batches' keys before their times (:func:`live_history`), when a task takes a range of
+    times only."""
     if lookup is not None:
         batches = _with_stored(list(batches), spec, lookup)
     held = HeldRows(batches, hold or budget)
@@ -54,7 +57,7 @@ def join_task(batches: Iterable[pa.RecordBatch], spec: JoinSpec, budget: int,
             return
         size = min(budget, SLICE_ROWS)
         parts = _spilled_parts(held, spec, size) if held.spilled else _parts_in_memory(held.table, spec, size)
-        for out in _sweep(parts, spec, budget):
+        for out in _sweep(parts, spec, budget, history):
             if out.num_rows:
                 yield from out.to_batches()
     finally:
@@ -109,10 +112,12 @@ def _as_side(rows: pa.Table, schema: pa.Schema, side: int) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=schema)
 
 
-def _sweep(parts: Iterator[pa.Table], spec: JoinSpec, budget: int) -> Iterator[pa.Table]:
+def _sweep(parts: Iterator[pa.Table], spec: JoinSpec, budget: int, history: pa.Table | None = None
+           ) -> Iterator[pa.Table]:
     """The output of consecutive parts of a task's rows in (key, first time coordinate)
-    order, each joined with the history of its keys in the parts before it."""
-    history, part = None, next(parts, None)
+    order, each joined with the history of its keys in the parts before it (the first with
+    ``history``)."""
+    part = next(parts, None)
     while part is not None:
         following = next(parts, None)
         table = part if history is None else pa.concat_tables([history, part.cast(history.schema)])
@@ -163,6 +168,13 @@ def _spilled_parts(held: HeldRows, spec: JoinSpec, size: int) -> Iterator[pa.Tab
     con.execute("DROP TABLE _parted")
 
 
+def live_history(before: pa.Table, rows: pa.Table, spec: JoinSpec, budget: int) -> pa.Table | None:
+    """The history rows (``HIST``) that updates ``before`` (a task's input rows at earlier
+    times) leave for the keys of ``rows``: their live rows, summed."""
+    return _history(before.append_column(HIST, pa.array(np.zeros(before.num_rows, bool))),
+                    rows.select([*spec.key]), spec, budget)
+
+
 def _history(table: pa.Table, following: pa.Table, spec: JoinSpec, budget: int) -> pa.Table | None:
     """The rows of ``table`` whose keys continue into ``following``, summed per side, data
     row, newness and time coordinates after the first: history rows for the next part."""
@@ -173,14 +185,17 @@ def _history(table: pa.Table, following: pa.Table, spec: JoinSpec, budget: int) 
     rows = table.filter(pa.array(continuing))
     if rows.num_rows == 0:
         return None
-    cols = [SIDE, "_new", *spec.key, *spec.left, *spec.right, *spec.tcols[1:]]
-    group, _ = row_ids(rows, cols, ordered=False)
-    first, sums = group_sum([group], np_int(rows.column("diff")))
+    value = value_ids(rows, np_int(rows.column(SIDE)).astype(bool), spec)
+    first, sums = group_sum([value, new_flags(rows).astype(np.int64), *(np_int(rows.column(t)) for t in spec.tcols[1:])],
+                            np_int(rows.column("diff")))
     keep = sums != 0
     live = rows.take(first[keep])
-    if live.num_rows > budget:
-        raise TooManyLiveRows(f"join: {live.num_rows} live rows of one key (first: "
-                              f"{live.select(key).slice(0, 1).to_pylist()[0]}) are more than a task holds "
-                              f"(DDCLI_REDUCE_TASK_ROWS={budget})")
+    if live.num_rows > budget:  # (several keys may: a key's own rows are what must fit)
+        per_key, _ = row_ids(live, key, ordered=False)
+        counts = np.bincount(per_key)
+        if counts.max() > budget:
+            worst = live.select(key).take([int(np.flatnonzero(per_key == counts.argmax())[0])])
+            raise TooManyLiveRows(f"join: {int(counts.max())} live rows of one key ({worst.to_pylist()[0]}) "
+                                  f"are more than a task holds (DDCLI_REDUCE_TASK_ROWS={budget})")
     live = live.set_column(live.schema.get_field_index("diff"), "diff", pa.array(sums[keep], pa.int64()))
     return live.set_column(live.schema.get_field_index(HIST), HIST, pa.array(np.ones(live.num_rows, bool)))

@@ -185,3 +185,42 @@ def test_key_ranges_cut_the_row_groups_into_about_equal_rows(tmp_path):
     assert join_direct.key_bounds([ints], pa.float64(), "k", 2) is None
     bare = written("bare.parquet", pa.array(list(range(20)), pa.int64()), 10, write_statistics=False)
     assert join_direct.key_bounds([ints, bare], pa.int64(), "k", 2) is None
+    # ranges of time: the span of every file's values cut evenly
+    late = written("late.parquet", pa.array(list(range(100, 120)), pa.int64()), 10)
+    assert join_direct.time_cuts([ints, late], "k", 4) == [30, 60, 90]
+    assert join_direct.time_cuts([written("two.parquet", pa.array([5, 6], pa.int64()), 10)], "k", 4) == [6]
+    assert join_direct.time_cuts([ints, bare], "k", 2) == []
+
+
+HOT = '''
+def pipeline(p):
+    p.output("j", p.input("xs").join(p.input("zs"), on="k"))
+'''
+
+
+@pytest.mark.parametrize("d", [1, 2])
+def test_one_hot_key_over_the_budget_goes_in_ranges_of_time(spark, tmp_path, monkeypatch, d):
+    """Every update of key 0: no key ranges, so the tasks take ranges of the first time
+    coordinate, each starting from the live rows the earlier times leave."""
+    tasks = []
+    run_tasks = join_direct.run_tasks
+    monkeypatch.setattr(join_direct, "run_tasks", lambda spark, n, task: (tasks.append(n), run_tasks(spark, n, task)))
+    monkeypatch.setenv("DDCLI_REDUCE_TASK_ROWS", "40")
+    rng = random.Random(d)
+    bench = Bench(tmp_path, d)
+    path = bench.pipeline("hot", HOT)
+    live = {"xs": {}, "zs": {}}
+    pools = {"xs": [], "zs": []}
+    for r in range(2):
+        times = [(t,) for t in range(30 * r, 30 * r + 30)] if d == 1 else \
+            [(a, b) for a in range(8 * r, 8 * r + 8) for b in range(3)]
+        upper = str(30 * r + 30) if d == 1 else f"({8 * r + 8},0)"
+        xs = changes(rng, times, live["xs"], pools["xs"], lambda g: (0, g.choice("pq"), g.randrange(4)),
+                     lambda t: (0, "h", (7 * t[0] + t[-1]) % 5))
+        zs = changes(rng, times, live["zs"], pools["zs"], lambda g: (0, g.randrange(-1, 3)),
+                     lambda t: (0, (5 * t[0] + t[-1]) % 3))
+        bench.ingest("xs", XS, xs, upper=upper)
+        bench.ingest("zs", ZS, zs, upper=upper)
+        bench.run(path)
+        bench.check(path, lambda i: {"j": R.join(i["xs"], i["zs"], "k")}, ["j"], verify=r == 1)
+    assert tasks and tasks[0] > 1, tasks  # the first run's join, in ranges of time
