@@ -27,14 +27,14 @@ file; otherwise a run of at most :func:`direct_rows` runs in one task and a larg
 the general join. When the keys do not split (one hot key), the tasks take ranges of the
 first time coordinate instead: each reads its keys' rows up to the end of its range, sums
 those before it into each row's live multiplicity (the history a hot key's slices carry
-from one to the next in ``join_task``) and sweeps its own.
+from one to the next in ``join_task``) and sweeps its own; the last reads every row, so a
+run of more than twice :func:`direct_rows` takes the general join, which spills them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -42,7 +42,7 @@ from ops.dataflow.graph import Node
 from ops.io.read import layer_table
 from ops.io.write import write_table_files
 from ops.operators.join_sweep import SIDE, JoinSpec
-from ops.operators.join_task import join_task, live_history
+from ops.operators.join_task import as_side, join_task, live_history
 from ops.reduce.budget import task_rows
 from ops.spark.one_task import WrittenFiles, run_tasks
 from ops.spark.session import slots
@@ -106,12 +106,14 @@ def plan_direct(n: Node, runtime, spark, d: int, delta_rows: int | None, lookup)
         return job
     tasks = min(MAX_TASKS, max(slots(spark), -(-delta_rows // budget)))
     bounds = key_bounds(files[0] + files[1], schemas[n.inputs[0].id].field(on[0]).type, on[0], tasks)
-    if bounds is None:
-        return job if delta_rows <= direct_rows() else None
     if bounds:
         return replace(job, column=on[0], bounds=tuple(bounds))
-    cuts = time_cuts(files[0] + files[1], job.spec.tcols[0], tasks)  # one key value: ranges of time
-    return replace(job, cuts=tuple(cuts)) if cuts else job
+    # one key value: ranges of time, whose last task reads every row (so not too many)
+    cuts = time_cuts(files[0] + files[1], job.spec.tcols[0], tasks) \
+        if bounds is not None and delta_rows <= 2 * direct_rows() else []
+    if cuts:
+        return replace(job, cuts=tuple(cuts))
+    return job if delta_rows <= direct_rows() else None
 
 
 def key_bounds(files: list[str], kind: pa.DataType, column: str, tasks: int) -> list | None:
@@ -125,6 +127,8 @@ def key_bounds(files: list[str], kind: pa.DataType, column: str, tasks: int) -> 
     for path in files:
         meta = read_metadata(path)
         index = meta.schema.to_arrow_schema().get_field_index(column)
+        if index < 0:
+            return None
         for g in range(meta.num_row_groups):
             group = meta.row_group(g)
             stats = group.column(index).statistics
@@ -154,6 +158,8 @@ def time_cuts(files: list[str], column: str, tasks: int) -> list[int]:
     for path in files:
         meta = read_metadata(path)
         index = meta.schema.to_arrow_schema().get_field_index(column)
+        if index < 0:
+            return []
         for g in range(meta.num_row_groups):
             stats = meta.row_group(g).column(index).statistics
             if stats is None or not stats.has_min_max:
@@ -203,7 +209,7 @@ def _joined_and_written(job: DirectJoin, i: int):
     if end is not None:
         where = pc.field(spec.tcols[0]) < end
     schema = _task_schema(spec, job.schemas)
-    tables = [_side_table(layer_table(f, job.schemas[s], where), schema, s) for s in (0, 1) for f in job.files[s]]
+    tables = [as_side(layer_table(f, job.schemas[s], where), schema, s, new=True) for s in (0, 1) for f in job.files[s]]
     history = None
     if start is not None:  # the rows before the task's times only as the history they leave
         rows = pa.concat_tables(tables)
@@ -227,19 +233,3 @@ def _task_schema(spec: JoinSpec, schemas: tuple[pa.Schema, pa.Schema]) -> pa.Sch
     fields = [left.field(c) for c in (*spec.key, *spec.left)] + [right.field(c) for c in spec.right]
     fields += [pa.field(t, pa.int64()) for t in spec.tcols]
     return pa.schema(fields + [pa.field("diff", pa.int64()), pa.field("_new", pa.bool_()), pa.field(SIDE, pa.int8())])
-
-
-def _side_table(rows: pa.Table, schema: pa.Schema, side: int) -> pa.Table:
-    """New updates of one side in the task's schema (the other side's columns null)."""
-    n = rows.num_rows
-    cols = []
-    for f in schema:
-        if f.name == SIDE:
-            cols.append(pa.array(np.full(n, side, np.int8)))
-        elif f.name == "_new":
-            cols.append(pa.array(np.ones(n, bool)))
-        elif f.name in rows.column_names:
-            cols.append(rows.column(f.name).cast(f.type))
-        else:
-            cols.append(pa.nulls(n, f.type))
-    return pa.Table.from_arrays(cols, schema=schema)

@@ -91,20 +91,21 @@ def _with_stored(batches: list[pa.RecordBatch], spec: JoinSpec, lookup) -> Itera
                    f"SUM(diff)::BIGINT AS diff FROM ({keyed_read_sql(files, keys, key)}) "
                    f"GROUP BY ALL HAVING SUM(diff) <> 0")
             for b in con.sql(sql).fetch_record_batch(1 << 16):
-                yield from _as_side(pa.Table.from_batches([b]), new.schema, s).to_batches()
+                yield from as_side(pa.Table.from_batches([b]), new.schema, s, new=False).to_batches()
         finally:
             con.close()
 
 
-def _as_side(rows: pa.Table, schema: pa.Schema, side: int) -> pa.Table:
-    """Stored rows of one side in the task's input schema (the other side's columns null)."""
+def as_side(rows: pa.Table, schema: pa.Schema, side: int, *, new: bool) -> pa.Table:
+    """Rows of one side (``new``: this run's updates, else stored ones) in the task's input
+    schema (the other side's columns null)."""
     n = rows.num_rows
     cols = []
     for f in schema:
         if f.name == SIDE:
             cols.append(pa.array(np.full(n, side), f.type))
         elif f.name == "_new":
-            cols.append(pa.array(np.zeros(n, bool)))
+            cols.append(pa.array(np.full(n, new, bool)))
         elif f.name in rows.column_names:
             cols.append(rows.column(f.name).cast(f.type))
         else:

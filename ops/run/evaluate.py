@@ -303,7 +303,7 @@ def _join(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame |
     left, right = ins
     left_arr, right_arr = runtime.arrangement(n.inputs[0]), runtime.arrangement(n.inputs[1])
     if not runtime.planning and not ctx.extra and n.scope is None and (left is not None or right is not None):
-        # in one task when small (its columns were checked by the planning dry run)
+        # in tasks that read the inputs' files (its columns were checked by the planning dry run)
         job = plan_direct(n, runtime, ctx.spark, ctx.d, ctx.delta_rows, lookup_files(left_arr, right_arr))
         if job is not None:
             runtime.written_in_tasks.update(run_direct(ctx.spark, job))

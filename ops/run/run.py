@@ -494,8 +494,8 @@ def write_targets(store: Store, plan: RunPlan, ev: Evaluation, targets: dict[str
     """Write one layer to every target (outputs also their pending changes beyond the
     frontier), each registered with the store's ``registry`` of written files. Traces
     whose frames are already partitioned by their key are written by a job of their own
-    (or of the shuffle their reduces share); those a task wrote already (a loop's, a small join's)
-    (``task_writes``) by none; the rest together, in one job."""
+    (or of the shuffle their reduces share); those tasks wrote already (a loop's one task, a
+    join's of the run's inputs: ``task_writes``) by none; the rest together, in one job."""
     out = RunWrites()
     writes: dict[str, dict] = {}  # trace -> its write step
     grouped: dict[str, LayerWrite] = {}  # trace -> its share of the one job writing the rest
@@ -511,7 +511,7 @@ def write_targets(store: Store, plan: RunPlan, ev: Evaluation, targets: dict[str
         elif kind == "shared":
             shared.setdefault(shared_token(write.df), {})[tname] = write
         else:
-            in_task = kind == "task"  # a task wrote its files (a loop's, a small join's): their layers only
+            in_task = kind == "task"  # tasks wrote its files (a loop's, a join's): their layers only
             with progress.step("write", spark=not in_task, trace=tname, state=is_state,
                                **({"in_task": True} if in_task else {})) as w:
                 sealed, held = (_written_in_task(*write, out.protos[tname], plan, node, is_state) if in_task
@@ -555,8 +555,9 @@ def _layout(store: Store, plan: RunPlan, schemas: dict[int, pa.Schema], tname: s
 def task_writes(store: Store, plan: RunPlan, runtime: Runtime, schemas: dict[int, pa.Schema]) -> dict:
     """The targets a loop's one task may write itself, once its fixed point is found, so that
     a small run needs no job to write them (ops/loops/local.py): an output declared on a
-    loop's result with nothing pending, and the state of every arranged node; and so may a
-    small run's join (ops/operators/join_direct.py), an output declared on it. Keyed by
+    loop's result with nothing pending, and the state of every arranged node; and so may the
+    tasks of a join of the run's inputs (ops/operators/join_direct.py), an output declared
+    on it. Keyed by
     (``output`` or ``state``, node id), each a list of ``write_table_files`` arguments with
     the trace's name; for one batch only (later batches add to what earlier ones recorded)."""
     specs: dict[tuple[str, int], list[dict]] = {}

@@ -72,6 +72,31 @@ def random_updates(rng, make_row, times, n, pool):
     return out
 
 
+def replaced_every_time(times, live: dict, name: str, make):
+    """The hot key 0: its one live row replaced at each of ``times``."""
+    out = []
+    for t in times:
+        row = make(t)
+        out.append((row, t, 1))
+        if name in live:
+            out.append((live[name], t, -1))
+        live[name] = row
+    return out
+
+
+def random_changes(rng, times, make_row, pool, n):
+    out = []
+    for _ in range(n):
+        t = rng.choice(times)
+        if pool and rng.random() < 0.35:
+            out.append((pool.pop(rng.randrange(len(pool))), t, -1))
+        else:
+            row = make_row(rng)
+            pool.append(row)
+            out.append((row, t, rng.choice((1, 1, 2))))
+    return out
+
+
 def _beyond(frontier, t) -> bool:
     return any(R.leq(f, t) for f in frontier)
 

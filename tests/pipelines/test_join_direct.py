@@ -21,7 +21,7 @@ import storage.layer
 from ops.operators import join_direct
 from ops.run import evaluate
 from tests.helpers import reference as R
-from tests.helpers.pipeline_bench import XS, Bench
+from tests.helpers.pipeline_bench import XS, Bench, random_changes, replaced_every_time
 
 ZS = pa.schema([("k", pa.int64()), ("u", pa.int64())])
 VS = pa.schema([("v", pa.string()), ("n", pa.int64())])
@@ -54,23 +54,8 @@ def run_times(d: int, r: int) -> list[tuple]:
 def changes(rng, times, live: dict, pool: list, make, hot):
     """The hot key 0's one row replaced at each time (``hot``: its row at a time), and a
     dozen random insertions and retractions of ``make``'s rows."""
-    out = []
-    if hot is not None:
-        for t in times:
-            row = hot(t)
-            out.append((row, t, 1))
-            if "hot" in live:
-                out.append((live["hot"], t, -1))
-            live["hot"] = row
-    for _ in range(12):
-        t = rng.choice(times)
-        if pool and rng.random() < 0.35:
-            out.append((pool.pop(rng.randrange(len(pool))), t, -1))
-        else:
-            row = make(rng)
-            pool.append(row)
-            out.append((row, t, rng.choice((1, 1, 2))))
-    return out
+    return (replaced_every_time(times, live, "hot", hot) if hot is not None else []) + \
+        random_changes(rng, times, make, pool, 12)
 
 
 def x_row(rng):
@@ -134,7 +119,7 @@ def test_joins_of_the_runs_inputs_in_tasks_equal_the_reference_at_every_time(spa
         assert all(writes.values()) == direct and any(writes.values()) == direct, (r, res.rows_in, writes)
         runs.append((r, tasks[:]))
         tasks.clear()
-        bench.check(path, direct_ref, OUTPUTS, verify=r == 3)
+        bench.check(path, direct_ref, OUTPUTS, verify=r == 3 and d == 2 and budget is None)  # (one oracle run)
 
     stream(bench, d, seed=3 + d + (budget is None), after_run=after_run)
     assert [r for r, _ in runs] == [0, 1, 2, 3]
@@ -222,5 +207,5 @@ def test_one_hot_key_over_the_budget_goes_in_ranges_of_time(spark, tmp_path, mon
         bench.ingest("xs", XS, xs, upper=upper)
         bench.ingest("zs", ZS, zs, upper=upper)
         bench.run(path)
-        bench.check(path, lambda i: {"j": R.join(i["xs"], i["zs"], "k")}, ["j"], verify=r == 1)
+        bench.check(path, lambda i: {"j": R.join(i["xs"], i["zs"], "k")}, ["j"], verify=False)
     assert tasks and tasks[0] > 1, tasks  # the first run's join, in ranges of time

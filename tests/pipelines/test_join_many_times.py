@@ -17,7 +17,7 @@ import random
 import pytest
 
 from tests.helpers import reference as R
-from tests.helpers.pipeline_bench import XS, YS, Bench
+from tests.helpers.pipeline_bench import XS, YS, Bench, random_changes, replaced_every_time
 
 JOINS = '''
 def pipeline(p):
@@ -40,31 +40,6 @@ def run_times(d: int, r: int) -> list[tuple]:
     if d == 1:
         return [(t,) for t in range(30 * r, 30 * r + 30)]
     return [(a, b) for a in range(8 * r, 8 * r + 8) for b in range(4)]
-
-
-def replaced_every_time(times, live: dict, name: str, make):
-    """The hot key 0: its one live row replaced at each of ``times``."""
-    out = []
-    for t in times:
-        row = make(t)
-        out.append((row, t, 1))
-        if name in live:
-            out.append((live[name], t, -1))
-        live[name] = row
-    return out
-
-
-def random_changes(rng, times, make_row, pool, n):
-    out = []
-    for _ in range(n):
-        t = rng.choice(times)
-        if pool and rng.random() < 0.35:
-            out.append((pool.pop(rng.randrange(len(pool))), t, -1))
-        else:
-            row = make_row(rng)
-            pool.append(row)
-            out.append((row, t, rng.choice((1, 1, 2))))
-    return out
 
 
 def x_row(rng):

@@ -9,6 +9,7 @@ errors for a missing bucket, refused credentials and an unreachable endpoint, ra
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -129,11 +130,14 @@ def test_racing_ddcli_processes_one_wins_per_version_losers_exit_3_and_change_no
 
 @pytest.mark.slow
 def test_a_pipeline_run_on_the_object_store_equals_the_same_run_on_a_local_store(s3_env, tmp_path):
-    """``ddcli run`` (Spark reads the layers through pyarrow, its tasks write layer objects)
-    gives the same output trace on the object store as on a local folder. One run each:
-    a Spark start per run is most of this test's time."""
+    """``ddcli run`` (Spark reads the layers through pyarrow, its tasks write layer objects;
+    a join of two inputs' tasks read their files' footers and row groups themselves) gives
+    the same output traces on the object store as on a local folder. One run each: a Spark
+    start per run is most of this test's time."""
     env = aws_env(s3_env)
     wc = os.path.join(SAMPLE, "pipelines", "wordcount.py")
+    pairs = tmp_path / "pairs.py"
+    pairs.write_text('def pipeline(p):\n    p.output("pairs", p.input("words").join(p.input("words"), on="word"))\n')
     histories = []
     for loc in (str(tmp_path / "store"), new_prefix()):
         words = [os.path.join(SAMPLE, f"words_{i}.csv") for i in (1, 2)]
@@ -141,10 +145,17 @@ def test_a_pipeline_run_on_the_object_store_equals_the_same_run_on_a_local_store
         assert res.returncode == 0, res.stderr
         res = ddcli(["run", wc], loc, env, timeout=600)
         assert res.returncode == 0, res.stderr
-        res = ddcli(["history", "counts", "--format", "jsonl"], loc, env)
+        res = ddcli(["run", str(pairs), "--json"], loc, env, timeout=600)
         assert res.returncode == 0, res.stderr
-        histories.append(jsonl(res.stdout))
-    assert histories[0] == histories[1] and histories[0]
+        writes = [s for s in json.loads(res.stdout)["steps"] if s["step"] == "write"]
+        assert writes and all(s.get("in_task") for s in writes), writes  # the join's tasks wrote them
+        found = []
+        for trace in ("counts", "pairs"):
+            res = ddcli(["history", trace, "--format", "jsonl"], loc, env)
+            assert res.returncode == 0, res.stderr
+            found.append(jsonl(res.stdout))
+        histories.append(found)
+    assert histories[0] == histories[1] and all(histories[0])
 
 
 def test_a_commit_whose_put_ends_ambiguously_is_resolved_by_reading_back_its_commit_id(s3_env, monkeypatch):
