@@ -9,6 +9,7 @@ instead, as a full disk would: for tests of what a writer cleans up and reports.
 
 Points (in the order a writer reaches them):
 
+* ``lease.before_link`` — taking a run's lease (storage/writes/lease.py);
 * ``layer.before_fsync``, ``layer.before_rename``, ``layer.after_rename`` — writing a layer file;
 * ``log.before_link``, ``log.after_link`` — committing a metadata version;
 * ``log.before_hint`` — a checkpoint version is committed, the hint not yet updated;

@@ -13,6 +13,7 @@ from storage import clock
 from storage.errors import CorruptionError
 from storage.lake import retention as delta_retention
 from storage.state.transitions import State
+from storage.writes import lease
 
 
 def collect_garbage(store, grace_seconds: float) -> int:
@@ -61,6 +62,7 @@ def collect_garbage(store, grace_seconds: float) -> int:
                 removed += 1
         except FileNotFoundError:
             continue
+    removed += lease.collect_dead(blobs, store.path, cutoff)
     store.log.prune(cutoff, listing=True)
     return removed
 

@@ -11,6 +11,8 @@ touched within ``ttl`` seconds (``DDCLI_LEASE_SECONDS``, default 60) — and, on
 host, while its process exists, so a killed run frees its pipeline at once (and on another
 host after ``ttl``). A lease that is not live is taken over by creating the next number
 ``n + 1``, again put-if-absent: of two processes taking over together, one wins.
+Garbage collection removes what killed holders leave: their lease files once not live, and
+the temporary files of a create or renewal killed half-way (``collect_dead``).
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ def _take(blobs, folder: str, name: str, ttl: float) -> tuple[str, bytes]:
         record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode()
         try:
-            if not blobs.put_if_absent(path, record):
+            if not blobs.put_if_absent(path, record, "lease.before_link"):
                 raise Conflict(f"pipeline {name!r} was just started by another process; this run did nothing")
         except FileNotFoundError:
             continue
@@ -108,3 +110,26 @@ def _take(blobs, folder: str, name: str, ttl: float) -> tuple[str, bytes]:
             blobs.delete(old)
         return path, record
     raise Conflict(f"pipeline {name!r}: could not take its run lease; retry")
+
+
+def collect_dead(blobs, store_path: str, cutoff: float, ttl: float | None = None) -> int:
+    """Remove the leases no live process holds and the temporary files older than ``cutoff``
+    of holders killed while writing one; then the folder, when that leaves it empty and it is
+    older than ``cutoff`` (a run may have just made it)."""
+    ttl = ttl_seconds() if ttl is None else ttl
+    folder = blobs.join(store_path, "leases")
+    pattern = re.compile(r".+\.\d+\.json\Z")
+    removed = 0
+    for fname in blobs.list(folder):
+        path = blobs.join(folder, fname)
+        try:
+            if fname.startswith(".tmp-"):
+                dead = blobs.stat(path).mtime < cutoff
+            else:
+                dead = pattern.match(fname) is not None and _holder(blobs, path, ttl) is None
+        except FileNotFoundError:
+            continue
+        if dead and blobs.delete(path):
+            removed += 1
+    blobs.remove_folder(folder, older_than=cutoff)
+    return removed

@@ -55,7 +55,7 @@ POINTS = {
     "ingest": WRITE + ["ingest.before_commit", "ingest.after_commit"] + MERGE,
     "advance": ["log.before_link", "log.after_link", "advance.before_commit", "advance.after_commit"] + MERGE,
     "compact": WRITE + MERGE,
-    "run": ["run.before_commit", "run.after_commit", "log.before_link", "log.after_link"],
+    "run": ["lease.before_link", "run.before_commit", "run.after_commit", "log.before_link", "log.after_link"],
 }
 
 WORDCOUNT = os.path.join(PIPELINES, "wordcount.py")

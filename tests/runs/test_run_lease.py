@@ -27,14 +27,14 @@ runner = CliRunner()
 HOLDER = """
 import sys, time
 from storage.writes.lease import lease
-with lease(sys.argv[1], "wordcount"):
+with lease(sys.argv[1], sys.argv[2]):
     print("held", flush=True)
     time.sleep(600)
 """
 
 
-def hold_in_another_process(store: str) -> subprocess.Popen:
-    p = subprocess.Popen([sys.executable, "-c", HOLDER, store], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+def hold_in_another_process(store: str, pipeline: str = "wordcount") -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-c", HOLDER, store, pipeline], cwd=ROOT, stdout=subprocess.PIPE, text=True,
                          start_new_session=True)
     assert p.stdout.readline().strip() == "held"
     return p
@@ -77,6 +77,33 @@ def test_a_killed_holder_frees_the_pipeline_at_once(words_store):
     with lease(words_store, "wordcount"):
         pass
     assert not os.path.exists(os.path.join(words_store, "leases")), "a released lease leaves nothing"
+
+
+def test_compact_collects_what_killed_lease_holders_leave(words_store):
+    """A holder killed while creating its lease leaves a temporary file, one killed while
+    holding it its lease file: garbage collection removes both, and the folder; a live
+    holder's lease stays."""
+    env = {**os.environ, "DDCLI_FAULT": "lease.before_link"}
+    code = "import sys; from storage.writes.lease import lease\nwith lease(sys.argv[1], 'counts'): pass"
+    died = subprocess.run([sys.executable, "-c", code, words_store], cwd=ROOT, env=env)
+    assert died.returncode == 137
+    holder = hold_in_another_process(words_store)
+    os.killpg(holder.pid, signal.SIGKILL)
+    holder.wait()
+    leases = os.path.join(words_store, "leases")
+    names = sorted(os.listdir(leases))
+    assert len(names) == 2 and names[0].startswith(".tmp-") and names[1] == "wordcount.1.json", names
+    live = hold_in_another_process(words_store, "lengths")
+    try:
+        res = runner.invoke(app, ["compact", "--grace", "0", "--store", words_store])
+        assert res.exit_code == 0, res.stderr
+        assert os.listdir(leases) == ["lengths.1.json"], "a live lease was collected, or a dead one kept"
+    finally:
+        os.killpg(live.pid, signal.SIGKILL)
+        live.wait()
+    res = runner.invoke(app, ["compact", "--grace", "0", "--store", words_store])
+    assert res.exit_code == 0, res.stderr
+    assert sorted(os.listdir(words_store)) in (["log", "traces"], ["_delta_synced.json", "log", "traces"])
 
 
 def _foreign_lease(store: str, age: float) -> None:
