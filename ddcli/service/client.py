@@ -31,6 +31,7 @@ START_SECONDS = 90.0  # a new service may first wait for a predecessor of its ke
 ANSWER_SECONDS = 10.0  # a live service answers a request at once
 GRACE_SECONDS = 30.0  # after Ctrl-C, how long the service may take to stop the command
 EXIT_INTERNAL, EXIT_INTERRUPTED = 1, 130
+BUSY = "busy"  # the service's answer while it runs another command
 
 
 def forward(argv: list[str]) -> int | None:
@@ -54,10 +55,12 @@ def forward(argv: list[str]) -> int | None:
     if len(path) > place.MAX_SOCKET_PATH:
         return None
     channel = _accepted(path, request) if os.path.exists(path) else None
+    if channel is BUSY:  # a second service of the key would only wait for this one to stop
+        return None
     if channel is None:
         pid = start(folder, key, master, env)
         channel = _wait_for_service(path, request, pid) if pid else None
-        if channel is None:
+        if channel is None or channel is BUSY:
             return None
     return _relay(channel, folder, key, grace_seconds(env))
 
@@ -115,9 +118,9 @@ def _connect(path: str) -> protocol.Channel | None:
     return protocol.Channel(sock)
 
 
-def _accepted(path: str, request: dict) -> protocol.Channel | None:
-    """A channel to the service at ``path`` that took ``request``; None if there is no
-    live service there or it declined (busy)."""
+def _accepted(path: str, request: dict) -> protocol.Channel | str | None:
+    """A channel to the service at ``path`` that took ``request``; :data:`BUSY` when it
+    declined (it runs another command); None if there is no live service there."""
     channel = _connect(path)
     if channel is None:
         return None
@@ -128,7 +131,7 @@ def _accepted(path: str, request: dict) -> protocol.Channel | None:
         answer = None
     if answer is None or answer[0] != protocol.ACCEPTED:
         channel.close()
-        return None
+        return BUSY if answer is not None and answer[0] == protocol.BUSY else None
     channel.sock.settimeout(None)
     return channel
 
@@ -148,7 +151,7 @@ def start(folder: str, key: str, master: str, env) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def _wait_for_service(path: str, request: dict, pid: int) -> protocol.Channel | None:
+def _wait_for_service(path: str, request: dict, pid: int) -> protocol.Channel | str | None:
     deadline = time.monotonic() + START_SECONDS
     while time.monotonic() < deadline:
         if os.path.exists(path):

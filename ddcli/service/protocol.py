@@ -16,7 +16,7 @@ import threading
 
 REQUEST = b"R"  # client -> service: JSON {"op": "command" | "status" | "stop", ...}
 ACCEPTED = b"A"  # service -> client: the command runs now
-BUSY = b"B"  # service -> client: not now (another command runs, or the service is stopping)
+BUSY = b"B"  # service -> client: not now, another command runs (the client runs it itself)
 STATUS = b"S"  # service -> client: JSON of what the service is
 STDOUT = b"O"  # service -> client: bytes the command wrote to its stdout
 STDERR = b"E"  # service -> client: bytes the command wrote to its stderr

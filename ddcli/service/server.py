@@ -104,11 +104,13 @@ class Service:
                     take = not (self.busy or self.stopping) and request.get("key") == self.key
                     if take:
                         self.busy = True
+                    busy = self.busy and not self.stopping
                 if take:
                     conn.settimeout(None)
                     self.work.put((channel, request))
                     return
-                channel.send(protocol.BUSY)
+                if busy:  # the client runs the command itself; a service that stops says nothing,
+                    channel.send(protocol.BUSY)  # and the client starts its successor
             channel.close()
         except (OSError, ValueError) as e:
             log(f"a client's request failed: {e}")

@@ -260,10 +260,15 @@ def test_a_busy_service_sends_the_next_command_to_its_own_process_and_the_lease_
         ok(ddcli(["ingest", "words", WORDS[1]], other))
         ok(ddcli(["run", WORDCOUNT, "--json"], other))
         assert collection(str(other / "ddstore"), "counts")
-        # the same store and pipeline: the run lease of the first says no, in one line
+        # the same store and pipeline: the run lease of the first says no, in one line, at once
+        asked = time.monotonic()
         res = ddcli(["run", "held.py"], words_store)
         assert res.returncode == 3, res
         assert res.stderr.startswith("error: ") and res.stderr.count("\n") == 1 and "another process" in res.stderr
+        assert time.monotonic() - asked < 30, "the client waited for the busy service"
+        # a busy service's clients run the command themselves: no second service was started
+        assert not any("not starting" in open(os.path.join(os.environ["DDCLI_SERVICE_DIR"], f)).read()
+                       for f in os.listdir(os.environ["DDCLI_SERVICE_DIR"]) if f.endswith(".log"))
     finally:
         (tmp_path / "mark.release").touch()
     code, out, err = finish(first)
