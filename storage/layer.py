@@ -249,16 +249,17 @@ def write_layer_file(table: pa.Table, directory: str, *, key: list[str], lower: 
 
 
 def read_layer_files(paths: list[str], columns: list[str] | None = None,
-                     schema: pa.Schema | None = None) -> pa.Table | None:
+                     schema: pa.Schema | None = None, where=None) -> pa.Table | None:
     """Read layer files into one table (memory-mapped); ``None`` when there are no paths.
 
     With ``schema`` every file is cast to it first, so files written by different writers
-    (e.g. ``string`` and ``large_string``) concatenate.
+    (e.g. ``string`` and ``large_string``) concatenate. ``where``: only the rows that pass
+    this ``pyarrow.compute`` filter (row groups its statistics rule out are not read).
     """
     tables = []
     for p in paths:
         try:
-            tables.append(read_table(p, columns=columns, page_checksum_verification=True))
+            tables.append(read_table(p, columns=columns, page_checksum_verification=True, filters=where))
         except (pa.ArrowException, OSError) as e:
             raise CorruptionError(f"layer file {p} cannot be read: {' '.join(str(e).split())[:200]}; the store "
                                   f"is damaged, run 'ddcli check' (retrying will not help)") from None

@@ -17,6 +17,7 @@ storage/writes/ingest.py, garbage collection and log retention in storage/writes
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 from typing import Callable, ContextManager, Iterable, TypeVar
 
@@ -25,6 +26,7 @@ import pyarrow as pa
 from storage import faults, integrity
 from storage.blobs.resolve import open_store
 from storage.errors import Conflict, CorruptionError, DiffOverflow, LayerVanished, StoreError
+from storage.key_ranges import range_bounds, range_filter
 from storage.lake import follow as delta_follow
 from storage.lattice import Frontier, beyond_mask, format_frontier, parse_frontier, time_columns
 from storage.layer import Layer, consolidate, empty_updates, read_layer_files, write_layer_file
@@ -38,6 +40,13 @@ from storage.writes.ingest import IngestResult, ingest
 W = TypeVar("W")
 
 DEFAULT_GRACE_SECONDS = 3600.0
+#: Rows a merge of layers holds at once (``DDCLI_MERGE_ROWS``): some 0.5 GB at its peak
+#: (read, consolidated, written); a larger merge goes one range of keys at a time.
+MERGE_ROWS = 1 << 22
+
+
+def merge_rows() -> int:
+    return max(1, int(os.environ.get("DDCLI_MERGE_ROWS") or MERGE_ROWS))
 
 
 class Store:
@@ -131,13 +140,14 @@ class Store:
             for f in l.files:
                 check(trace.name, self.blobs.join(tdir, f.name), f)
 
-    def read_updates(self, trace: Trace, layers: Iterable[Layer] | None = None) -> pa.Table:
-        """All updates of the given layers (default: all, pending included) as one table."""
+    def read_updates(self, trace: Trace, layers: Iterable[Layer] | None = None, where=None) -> pa.Table:
+        """All updates of the given layers (default: all, pending included) as one table;
+        ``where``: only those that pass this ``pyarrow.compute`` filter."""
         paths = self.read_paths(trace, layers, local=True)
         schema = empty_updates(trace.schema, trace.d).schema
         if not paths:
             return empty_updates(trace.schema, trace.d)
-        return read_layer_files(paths, schema=schema)
+        return read_layer_files(paths, schema=schema, where=where)
 
     # ------------------------------------------------------------ the one commit path
 
@@ -352,9 +362,7 @@ class Store:
             for name, gs in groups.items():
                 t = traces[name]
                 try:
-                    out[name] = [written.add(name, self.write_layer(t, self.read_updates(t, g), lower=g[0].lower,
-                                                                    upper=g[-1].upper, seq_lo=g[0].seq_lo,
-                                                                    seq_hi=g[-1].seq_hi)) for g in gs]
+                    out[name] = [written.add(name, self._merged(t, g)) for g in gs]
                 except DiffOverflow as e:
                     raise DiffOverflow(f"merging layers of trace {name!r}: {e}; the layers stay as they are") from None
             return out
@@ -366,6 +374,30 @@ class Store:
 
         new_layers = self.write_and_commit("compact", write, change)
         return sum(len(ls) for ls in new_layers.values())
+
+    def _merged(self, t: Trace, g: list[Layer]) -> Layer:
+        """The merge of the adjacent layers ``g``: one file, or, beyond :func:`merge_rows`,
+        one file per range of the first key column, each read, consolidated and written
+        alone (storage/key_ranges.py), so a merge holds about one range's rows whatever the
+        trace's size. Layers whose keys do not split (one hot key, a key without ranges)
+        are merged whole."""
+        span = dict(lower=g[0].lower, upper=g[-1].upper, seq_lo=g[0].seq_lo, seq_hi=g[-1].seq_hi)
+        rows, limit = sum(l.rows for l in g), merge_rows()
+        bounds = None
+        if rows > limit and t.key:
+            paths = self.read_paths(t, g, local=True)
+            bounds = range_bounds(paths, t.schema.field(t.key[0]).type, t.key[0], -(-rows // limit))
+        if not bounds:
+            return self.write_layer(t, self.read_updates(t, g), **span)
+        since, files = t.effective_since(), []
+        for i in range(len(bounds) + 1):
+            part = self.read_updates(t, g, where=range_filter(t.key[0], bounds, i))
+            part = consolidate(part, t.data_columns, t.key, t.d, since)
+            if part.num_rows or (i == len(bounds) and not files):  # a layer has at least one file
+                files.append(write_layer_file(part, self.trace_dir(t.name), key=t.key, lower=span["lower"],
+                                              upper=span["upper"], since=since))
+        return Layer(uuid.uuid4().hex[:16], files, span["lower"], span["upper"], since, span["seq_lo"],
+                     span["seq_hi"], sum(f.rows for f in files), sum(f.bytes for f in files))
 
     def merge_after_commit(self, *names: str) -> None:
         """Geometric merging after a write that is already committed, of every trace

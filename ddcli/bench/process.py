@@ -45,16 +45,19 @@ def descendants() -> list[int]:
 
 def descendants_rss() -> int:
     """Resident bytes of every process below this one."""
-    total = 0
-    for pid in descendants():
-        try:
-            with open(f"/proc/{pid}/status") as fh:
-                for line in fh:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-        except OSError:
-            pass
-    return total
+    return sum(rss(pid) for pid in descendants())
+
+
+def rss(pid: int | str = "self") -> int:
+    """Resident bytes of one process (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def _cpu_seconds(pid: int) -> float | None:
@@ -76,10 +79,12 @@ class Usage:
     """Wall seconds, CPU seconds (this process's and its descendants') and peak resident
     memory of its descendants over a ``with`` block, sampled every ``interval`` seconds.
     Memory leaves this process out: a benchmark's own data is no part of what it measures
-    (run a ``ddcli run`` as a child to measure all of it)."""
+    (run a ``ddcli run`` as a child to measure all of it); ``own_growth`` is how far this
+    process's resident memory grew over its size at the start (a run's driver in it)."""
 
     def __init__(self, interval: float = 0.2):
         self.interval, self.peak, self._stop = interval, 0, threading.Event()
+        self.own_growth, self._own0 = 0, 0
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self.wall = self.cpu = 0.0
         self._seen: dict[int, float] = {}  # descendant -> its CPU seconds when last seen
@@ -91,6 +96,7 @@ class Usage:
             if cpu is not None:
                 self._seen[pid] = max(cpu, self._seen.get(pid, 0.0))
         self.peak = max(self.peak, descendants_rss())
+        self.own_growth = max(self.own_growth, rss() - self._own0)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -99,6 +105,7 @@ class Usage:
 
     def __enter__(self) -> "Usage":
         self._before = {pid: c for pid in descendants() if (c := _cpu_seconds(pid)) is not None}
+        self._own0 = rss()
         self._cpu0, self._wall0 = _own_cpu_seconds(), _time.perf_counter()
         self._thread.start()
         return self

@@ -373,7 +373,7 @@ def bench_join(
     keys: Annotated[int, typer.Option(min=1, help="Keys of the main cases.")] = 20,
     times: Annotated[str, typer.Option(help="Times T of the main cases, comma-separated.")] = "200,800,1600,6400",
     wide_keys: Annotated[int, typer.Option(min=1, help="Keys of the wide cases.")] = 10_000,
-    wide_times: Annotated[str, typer.Option(help="Times T of the wide cases, comma-separated.")] = "50,100,200",
+    wide_times: Annotated[str, typer.Option(help="Times T of the wide cases, comma-separated.")] = "200,800,1600,6400",
     hot_times: Annotated[int, typer.Option(min=0, help="Times of the one hot key (0: skip).")] = 300_000,
     new_keys: Annotated[int, typer.Option(min=0, help="Keys changed by each incremental run (0: skip).")] = 10,
     repeat: Annotated[int, typer.Option(min=1, help="Timed incremental runs (median reported).")] = 3,

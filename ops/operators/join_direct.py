@@ -47,10 +47,12 @@ from ops.reduce.budget import task_rows
 from ops.spark.one_task import WrittenFiles, run_tasks
 from ops.spark.session import slots
 from storage.blobs.resolve import read_metadata
+from storage.key_ranges import range_bounds, range_filter
 from storage.layer import update_schema
 
-#: The most tasks one join's job takes.
-MAX_TASKS = 64
+#: The most tasks one join's job takes: a task per budget of rows up to 10^9 rows (a task's
+#: fixed cost is some 40 ms; one over its budget spills to DuckDB, which costs more).
+MAX_TASKS = 1024
 
 
 def direct_rows() -> int:
@@ -105,7 +107,7 @@ def plan_direct(n: Node, runtime, spark, d: int, delta_rows: int | None, lookup)
     if delta_rows <= budget:
         return job
     tasks = min(MAX_TASKS, max(slots(spark), -(-delta_rows // budget)))
-    bounds = key_bounds(files[0] + files[1], schemas[n.inputs[0].id].field(on[0]).type, on[0], tasks)
+    bounds = range_bounds(files[0] + files[1], schemas[n.inputs[0].id].field(on[0]).type, on[0], tasks)
     if bounds:
         return replace(job, column=on[0], bounds=tuple(bounds))
     # one key value: ranges of time, whose last task reads every row (so not too many)
@@ -114,41 +116,6 @@ def plan_direct(n: Node, runtime, spark, d: int, delta_rows: int | None, lookup)
     if cuts:
         return replace(job, cuts=tuple(cuts))
     return job if delta_rows <= direct_rows() else None
-
-
-def key_bounds(files: list[str], kind: pa.DataType, column: str, tasks: int) -> list | None:
-    """Up to ``tasks - 1`` increasing values of ``column`` that cut the rows of ``files``
-    into ranges of about equal rows, from the files' row group statistics (each group
-    counted at its least value); None when the column's type or a file's statistics do not
-    allow ranges."""
-    if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        return None
-    groups = []  # (least value, rows) of every row group with a value
-    for path in files:
-        meta = read_metadata(path)
-        index = meta.schema.to_arrow_schema().get_field_index(column)
-        if index < 0:
-            return None
-        for g in range(meta.num_row_groups):
-            group = meta.row_group(g)
-            stats = group.column(index).statistics
-            if stats is None or not stats.has_null_count:
-                return None
-            if stats.null_count == group.num_rows:
-                continue  # only nulls: the first task's
-            if not stats.has_min_max:
-                return None
-            groups.append((stats.min, group.num_rows))
-    groups.sort(key=lambda g: g[0])
-    total = sum(rows for _, rows in groups)
-    bounds, seen = [], 0
-    for least, rows in groups:
-        if seen >= total * (len(bounds) + 1) / tasks and least > (bounds[-1] if bounds else groups[0][0]):
-            bounds.append(least)
-            if len(bounds) == tasks - 1:
-                break
-        seen += rows
-    return bounds
 
 
 def time_cuts(files: list[str], column: str, tasks: int) -> list[int]:
@@ -189,15 +156,7 @@ def run_direct(spark, job: DirectJoin) -> dict[str, list[dict]]:
 
 def task_range(job: DirectJoin, i: int):
     """The filter of task ``i``'s rows (None: every row)."""
-    if not job.bounds:
-        return None
-    key = pc.field(job.column)
-    lo = job.bounds[i - 1] if i > 0 else None
-    hi = job.bounds[i] if i < len(job.bounds) else None
-    where = None if lo is None else key >= lo
-    if hi is not None:
-        where = key < hi if where is None else where & (key < hi)
-    return where | key.is_null() if i == 0 else where
+    return range_filter(job.column, job.bounds, i) if job.bounds else None
 
 
 def _joined_and_written(job: DirectJoin, i: int):

@@ -79,13 +79,15 @@ def test_the_registry_defaults_are_what_the_code_uses_when_nothing_is_set(monkey
     from storage.files import limits
     from storage.lake import follow
     from storage.settings import BY_ENV
+    from storage.store import merge_rows
     from storage.writes.lease import ttl_seconds
     readers = {"DDCLI_REDUCE_MEMORY": kernel.memory_budget, "DDCLI_REDUCE_TASK_ROWS": budget.task_rows,
                "DDCLI_LOOP_TASK_ROWS": route.task_rows, "DDCLI_LOOP_TASKS": route.resident_task_cap,
                "DDCLI_LOOP_PATH": loop_path, "DDCLI_MAX_LINE_BYTES": limits.max_line_bytes,
                "DDCLI_INGEST_MEMORY": lambda: limits.ReadBudget().limit, "DDCLI_LEASE_SECONDS": ttl_seconds,
                "DDCLI_SPARK_CONNECT_TIMEOUT": session.connect_timeout, "DDCLI_SPARK_MASTER": session.master_url,
-               "DDCLI_SPARK_CDS": class_archive.enabled, "DDCLI_DELTA": follow.enabled}
+               "DDCLI_SPARK_CDS": class_archive.enabled, "DDCLI_DELTA": follow.enabled,
+               "DDCLI_MERGE_ROWS": merge_rows}
     for env, read in readers.items():
         monkeypatch.delenv(env, raising=False)
         unset = read()

@@ -128,7 +128,8 @@ def check_layers(store, name: str) -> None:
     order = sort_columns(trace.data_columns, trace.key, trace.d)
     for layer in trace.all_layers():
         assert layer.rows == sum(f.rows for f in layer.files)
-        for path in store.layer_paths(trace, [layer]):
+        firsts = []  # the first and last sort keys of each file: a layer's files follow each other
+        for f, path in zip(layer.files, store.layer_paths(trace, [layer])):
             table = pq.read_table(path)
             assert table.column_names == trace.data_columns + tcols + ["diff"]
             rows = table.select(order).to_pylist()
@@ -136,8 +137,10 @@ def check_layers(store, name: str) -> None:
             assert keys == sorted(keys), f"{path} is not sorted by {order}"
             assert len(set(keys)) == len(keys), f"{path} has duplicate (data, time)"
             assert 0 not in table.column("diff").to_pylist(), f"{path} has a zero diff"
+            if keys:
+                firsts.append((keys[0], keys[-1]))
             meta = footer_metadata(path)
-            assert meta["rows"] == table.num_rows == layer.rows
+            assert meta["rows"] == table.num_rows == f.rows
             assert Frontier.from_json(meta["lower"], trace.d) == layer.lower
             assert Frontier.from_json(meta["upper"], trace.d) == layer.upper
             assert Frontier.from_json(meta["since"], trace.d) == layer.since
@@ -145,6 +148,12 @@ def check_layers(store, name: str) -> None:
                 # every time was advanced to the layer's since: advancing again moves nothing
                 times = [tuple(r[c] for c in tcols) for r in table.select(tcols).to_pylist()]
                 assert all(advance(t, layer.since) == t for t in times), f"{path} has times not advanced to its since"
+        for (_, last), (first, _) in zip(firsts, firsts[1:]):
+            assert _nulls_first(last) < _nulls_first(first), f"the files of layer {layer.id} overlap or are out of order"
+
+
+def _nulls_first(key: tuple) -> tuple:
+    return tuple((v is not None, v) for v in key)
 
 
 def files_on_disk(store) -> set[str]:

@@ -148,33 +148,19 @@ def test_the_general_join_writes_what_the_direct_one_does(spark, tmp_path, monke
     assert traces("direct", True) == traces("general", False)
 
 
-def test_key_ranges_cut_the_row_groups_into_about_equal_rows(tmp_path):
+def test_time_ranges_cut_the_span_of_every_file_evenly(tmp_path):
     import pyarrow.parquet as pq
 
-    def written(name, keys, group_rows, **options):
+    def written(name, values, **options):
         path = str(tmp_path / name)
-        pq.write_table(pa.table({"k": keys}), path, row_group_size=group_rows, **options)
+        pq.write_table(pa.table({"t": pa.array(values, pa.int64())}), path, row_group_size=10, **options)
         return path
 
-    ints = written("ints.parquet", pa.array(list(range(100)), pa.int64()), 10)
-    assert join_direct.key_bounds([ints], pa.int64(), "k", 4) == [30, 50, 80]  # groups of 10: cuts at 25, 50, 75 rows
-    assert join_direct.key_bounds([ints], pa.int64(), "k", 1) == []
-    # one value in every group (a hot key): no range to cut; groups of nulls only are the first task's
-    hot = written("hot.parquet", pa.array([None] * 20 + [7] * 40, pa.int64()), 10)
-    assert join_direct.key_bounds([hot], pa.int64(), "k", 3) == []
-    # strings, two files whose groups interleave
-    a = written("a.parquet", pa.array(["a", "b", "c", "d"] * 5, pa.string()).sort(), 5)
-    b = written("b.parquet", pa.array(["b", "e"] * 10, pa.string()).sort(), 5)
-    assert join_direct.key_bounds([a, b], pa.string(), "k", 2) == ["c"]
-    # a type without ranges, and a file without statistics
-    assert join_direct.key_bounds([ints], pa.float64(), "k", 2) is None
-    bare = written("bare.parquet", pa.array(list(range(20)), pa.int64()), 10, write_statistics=False)
-    assert join_direct.key_bounds([ints, bare], pa.int64(), "k", 2) is None
-    # ranges of time: the span of every file's values cut evenly
-    late = written("late.parquet", pa.array(list(range(100, 120)), pa.int64()), 10)
-    assert join_direct.time_cuts([ints, late], "k", 4) == [30, 60, 90]
-    assert join_direct.time_cuts([written("two.parquet", pa.array([5, 6], pa.int64()), 10)], "k", 4) == [6]
-    assert join_direct.time_cuts([ints, bare], "k", 2) == []
+    ints, late = written("ints.parquet", list(range(100))), written("late.parquet", list(range(100, 120)))
+    assert join_direct.time_cuts([ints, late], "t", 4) == [30, 60, 90]
+    assert join_direct.time_cuts([written("two.parquet", [5, 6])], "t", 4) == [6]
+    bare = written("bare.parquet", list(range(20)), write_statistics=False)
+    assert join_direct.time_cuts([ints, bare], "t", 2) == []
 
 
 HOT = '''

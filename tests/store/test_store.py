@@ -192,6 +192,33 @@ def test_d2_random_stream_with_upper_and_pending_equals_the_fold(tmp_path, store
     assert checked > 100
 
 
+# ------------------------------------------------------------------ merges by key range
+
+
+@pytest.mark.parametrize("d, seed", [(1, 0), (1, 1), (2, 0)])
+def test_merges_over_the_row_limit_go_by_key_range_and_equal_the_fold(tmp_path, monkeypatch, d, seed):
+    """Layers of a few rows in row groups of two, merges of at most three rows at once: every
+    merge of the random streams above goes one key range at a time into a layer of several
+    files, and every collection still equals the fold (check_layers: the files follow each
+    other by key)."""
+    monkeypatch.setenv("DDCLI_MERGE_ROWS", "3")
+    monkeypatch.setattr(layer_mod, "ROW_GROUP_ROWS", 2)
+    files_per_merge = []
+    merged = Store._merged
+
+    def recorded(self, t, g):
+        layer = merged(self, t, g)
+        files_per_merge.append(len(layer.files))
+        return layer
+
+    monkeypatch.setattr(Store, "_merged", recorded)
+
+    stream = test_d1_random_stream_equals_the_fold_through_advance_and_compact if d == 1 else \
+        test_d2_random_stream_with_upper_and_pending_equals_the_fold
+    stream(tmp_path, str(tmp_path / "store"), seed)
+    assert max(files_per_merge) > 1, files_per_merge
+
+
 # ------------------------------------------------------------------ geometric merging
 
 

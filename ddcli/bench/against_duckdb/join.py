@@ -7,8 +7,8 @@ retraction and an insertion per time); ``l.join(r, on="k")``; one ``ddcli run`` 
 
 * ``keys`` keys (20 by default) at every ``T`` of ``times``: the wall time of the run
   should grow linearly with ``T`` (the aim: doubling ``T`` costs at most 2.2x);
-* ``wide_keys`` keys (10^4) at every ``T`` of ``wide_times`` (50, 100, 200: from 2 * 10^6
-  input updates, where a run's fixed cost no longer hides its growth);
+* ``wide_keys`` keys (10^4) at every ``T`` of ``wide_times`` (the same 200 to 6,400: from
+  8 * 10^6 to 2.6 * 10^8 input updates, ingested in parts of ``PART_ROWS``);
 * one hot key at ``hot_times`` times: both histories long, more rows than a task's budget,
   streamed through time;
 * then, on the widest store, small incremental runs of ``new_keys`` changed keys (they
@@ -18,8 +18,9 @@ DuckDB computes the same output changes directly (each side's live value per key
 by an as-of join, then the change of the joined row from one time to the next): the
 reference every output is checked against, and the yardstick. Figures: wall of the run
 (Spark's session start measured once, apart), peak memory of the JVM and its Python
-workers during the run (one JVM serves every case in turn, and a heap once grown stays:
-a case's peak includes what the cases before it left), output rows, DuckDB's time, and the
+workers during the run plus how far the driver (this process) grew (one JVM serves every
+case in turn, and a heap once grown stays: a case's peak includes what the cases before it
+left), output rows, DuckDB's time, and the
 machine's load average before and after (timings on a shared machine vary with it), and
 the issue's aims, each measured and met or not (``aims``): per case the run over DuckDB,
 beside it the same beyond a run's fixed cost (a run of 5 keys at 20 times).
@@ -58,6 +59,10 @@ def side_table(keys: int, times: int, column: str, seed: int, first_time: int = 
     return pa.concat_tables([ins, ret])
 
 
+#: Updates of one part of a side's input file: 16 * 10^6 updates are some 0.15 GiB of Parquet,
+#: which an ingest takes within its default memory.
+PART_ROWS = 16_000_000
+
 REFERENCE_SQL = """
 WITH moments AS (SELECT DISTINCT k, time FROM (SELECT k, time FROM l UNION ALL SELECT k, time FROM r)),
      live AS (
@@ -75,26 +80,32 @@ SELECT k, pa AS a, pb AS b, time, -1::BIGINT AS diff FROM steps
 """
 
 
-def duckdb_changes(left_path: str, right_path: str):
-    """The join's output changes computed by DuckDB from the two raw files."""
+def duckdb_changes(left_path: str, right_path: str, out_path: str) -> None:
+    """The join's output changes computed by DuckDB from the two raw files (or globs), written to
+    ``out_path`` (Parquet: ddcli writes its output too, and 10^8 rows stay out of memory)."""
     import duckdb
     con = duckdb.connect()
     con.execute(f"CREATE VIEW l AS SELECT * FROM read_parquet('{left_path}')")
     con.execute(f"CREATE VIEW r AS SELECT * FROM read_parquet('{right_path}')")
-    return con.sql(REFERENCE_SQL).to_arrow_table()
+    con.execute(f"COPY ({REFERENCE_SQL}) TO '{out_path}' (FORMAT parquet)")
 
 
-def check_output(store, expected) -> int:
-    """The output trace's consolidated updates equal ``expected`` (both consolidated); their rows."""
+def check_output(store, expected_path: str) -> int:
+    """The output trace's consolidated updates equal those of ``expected_path`` (both
+    consolidated, compared by DuckDB on the files); their rows."""
     import duckdb
-    con = duckdb.connect()
-    con.register("expected", expected)
-    con.register("got", store.read_updates(store.trace("j")))
-    q = """SELECT count(*) FILTER (WHERE e.diff IS DISTINCT FROM g.diff), count(g.diff) FROM
-           (SELECT k, a, b, time, SUM(diff) AS diff FROM expected GROUP BY ALL HAVING SUM(diff) <> 0) e
-           FULL OUTER JOIN (SELECT k, a, b, time, SUM(diff) AS diff FROM got GROUP BY ALL HAVING SUM(diff) <> 0) g
+    paths = store.read_paths(store.trace("j"), None, local=True)
+    if not paths:
+        got = "(SELECT * FROM read_parquet('" + expected_path + "') WHERE false)"
+    else:
+        got = "read_parquet([" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "])"
+    q = f"""SELECT count(*) FILTER (WHERE e.diff IS DISTINCT FROM g.diff), count(g.diff) FROM
+           (SELECT k, a, b, time, SUM(diff) AS diff FROM read_parquet('{expected_path}')
+            GROUP BY ALL HAVING SUM(diff) <> 0) e
+           FULL OUTER JOIN (SELECT k, a, b, time, SUM(diff) AS diff FROM {got}
+            GROUP BY ALL HAVING SUM(diff) <> 0) g
            USING (k, a, b, time)"""
-    wrong, rows = con.sql(q).fetchall()[0]
+    wrong, rows = duckdb.connect().sql(q).fetchall()[0]
     if wrong:
         raise AssertionError(f"bench join: the output differs from DuckDB's at {wrong} (row, time) points")
     return int(rows)
@@ -105,22 +116,39 @@ def _case(work: str, pipe: str, label: str, keys: int, times: int, say) -> tuple
 
     from ops.run.run import run_pipeline
     from storage.store import Store
-    lp, rp = os.path.join(work, f"{label}_l.parquet"), os.path.join(work, f"{label}_r.parquet")
-    pq.write_table(side_table(keys, times, "a", seed=1), lp)
-    pq.write_table(side_table(keys, times, "b", seed=2), rp)
     st = Store(os.path.join(work, f"store_{label}"))
-    st.ingest("l", [lp])
-    st.ingest("r", [rp])
+    for side, column, seed in (("l", "a", 1), ("r", "b", 2)):
+        for path in write_parts(side_table(keys, times, column, seed=seed), os.path.join(work, f"{label}_{side}")):
+            st.ingest(side, [path])  # one ingest a part: each stays within DDCLI_INGEST_MEMORY
+    lp, rp = os.path.join(work, f"{label}_l_*.parquet"), os.path.join(work, f"{label}_r_*.parquet")
     with Usage() as run:
         run_pipeline(st, pipe)
+    expected = os.path.join(work, f"{label}_duckdb.parquet")
     with Usage() as duck:
-        expected = duckdb_changes(lp, rp)
+        duckdb_changes(lp, rp, expected)
     rows = check_output(st, expected)
+    peak = run.peak + run.own_growth  # the JVM and its workers, and the driver's growth in this process
     say(f"{label}: {keys:,} keys at {times:,} times: {run.wall:.1f} s ({run.cpu:.1f} s CPU), peak "
-        f"{run.peak / 2**30:.2f} GiB, {rows:,} output rows (equal to DuckDB's, {duck.wall:.2f} s, {duck.cpu:.2f} s CPU)")
+        f"{peak / 2**30:.2f} GiB, {rows:,} output rows (equal to DuckDB's, {duck.wall:.2f} s, {duck.cpu:.2f} s CPU)")
     return {"keys": keys, "times": times, "input_updates": 4 * keys * times - 2 * keys, "run_s": run.wall,
-            "run_cpu_s": run.cpu, "peak_memory_bytes": run.peak, "output_rows": rows, "duckdb_s": duck.wall,
+            "run_cpu_s": run.cpu, "peak_memory_bytes": peak, "driver_growth_bytes": run.own_growth,
+            "output_rows": rows, "duckdb_s": duck.wall,
             "duckdb_cpu_s": duck.cpu, "over_duckdb": run.wall / duck.wall}, st
+
+
+def write_parts(table, prefix: str, rows: int = PART_ROWS) -> list[str]:
+    """``table`` as Parquet files ``prefix_<i>.parquet`` of at most about ``rows`` updates,
+    cut at times (so each part is a batch of whole times, as days of a backfill are)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    lo, hi = pc.min(table["time"]).as_py(), pc.max(table["time"]).as_py()
+    step = max(1, (hi - lo + 1) * rows // max(1, table.num_rows))
+    paths = []
+    for i, start in enumerate(range(lo, hi + 1, step)):
+        t = pc.field("time")
+        paths.append(f"{prefix}_{i:04d}.parquet")
+        pq.write_table(table.filter((t >= start) & (t < start + step)), paths[-1])
+    return paths
 
 
 def _incremental(work: str, pipe: str, st, keys: int, first_time: int, new_keys: int, repeat: int, say) -> list:
@@ -144,7 +172,7 @@ def _incremental(work: str, pipe: str, st, keys: int, first_time: int, new_keys:
 
 
 def bench_join(*, keys: int = 20, times: tuple[int, ...] = (200, 800, 1600, 6400), wide_keys: int = 10_000,
-               wide_times: tuple[int, ...] = (50, 100, 200), hot_times: int = 300_000, new_keys: int = 10,
+               wide_times: tuple[int, ...] = (200, 800, 1600, 6400), hot_times: int = 300_000, new_keys: int = 10,
                repeat: int = 3, workdir: str | None = None, log: Callable[[str], None] | None = None) -> dict:
     from ops.run.run import run_pipeline
     from ops.spark.session import get_spark
