@@ -390,12 +390,17 @@ class Store:
         if not bounds:
             return self.write_layer(t, self.read_updates(t, g), **span)
         since, files = t.effective_since(), []
-        for i in range(len(bounds) + 1):
-            part = self.read_updates(t, g, where=range_filter(t.key[0], bounds, i))
-            part = consolidate(part, t.data_columns, t.key, t.d, since)
-            if part.num_rows or (i == len(bounds) and not files):  # a layer has at least one file
-                files.append(write_layer_file(part, self.trace_dir(t.name), key=t.key, lower=span["lower"],
-                                              upper=span["upper"], since=since))
+        try:
+            for i in range(len(bounds) + 1):
+                part = self.read_updates(t, g, where=range_filter(t.key[0], bounds, i))
+                part = consolidate(part, t.data_columns, t.key, t.d, since)
+                if part.num_rows or (i == len(bounds) and not files):  # a layer has at least one file
+                    files.append(write_layer_file(part, self.trace_dir(t.name), key=t.key, lower=span["lower"],
+                                                  upper=span["upper"], since=since))
+        except BaseException:  # the layer was never written: none of its files stays
+            for f in files:
+                self.blobs.delete(self.blobs.join(self.trace_dir(t.name), f.name))
+            raise
         return Layer(uuid.uuid4().hex[:16], files, span["lower"], span["upper"], since, span["seq_lo"],
                      span["seq_hi"], sum(f.rows for f in files), sum(f.bytes for f in files))
 

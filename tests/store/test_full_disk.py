@@ -77,3 +77,30 @@ def test_a_committed_ingest_whose_merge_hits_a_full_disk_succeeds_with_a_warning
     ok(ddcli(words, "compact"))
     assert len(Store(words).trace("words").layers) == 1
     assert _counts(words) == {w: c for w, c in want.items() if c}
+
+
+def test_a_merge_by_key_ranges_that_hits_a_full_disk_leaves_none_of_its_files(words, monkeypatch):
+    """A merge over DDCLI_MERGE_ROWS writes a file per key range: a full disk at its second
+    file leaves neither (the layers stay as they were), and the next compact merges."""
+    from storage import layer as layer_mod
+    from storage.store import Store
+    monkeypatch.setattr(layer_mod, "ROW_GROUP_ROWS", 2)
+    monkeypatch.setenv("DDCLI_MERGE_ROWS", "4")
+    # the ingest writes its layer (1st layer write), the merge its first range (2nd), then fails
+    r = ddcli(words, "ingest", "words", str(WORDS[1]), env={"DDCLI_FAULT": "layer.before_fsync@3=enospc"})
+    assert r.exit_code == 0 and "merging layers after the commit failed" in r.stderr, r.stderr
+    st = Store(words)
+    folder = st.trace_dir("words")
+
+    def files_in_folder():
+        return {f for f in os.listdir(folder) if f.endswith(".parquet")}
+
+    assert files_in_folder() == {f.name for l in st.trace("words").layers for f in l.files}
+    assert _stray_files(words) == [] and len(st.trace("words").layers) == 2
+    want = {}
+    for (word,), _, diff in WORD_UPDATES:
+        want[word] = want.get(word, 0) + diff
+    ok(ddcli(words, "compact", "--grace", "0"))
+    (merged,) = Store(words).trace("words").layers
+    assert len(merged.files) > 1 and files_in_folder() == {f.name for f in merged.files}
+    assert _counts(words) == {w: c for w, c in want.items() if c}
