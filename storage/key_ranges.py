@@ -2,13 +2,17 @@
 
 Layer files are sorted by key and written in row groups of ``ROW_GROUP_ROWS`` rows with
 key statistics (storage/layer.py), so the rows of a range of keys can be read without the
-rest: a filter on the first key column skips the row groups it rules out. Every row of
-one key lands in one range, so work that consolidates or joins by key (a merge of large
-layers, a join's tasks in ops/operators/join_direct.py) can take the ranges one at a
-time, or in parallel, and hold only one range's rows.
+rest: a filter on the first key column skips the row groups it rules out, and a file whose
+keys all lie outside the range is not opened at all (a reader of each range that opened
+every file would pay files x ranges footers: quadratic in the data). Every row of one key
+lands in one range, so work that consolidates or joins by key (a merge of large layers, a
+join's tasks in ops/operators/join_direct.py) can take the ranges one at a time, or in
+parallel, and hold only one range's rows.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,29 +20,49 @@ import pyarrow.compute as pc
 from storage.blobs.resolve import read_metadata
 
 
-def range_bounds(files: list[str], kind: pa.DataType, column: str, parts: int) -> list | None:
-    """Up to ``parts - 1`` increasing values of ``column`` that cut the rows of ``files``
-    into ranges of about equal rows, each row group counted at its least value; None when
-    the column's type (an integer or a string) or a file's statistics do not allow ranges."""
+class FileKeys(NamedTuple):
+    """One file's first key column: its row groups' least values and rows, its least and
+    greatest value (None: only nulls), and whether it holds nulls."""
+
+    groups: list[tuple[object, int]]
+    least: object
+    greatest: object
+    nulls: bool
+
+
+def file_keys(files: list[str], kind: pa.DataType, column: str) -> list[FileKeys] | None:
+    """Each file's keys, from its footer; None when the column's type (an integer or a
+    string) or a file's statistics do not allow ranges."""
     if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         return None
-    groups = []  # (least value, rows) of every row group with a value
+    out = []
     for path in files:
         meta = read_metadata(path)
         index = meta.schema.to_arrow_schema().get_field_index(column)
         if index < 0:
             return None
+        groups, least, greatest, nulls = [], None, None, False
         for g in range(meta.num_row_groups):
             group = meta.row_group(g)
             stats = group.column(index).statistics
             if stats is None or not stats.has_null_count:
                 return None
+            nulls = nulls or stats.null_count > 0
             if stats.null_count == group.num_rows:
                 continue  # only nulls: the first range's
             if not stats.has_min_max:
                 return None
             groups.append((stats.min, group.num_rows))
-    groups.sort(key=lambda g: g[0])
+            least = stats.min if least is None else min(least, stats.min)
+            greatest = stats.max if greatest is None else max(greatest, stats.max)
+        out.append(FileKeys(groups, least, greatest, nulls))
+    return out
+
+
+def range_bounds(keys: list[FileKeys], parts: int) -> list:
+    """Up to ``parts - 1`` increasing values that cut the rows of the files ``keys``
+    describes into ranges of about equal rows, each row group counted at its least value."""
+    groups = sorted((g for f in keys for g in f.groups), key=lambda g: g[0])
     total = sum(rows for _, rows in groups)
     bounds, seen = [], 0
     for least, rows in groups:
@@ -48,6 +72,15 @@ def range_bounds(files: list[str], kind: pa.DataType, column: str, parts: int) -
                 break
         seen += rows
     return bounds
+
+
+def files_in_range(keys: list[FileKeys], bounds: list | tuple, i: int) -> list[int]:
+    """The indices of the files that may hold rows of range ``i`` (see :func:`range_filter`)."""
+    lo = bounds[i - 1] if i > 0 else None
+    hi = bounds[i] if i < len(bounds) else None
+    return [j for j, f in enumerate(keys)
+            if (i == 0 and f.nulls) or (f.least is not None and (lo is None or f.greatest >= lo)
+                                        and (hi is None or f.least < hi))]
 
 
 def range_filter(column: str, bounds: list | tuple, i: int):

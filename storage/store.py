@@ -26,7 +26,7 @@ import pyarrow as pa
 from storage import faults, integrity
 from storage.blobs.resolve import open_store
 from storage.errors import Conflict, CorruptionError, DiffOverflow, LayerVanished, StoreError
-from storage.key_ranges import range_bounds, range_filter
+from storage.key_ranges import file_keys, files_in_range, range_bounds, range_filter
 from storage.lake import follow as delta_follow
 from storage.lattice import Frontier, beyond_mask, format_frontier, parse_frontier, time_columns
 from storage.layer import Layer, consolidate, empty_updates, read_layer_files, write_layer_file
@@ -383,17 +383,20 @@ class Store:
         are merged whole."""
         span = dict(lower=g[0].lower, upper=g[-1].upper, seq_lo=g[0].seq_lo, seq_hi=g[-1].seq_hi)
         rows, limit = sum(l.rows for l in g), merge_rows()
-        bounds = None
+        bounds, keys, paths = None, None, []
         if rows > limit and t.key:
             paths = self.read_paths(t, g, local=True)
-            bounds = range_bounds(paths, t.schema.field(t.key[0]).type, t.key[0], -(-rows // limit))
+            keys = file_keys(paths, t.schema.field(t.key[0]).type, t.key[0])
+            bounds = range_bounds(keys, -(-rows // limit)) if keys is not None else None
         if not bounds:
             return self.write_layer(t, self.read_updates(t, g), **span)
-        since, files = t.effective_since(), []
+        since, files, schema = t.effective_since(), [], empty_updates(t.schema, t.d).schema
         try:
             for i in range(len(bounds) + 1):
-                part = self.read_updates(t, g, where=range_filter(t.key[0], bounds, i))
-                part = consolidate(part, t.data_columns, t.key, t.d, since)
+                part = read_layer_files([paths[j] for j in files_in_range(keys, bounds, i)], schema=schema,
+                                        where=range_filter(t.key[0], bounds, i))
+                part = consolidate(part if part is not None else schema.empty_table(), t.data_columns, t.key,
+                                   t.d, since)
                 if part.num_rows or (i == len(bounds) and not files):  # a layer has at least one file
                     files.append(write_layer_file(part, self.trace_dir(t.name), key=t.key, lower=span["lower"],
                                                   upper=span["upper"], since=since))

@@ -47,7 +47,7 @@ from ops.reduce.budget import task_rows
 from ops.spark.one_task import WrittenFiles, run_tasks
 from ops.spark.session import slots
 from storage.blobs.resolve import read_metadata
-from storage.key_ranges import range_bounds, range_filter
+from storage.key_ranges import file_keys, files_in_range, range_bounds, range_filter
 from storage.layer import update_schema
 
 #: The most tasks one join's job takes: a task per budget of rows up to 10^9 rows (a task's
@@ -79,6 +79,7 @@ class DirectJoin:
     column: str | None = None
     bounds: tuple = ()
     cuts: tuple = ()
+    reads: tuple = ()  # with ``bounds``: per task, the indices of the files (left's, then right's) it reads
 
     @property
     def tasks(self) -> int:
@@ -107,9 +108,11 @@ def plan_direct(n: Node, runtime, spark, d: int, delta_rows: int | None, lookup)
     if delta_rows <= budget:
         return job
     tasks = min(MAX_TASKS, max(slots(spark), -(-delta_rows // budget)))
-    bounds = range_bounds(files[0] + files[1], schemas[n.inputs[0].id].field(on[0]).type, on[0], tasks)
+    keys = file_keys(files[0] + files[1], schemas[n.inputs[0].id].field(on[0]).type, on[0])
+    bounds = None if keys is None else range_bounds(keys, tasks)
     if bounds:
-        return replace(job, column=on[0], bounds=tuple(bounds))
+        reads = tuple(tuple(files_in_range(keys, bounds, i)) for i in range(len(bounds) + 1))
+        return replace(job, column=on[0], bounds=tuple(bounds), reads=reads)
     # one key value: ranges of time, whose last task reads every row (so not too many)
     cuts = time_cuts(files[0] + files[1], job.spec.tcols[0], tasks) \
         if bounds is not None and delta_rows <= 2 * direct_rows() else []
@@ -168,7 +171,10 @@ def _joined_and_written(job: DirectJoin, i: int):
     if end is not None:
         where = pc.field(spec.tcols[0]) < end
     schema = _task_schema(spec, job.schemas)
-    tables = [as_side(layer_table(f, job.schemas[s], where), schema, s, new=True) for s in (0, 1) for f in job.files[s]]
+    paths = [(s, f) for s in (0, 1) for f in job.files[s]]
+    if job.reads:  # only the files whose keys meet the task's range
+        paths = [paths[j] for j in job.reads[i]]
+    tables = [as_side(layer_table(f, job.schemas[s], where), schema, s, new=True) for s, f in paths]
     history = None
     if start is not None:  # the rows before the task's times only as the history they leave
         rows = pa.concat_tables(tables)

@@ -130,6 +130,40 @@ def test_joins_of_the_runs_inputs_in_tasks_equal_the_reference_at_every_time(spa
         assert any(t == [1, 1, 1] for _, t in runs[1:]), runs  # and a small run after in one task
 
 
+def test_tasks_read_only_the_files_whose_keys_meet_their_range(spark, tmp_path, monkeypatch):
+    """Each side ingested in three blocks of disjoint keys (0-9, 10-19 with nulls, 20-29),
+    merged into layers of several files (a merge of at most 15 rows at once goes by key
+    range), before one run over the budget: a task reads only the files its key range meets,
+    and every output still equals the reference at every time."""
+    jobs = []
+    run_direct = evaluate.run_direct
+    monkeypatch.setattr(evaluate, "run_direct", lambda spark, job: (jobs.append(job), run_direct(spark, job))[1])
+    monkeypatch.setenv("DDCLI_REDUCE_TASK_ROWS", "30")
+    monkeypatch.setenv("DDCLI_MERGE_ROWS", "15")
+    monkeypatch.setattr(storage.layer, "ROW_GROUP_ROWS", 6)
+    rng = random.Random(5)
+    bench = Bench(tmp_path, 1)
+    path = bench.pipeline("direct", DIRECT)
+    for block in range(3):
+        keys = [10 * block + i for i in range(10)] + ([None] if block == 1 else [])
+        t0 = 10 * block  # each block's times after the one before
+        xs = [((rng.choice(keys), rng.choice("pq"), rng.randrange(3)), (t0 + rng.randrange(6),), 1) for _ in range(20)]
+        zs = [((rng.choice(keys), rng.randrange(3)), (t0 + rng.randrange(6),), 1) for _ in range(20)]
+        vs = [((rng.choice("pq"), rng.randrange(3)), (t0 + rng.randrange(6),), 1) for _ in range(5)]
+        bench.ingest("xs", XS, xs + [(r, (t[0] + 3,), -1) for r, t, _ in xs[:5]])  # some retracted later
+        bench.ingest("zs", ZS, zs)
+        bench.ingest("vs", VS, vs)
+    res = bench.run(path)
+    assert all(s.get("in_task") for s in res.steps if s["step"] == "write")
+    ranged = [job for job in jobs if job.bounds and job.column == "k"]
+    assert ranged, jobs
+    for job in ranged:
+        files = len(job.files[0]) + len(job.files[1])
+        assert files > 2 and all(set(r) <= set(range(files)) for r in job.reads)
+        assert min(len(r) for r in job.reads) < files, job.reads  # some task leaves files out
+    bench.check(path, direct_ref, OUTPUTS)
+
+
 def test_the_general_join_writes_what_the_direct_one_does(spark, tmp_path, monkeypatch):
     def traces(folder, direct: bool):
         if not direct:
