@@ -114,8 +114,8 @@ def _take(blobs, folder: str, name: str, ttl: float) -> tuple[str, bytes]:
 
 def collect_dead(blobs, store_path: str, cutoff: float, ttl: float | None = None) -> int:
     """Remove the leases no live process holds and the temporary files older than ``cutoff``
-    of holders killed while writing one; then the folder, when that leaves it empty and it is
-    older than ``cutoff`` (a run may have just made it)."""
+    of holders killed while writing one; then the folder, when that leaves it empty (a run
+    that made it just before takes its lease again, as after a release's removal)."""
     ttl = ttl_seconds() if ttl is None else ttl
     folder = blobs.join(store_path, "leases")
     pattern = re.compile(r".+\.\d+\.json\Z")
@@ -131,5 +131,5 @@ def collect_dead(blobs, store_path: str, cutoff: float, ttl: float | None = None
             continue
         if dead and blobs.delete(path):
             removed += 1
-    blobs.remove_folder(folder, older_than=cutoff)
+    blobs.remove_folder(folder)
     return removed
