@@ -140,14 +140,13 @@ class Store:
             for f in l.files:
                 check(trace.name, self.blobs.join(tdir, f.name), f)
 
-    def read_updates(self, trace: Trace, layers: Iterable[Layer] | None = None, where=None) -> pa.Table:
-        """All updates of the given layers (default: all, pending included) as one table;
-        ``where``: only those that pass this ``pyarrow.compute`` filter."""
+    def read_updates(self, trace: Trace, layers: Iterable[Layer] | None = None) -> pa.Table:
+        """All updates of the given layers (default: all, pending included) as one table."""
         paths = self.read_paths(trace, layers, local=True)
         schema = empty_updates(trace.schema, trace.d).schema
         if not paths:
             return empty_updates(trace.schema, trace.d)
-        return read_layer_files(paths, schema=schema, where=where)
+        return read_layer_files(paths, schema=schema)
 
     # ------------------------------------------------------------ the one commit path
 
