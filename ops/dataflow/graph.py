@@ -14,9 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import numpy as np
-
-from ops.dataflow.reducers import Reducer, Threshold
+from ops.dataflow.reducers import Reducer, Threshold, presence
 
 
 @dataclass(eq=False)
@@ -157,5 +155,5 @@ def reduce_spec(n: Node, columns: list[str]) -> tuple[list[str], Reducer]:
     if n.op == "reduce":
         return list(n.args["key"]), n.args["reducer"]
     if n.op == "distinct":
-        return columns, Threshold(lambda c: (np.asarray(c) > 0).astype(np.int64))
+        return columns, Threshold(presence)
     return columns, Threshold(n.args["fn"])

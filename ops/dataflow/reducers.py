@@ -147,6 +147,12 @@ class Distinct(Reducer):
         return rows.set_column(rows.schema.get_field_index(COUNT), COUNT, pa.array(np.ones(rows.num_rows, np.int64)))
 
 
+def presence(counts: np.ndarray) -> np.ndarray:
+    """``distinct``'s multiplicity: 1 for a row present (a positive count), else 0. The
+    kernels know it by identity and compute it without a call (ops/reduce/presence.py)."""
+    return (np.asarray(counts) > 0).astype(np.int64)
+
+
 class Threshold(Reducer):
     """Each value row with multiplicity ``fn(count)``; ``fn`` maps an int64 array to an array."""
 

@@ -283,5 +283,5 @@ def all_pairs(left: pa.Table, right: pa.Table, on: list[str], d: int) -> pa.Tabl
 
 def _tag(t: pa.Table, side: int, new: bool) -> pa.Table:
     n = t.num_rows
-    return t.append_column(SIDE, pa.array(np.full(n, side), pa.int8())).append_column(
-        "_new", pa.array(np.full(n, new), pa.bool_()))
+    return t.append_column(SIDE, pa.array(np.full(n, side, np.int8))).append_column(
+        "_new", pa.array(np.full(n, new, bool)))

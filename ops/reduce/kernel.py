@@ -32,7 +32,8 @@ import pyarrow as pa
 
 from ops.columnar import COUNT, GROUP, empty_table, group_sum, lex_order, new_flags, np_int, row_ids
 from ops.dataflow.reducers import (Count,  # noqa: F401 - the reducers are part of this module's interface
-                                   CountDistinct, Distinct, Max, Min, PerKey, Reducer, Sum, Threshold, TopK)
+                                   CountDistinct, Distinct, Max, Min, PerKey, Reducer, Sum, Threshold, TopK,
+                                   presence)
 from ops.errors import KeyTooLarge
 from ops.reduce import builtin_grid as lattice
 from ops.reduce import slabs as rf
@@ -125,8 +126,8 @@ def reduce_delta(
         return empty_table(result_schema)
 
     if d >= 2 and isinstance(reducer, (Distinct, Threshold)):  # every row's grid at once, when small
-        out = presence_delta(table, key + values, d, reducer.fn if isinstance(reducer, Threshold) else None,
-                             result_schema, max_cells)
+        fn = reducer.fn if isinstance(reducer, Threshold) and reducer.fn is not presence else None
+        out = presence_delta(table, key + values, d, fn, result_schema, max_cells)
         if out is not None:
             return _sorted(out, key + out_schema.names + tcols)
     flat_parts = []
@@ -159,7 +160,7 @@ def _sorted(out: pa.Table, order: list[str]) -> pa.Table:
 def _multiplicity_fn(reducer: Reducer):
     """A row's output multiplicity as a function of its count: ``Threshold``'s own, or
     ``Distinct``'s presence."""
-    return reducer.fn if isinstance(reducer, Threshold) else (lambda c: (np.asarray(c) > 0).astype(np.int64))
+    return reducer.fn if isinstance(reducer, Threshold) else presence
 
 
 def _grid_cells(reducer: Reducer, values: list[str], d: int):
