@@ -132,6 +132,9 @@ def consolidate(table: pa.Table, data_columns: list[str], key: list[str], d: int
             return ordered
     if table.num_rows:
         check_diff_sums(table, group)
+        summed = _summed_integers(table, [c for c, _ in order])
+        if summed is not None:
+            return summed.select(group + ["diff"])
         agg = table.select(group + ["diff"]).group_by(group, use_threads=False).aggregate([("diff", "sum")])
         # pick columns by name: the position of the aggregate differs between pyarrow versions
         summed = pa.Table.from_arrays([agg.column(c) for c in group] + [agg.column("diff_sum").cast(pa.int64())],
@@ -141,6 +144,43 @@ def consolidate(table: pa.Table, data_columns: list[str], key: list[str], d: int
         summed = table.select(group + ["diff"])
     summed = summed.sort_by(order) if summed.num_rows else summed
     return summed.select(group + ["diff"])
+
+
+def _summed_integers(table: pa.Table, columns: list[str]) -> pa.Table | None:
+    """Rows of equal ``columns`` summed, zeros dropped, sorted by ``columns``, when they are
+    all integers without nulls whose ranges pack into one int64: one stable sort of the
+    packed values (a merge of layers concatenates sorted runs, which it takes whole) and
+    a sum of equal neighbours, several times faster than a hash aggregation and a sort.
+    None for other columns. The diffs' sums are known to fit in int64 (``check_diff_sums``)."""
+    if table.column("diff").null_count:
+        return None
+    arrays, lows, spans = [], [], []
+    for c in columns:
+        col = table.column(c)
+        typ = col.type
+        if not pa.types.is_integer(typ) or col.null_count or (pa.types.is_unsigned_integer(typ) and typ.bit_width == 64):
+            return None
+        x = np.asarray(col.to_numpy(), np.int64)
+        lo, hi = int(x.min()), int(x.max())
+        arrays.append(x)
+        lows.append(lo)
+        spans.append(hi - lo + 1)
+    if np.prod([float(x) for x in spans]) >= 2.0 ** 62:
+        return None
+    packed = np.zeros(table.num_rows, np.int64)
+    for x, lo, span in zip(arrays, lows, spans):
+        packed *= span
+        packed += x - lo
+    order = np.argsort(packed, kind="stable")
+    ordered = packed[order]
+    start = np.empty(len(order), bool)
+    start[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=start[1:])
+    firsts = np.flatnonzero(start)
+    sums = np.add.reduceat(np.asarray(table.column("diff").to_numpy(), np.int64)[order], firsts)
+    keep = sums != 0
+    out = table.select(columns).take(pa.array(order[firsts[keep]]))
+    return out.append_column("diff", pa.array(sums[keep], pa.int64()))
 
 
 def _has_zero_diff(table: pa.Table) -> bool:

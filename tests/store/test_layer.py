@@ -65,6 +65,50 @@ def test_consolidate_equals_a_fold_of_advanced_times_sorted_without_zeros(data):
     assert keys == sorted(keys)
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_integer_rows_are_summed_and_sorted_whatever_their_types_and_ranges(data):
+    # integer columns take a sort of the rows packed into one int64: signed and unsigned
+    # types, negative values, ranges too wide to pack (the hash aggregation then), a null
+    # (the same), and several chunks (a merge concatenates sorted layers)
+    d = data.draw(st.integers(1, 2))
+    types = [data.draw(st.sampled_from([pa.int8(), pa.int32(), pa.uint32(), pa.int64(), pa.uint64()])) for _ in "ab"]
+    wide = data.draw(st.booleans())
+
+    def value(typ):
+        lo = 0 if pa.types.is_unsigned_integer(typ) else -3
+        big = 2 ** (typ.bit_width - 2) if wide and typ.bit_width >= 32 else 3
+        return st.sampled_from([lo, 0, 1, 3, big])
+
+    rows = data.draw(st.lists(st.tuples(value(types[0]), value(types[1]) | st.none() if data.draw(st.booleans())
+                                        else value(types[1]), st.tuples(*[st.integers(0, 3)] * d),
+                                        st.integers(-2, 2)), max_size=40))
+    tcols = time_columns(d)
+
+    def table_of(part):
+        cols = {"a": pa.array([r[0] for r in part], types[0]), "b": pa.array([r[1] for r in part], types[1])}
+        for i, c in enumerate(tcols):
+            cols[c] = pa.array([r[2][i] for r in part], pa.int64())
+        cols["diff"] = pa.array([r[3] for r in part], pa.int64())
+        return pa.table(cols)
+
+    cut = data.draw(st.integers(0, len(rows)))
+    table = pa.concat_tables([table_of(rows[:cut]), table_of(rows[cut:])])
+    key = data.draw(st.sampled_from([["a"], ["b"], ["b", "a"]]))
+    out = consolidate(table, ["a", "b"], key, d)
+
+    ref = Counter()
+    for a, b, t, diff in rows:
+        ref[(a, b, t)] += diff
+    ref = {x: n for x, n in ref.items() if n}
+    got_rows = out.to_pylist()
+    assert {(r["a"], r["b"], tuple(r[c] for c in tcols)): r["diff"] for r in got_rows} == ref
+    assert len(got_rows) == len(ref) and out.schema.field("a").type == types[0]
+    order = sort_columns(["a", "b"], key, d)
+    keys = [tuple((r[c] is None, r[c] or 0) for c in order) for r in got_rows]
+    assert keys == sorted(keys)
+
+
 def test_presummed_rows_that_are_not_consolidated_are_still_summed_nulls_included():
     rows = pa.table({"k": pa.array([1, 1, 2, 2], pa.int64()), "v": pa.array([None, None, "a", "b"], pa.string()),
                      "time": pa.array([3, 3, 0, 0], pa.int64()), "diff": pa.array([1, 1, 1, -1], pa.int64())})
