@@ -41,10 +41,13 @@ def presence_delta(table: pa.Table, units: list[str], d: int, fn, result_schema:
     tcols = time_columns(d)
     uid, U = row_ids(table, units)
     diff = np_int(table.column("diff"))
-    fresh_diff = np.where(new_flags(table), diff, 0)
+    new = new_flags(table)
+    fresh_diff = np.where(new, diff, 0)
+    coords = [np_int(table.column(c)) for c in tcols]
+    coords[0] = _advanced_to_first_new(coords[0], uid, U, new)
 
     # per coordinate: each unit's sorted distinct values, and each update's rank among them
-    rank, size, start, values = zip(*[ranks_within(uid, U, np_int(table.column(c))) for c in tcols])
+    rank, size, start, values = zip(*[ranks_within(uid, U, x) for x in coords])
 
     # cells in mixed radix, last coordinate fastest: unit u's cells are base[u] .. base[u + 1]
     cells_of = np.ones(U, np.float64)  # (in floats: a product of d sizes may pass int64 before it is refused)
@@ -101,6 +104,18 @@ def presence_delta(table: pa.Table, units: list[str], d: int, fn, result_schema:
         cols[c] = pa.array(values[i][start[i][ou] + coord[i][out]], pa.int64())
     cols["diff"] = pa.array(e[out], pa.int64())
     return pa.table(cols).select(result_schema.names).cast(result_schema)
+
+
+def _advanced_to_first_new(x: np.ndarray, uid: np.ndarray, U: int, new: np.ndarray) -> np.ndarray:
+    """The first time coordinate of each old update raised to the least of its unit's new
+    updates (as a join's sweep does, ops/operators/join_sweep.py). No output can change
+    at a time below that one (no new update is at or before it), and at every other time
+    an old update counts exactly when it did: the output is the same, and a unit's long
+    history before its first new time collapses to one coordinate value (a smaller grid)."""
+    least = np.full(U, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(least, uid[new], x[new])
+    least[least == np.iinfo(np.int64).max] = np.iinfo(np.int64).min  # a unit without new updates: as it is
+    return np.where(new, x, np.maximum(x, least[uid]))
 
 
 def _summed(cell: np.ndarray, diff: np.ndarray, cells: int) -> np.ndarray:
