@@ -49,7 +49,7 @@ def forward(argv: list[str]) -> int | None:
         request = _request(argv, identity.idle_seconds(env))  # the service reads the configuration file itself
     except (place.FolderUnusable, OSError):
         return None
-    key = identity.service_key(master, env)
+    key = identity.service_key(master, env, cache=folder)
     request["key"] = key
     path = place.socket_path(folder, key)
     if len(path) > place.MAX_SOCKET_PATH:

@@ -8,6 +8,9 @@ so only the user's own processes can reach a service. Each service ``KEY`` has
 * ``KEY.lock``: a file it holds an exclusive ``flock`` on for as long as it lives (the
   kernel drops it when the process dies, however it dies), holding its pid;
 * ``KEY.log``: what it and its JVM print (never a terminal: the service is detached).
+
+and ``code-STATUS`` files hold the hash of a version of ddcli's code, named by its files'
+status (ddcli/service/identity.py), so that a client need not read the files each time.
 """
 
 from __future__ import annotations

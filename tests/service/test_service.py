@@ -397,6 +397,38 @@ def test_another_spark_setting_or_version_never_reuses_a_service(tmp_path, monke
     assert identity.service_key("local[*]", env) != copied
 
 
+def test_the_code_hash_a_client_keeps_follows_every_edit(tmp_path, monkeypatch):
+    # a client keeps the hash of ddcli's code in the service folder under the files' status:
+    # read back while nothing changed, another one after any edit, even one that keeps the
+    # file's size and sets its modification time back
+    import shutil
+
+    from ddcli.service import identity
+    for package in ("ddcli", "ops", "storage"):
+        shutil.copytree(os.path.join(REPO, package), tmp_path / "code" / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(identity, "code_root", lambda: str(tmp_path / "code"))
+    cache = tmp_path / "services"
+    cache.mkdir()
+    first = identity.code_identity(str(cache))
+    assert first == identity.code_identity()
+    kept = [p for p in cache.iterdir() if p.name.startswith(identity.CODE_CACHE)]
+    assert len(kept) == 1 and kept[0].read_text() == first
+    kept[0].write_text("f" * 64)  # what the cache holds is what a client reads while nothing changes
+    assert identity.code_identity(str(cache)) == "f" * 64
+    kept[0].write_text(first)
+
+    edited = tmp_path / "code" / "ops" / "run" / "run.py"
+    st = edited.stat()
+    text = edited.read_text()
+    edited.write_text(text[:-1] + "#")  # the last character replaced: the same size
+    os.utime(edited, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size, same modification time
+    assert edited.stat().st_size == st.st_size and edited.stat().st_mtime_ns == st.st_mtime_ns
+    second = identity.code_identity(str(cache))
+    assert second != first and second == identity.code_identity()
+    assert identity.service_key("local[*]", os.environ, cache=str(cache)) == identity.service_key("local[*]", os.environ)
+
+
 def test_two_settings_two_services_and_a_cluster_master_bypasses_them(words_store, tmp_path):
     ok(ddcli(["run", WORDCOUNT], words_store))
     ok(ddcli(["run", WORDCOUNT], words_store, {"DDCLI_SPARK_MEMORY": "900m"}))  # nothing to do: no JVM
