@@ -48,6 +48,21 @@ announce = None  # a progress line's printer (the command's), told of long work 
 _archive = class_archive.Plan("")  # the class archive this process's JVM maps or writes
 
 LOOPBACK = "127.0.0.1"
+#: the name Spark gives the Python daemon's Unix socket (a dot, a UUID, ``.sock``), and the
+#: longest path a socket may have with room to spare (``sun_path``: 108 bytes on Linux, 104 on macOS)
+UNIX_SOCKET_NAME = ".00000000-0000-0000-0000-000000000000.sock"
+MAX_UNIX_SOCKET_PATH = 100
+
+
+def worker_socket_settings(folder: str) -> dict[str, str]:
+    """Spark's settings for its JVM to talk to local Python workers over a Unix socket in
+    ``folder`` (the session's private scratch folder) rather than TCP on the loopback: a
+    plain job of one Python task took 26-38 ms rather than 74-80 ms (a task's messages are
+    small, and TCP delays them). None when the socket's path would be too long (a deep
+    ``TMPDIR``): the workers then use TCP, as by default."""
+    if len(os.path.join(folder, UNIX_SOCKET_NAME)) > MAX_UNIX_SOCKET_PATH:
+        return {}
+    return {"spark.python.unix.domain.socket.enabled": "true", "spark.python.unix.domain.socket.dir": folder}
 
 
 def master_url(master: str | None = None) -> str:
@@ -165,6 +180,8 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
     )
     if local and os.environ["PYSPARK_PYTHON"] == _python():  # workers forked with ddcli's task code imported
         builder = builder.config("spark.python.daemon.module", "ops.spark.daemon")
+    for name, value in (worker_socket_settings(scratch) if local else {}).items():
+        builder = builder.config(name, value)
     if not local:  # local workers inherit this process's environment; a cluster's are handed it
         for name, value in executor_settings().items():
             builder = builder.config(f"spark.executorEnv.{name}", value)
