@@ -58,7 +58,7 @@ def worker_socket_settings(folder: str) -> dict[str, str]:
     """Spark's settings for its JVM to talk to local Python workers over a Unix socket in
     ``folder`` (the session's private scratch folder) rather than TCP on the loopback: a
     plain job of one Python task took 26-38 ms rather than 74-80 ms (a task's messages are
-    small, and TCP delays them); PySpark's accumulator server listens there too. None when
+    small, and TCP delays them); PySpark's accumulator server listens there too. Empty when
     the socket's path would be too long (a deep ``TMPDIR``) or the system has no Unix
     sockets: TCP then, as by default."""
     import socket
