@@ -27,6 +27,7 @@ from storage.blobs.resolve import for_path, read_schema, read_table
 from storage.errors import CorruptionError
 from storage.files.limits import check_diff_sums
 from storage.lattice import Frontier, advance_columns, time_columns
+from storage.row_order import group_sum
 
 ROW_GROUP_ROWS = 32_768  # small enough that a key look-up skips most of a large layer
 META_KEY = b"ddcli.layer"
@@ -148,38 +149,22 @@ def consolidate(table: pa.Table, data_columns: list[str], key: list[str], d: int
 
 def _summed_integers(table: pa.Table, columns: list[str]) -> pa.Table | None:
     """Rows of equal ``columns`` summed, zeros dropped, sorted by ``columns``, when they are
-    all integers without nulls whose ranges pack into one int64: one stable sort of the
-    packed values (a merge of layers concatenates sorted runs, which it takes whole) and
-    a sum of equal neighbours, several times faster than a hash aggregation and a sort.
-    None for other columns. The diffs' sums are known to fit in int64 (``check_diff_sums``)."""
+    all integers without nulls: :func:`storage.row_order.group_sum` (one stable sort of the
+    keys packed into an int64, which takes the sorted runs a merge concatenates whole),
+    several times faster than a hash aggregation and a sort. None for other columns. The
+    diffs' sums are known to fit in int64 (``check_diff_sums``)."""
     if table.column("diff").null_count:
         return None
-    arrays, lows, spans = [], [], []
+    keys = []
     for c in columns:
         col = table.column(c)
         typ = col.type
         if not pa.types.is_integer(typ) or col.null_count or (pa.types.is_unsigned_integer(typ) and typ.bit_width == 64):
             return None
-        x = np.asarray(col.to_numpy(), np.int64)
-        lo, hi = int(x.min()), int(x.max())
-        arrays.append(x)
-        lows.append(lo)
-        spans.append(hi - lo + 1)
-    if np.prod([float(x) for x in spans]) >= 2.0 ** 62:
-        return None
-    packed = np.zeros(table.num_rows, np.int64)
-    for x, lo, span in zip(arrays, lows, spans):
-        packed *= span
-        packed += x - lo
-    order = np.argsort(packed, kind="stable")
-    ordered = packed[order]
-    start = np.empty(len(order), bool)
-    start[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=start[1:])
-    firsts = np.flatnonzero(start)
-    sums = np.add.reduceat(np.asarray(table.column("diff").to_numpy(), np.int64)[order], firsts)
+        keys.append(np.asarray(col.to_numpy(), np.int64))
+    first, sums = group_sum(keys, np.asarray(table.column("diff").to_numpy(), np.int64))
     keep = sums != 0
-    out = table.select(columns).take(pa.array(order[firsts[keep]]))
+    out = table.select(columns).take(pa.array(first[keep]))
     return out.append_column("diff", pa.array(sums[keep], pa.int64()))
 
 

@@ -100,7 +100,8 @@ def consolidate(t: pa.Table) -> pa.Table:
     if all(pa.types.is_integer(t.schema.field(c).type) and t.column(c).null_count == 0 for c in cols):
         # integer columns (ids, times): one sort of the rows packed into int64s, several
         # times faster than a hash aggregation on the tables of a loop round
-        from ops.columnar import group_sum, np_int
+        from ops.columnar import np_int
+        from storage.row_order import group_sum
         rep, total = group_sum([np_int(t.column(c)) for c in cols], np_int(t.column("diff")))
         keep = total != 0
         out = t.take(pa.array(rep[keep]))

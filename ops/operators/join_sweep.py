@@ -38,8 +38,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ops.columnar import exclusive_cumsum, group_sum, new_flags, np_int, row_ids, seg_cumsum_
+from ops.columnar import exclusive_cumsum, new_flags, np_int, row_ids, seg_cumsum_
 from storage.lattice import time_columns
+from storage.row_order import group_sum
 
 SIDE = "_ddcli_side"  # 0: the left side's update, 1: the right side's
 HIST = "_ddcli_hist"  # true: a row of the accumulated history before the rows given

@@ -25,9 +25,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ops.columnar import group_sum, lex_order, new_flags, np_int, row_ids
+from ops.columnar import new_flags, np_int, row_ids
 from ops.operators.join_sweep import HIST, SIDE, JoinSpec, join_table, value_ids
 from ops.reduce.held_rows import TABLE, HeldRows
+from storage.row_order import group_sum, lex_order
 from storage.sql.query import quote
 
 PART = "_ddcli_part"

@@ -23,10 +23,11 @@ from types import SimpleNamespace
 import numpy as np
 import pyarrow as pa
 
-from ops.columnar import (COUNT, GROUP, exclusive_cumsum, group_sum, lex_order, new_flags, np_int, ranks_within,
-                          row_ids, seg_cumsum_any_)
+from ops.columnar import (COUNT, GROUP, exclusive_cumsum, new_flags, np_int, ranks_within, row_ids,
+                          seg_cumsum_any_)
 from ops.errors import KeyTooLarge
 from storage.lattice import time_columns
+from storage.row_order import group_sum, lex_order
 
 
 def grid_cells(table: pa.Table, kid: np.ndarray, K: int, values: list[str], d: int,

@@ -30,7 +30,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from ops.columnar import COUNT, GROUP, empty_table, group_sum, lex_order, new_flags, np_int, row_ids
+from ops.columnar import COUNT, GROUP, empty_table, new_flags, np_int, row_ids
 from ops.dataflow.reducers import (Count,  # noqa: F401 - the reducers are part of this module's interface
                                    CountDistinct, Distinct, Max, Min, PerKey, Reducer, Sum, Threshold, TopK,
                                    presence)
@@ -42,6 +42,7 @@ from ops.reduce.grid import grid_cells, grid_delta
 from ops.reduce.presence import presence_delta
 from storage.lattice import time_columns
 from storage.layer import strictly_ascending
+from storage.row_order import group_sum, lex_order
 
 __all__ = [
     "GROUP", "COUNT", "reduce_delta", "Reducer", "Count", "CountDistinct", "Sum", "Min", "Max",

@@ -33,8 +33,9 @@ from typing import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from ops.columnar import exclusive_cumsum, group_sum, lex_order, new_flags, np_int, row_ids
+from ops.columnar import exclusive_cumsum, new_flags, np_int, row_ids
 from storage.lattice import time_columns
+from storage.row_order import group_sum, lex_order
 
 #: Slabs to compute a key may have and still take them whatever the grid would cost.
 MAX_SLABS = 1

@@ -31,7 +31,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ops.dataflow import reducers as R
-from ops.columnar import group_sum, lex_order, new_flags, np_int, seg_cumsum_, seg_cumsum_any_
+from ops.columnar import new_flags, np_int, seg_cumsum_, seg_cumsum_any_
+from storage.row_order import group_sum, lex_order
 
 OLD = 1  # side of the old collection (0: the total collection)
 
