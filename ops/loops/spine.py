@@ -87,10 +87,12 @@ class Spine:
     def __init__(self, merge: Callable[[pa.Table], pa.Table]):
         self.merge = merge
         self.batches: list[_Batch] = []
+        self.version = 0  # how many batches were added: a reader's cache of the spine is kept while it stays
 
     def add(self, t: pa.Table | None) -> None:
         if t is None or t.num_rows == 0:
             return
+        self.version += 1
         self.batches.append(_Batch(t))
         while len(self.batches) > 1 and self.batches[-1].table.num_rows >= MERGE_SHARE * self.batches[-2].table.num_rows:
             newer = self.batches.pop()

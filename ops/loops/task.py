@@ -32,10 +32,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ops.columnar import np_int
 from ops.loops.spine import Spine
+from ops.operators.join_static import StaticSide, usable_key
 from ops.operators.join_sweep import all_pairs
 from storage.lattice import time_columns
 from storage.layer import update_schema
+from storage.row_order import group_sum
 
 _PLAIN = re.compile(r'^"[A-Za-z_][A-Za-z0-9_]*"$')  # portable_sql's form of a bare column
 CONSOLIDATE_OLD = 4  # a reduce consolidates the old rows it reads when they are this many times its new ones
@@ -99,16 +102,22 @@ def consolidate(t: pa.Table) -> pa.Table:
     cols = [c for c in t.column_names if c != "diff"]
     if all(pa.types.is_integer(t.schema.field(c).type) and t.column(c).null_count == 0 for c in cols):
         # integer columns (ids, times): one sort of the rows packed into int64s, several
-        # times faster than a hash aggregation on the tables of a loop round
-        from ops.columnar import np_int
-        from storage.row_order import group_sum
-        rep, total = group_sum([np_int(t.column(c)) for c in cols], np_int(t.column("diff")))
-        keep = total != 0
-        out = t.take(pa.array(rep[keep]))
-        return out.set_column(out.schema.get_field_index("diff"), "diff", pa.array(total[keep], pa.int64()))
+        # times faster than a hash aggregation on the tables of a loop round; the rows kept
+        # are taken from the same arrays (a table's take costs more)
+        keys = [np_int(t.column(c)) for c in cols]
+        rep, total = group_sum(keys, np_int(t.column("diff")))
+        kept = total != 0
+        out = {c: _int_array(k[rep[kept]], t.schema.field(c).type) for c, k in zip(cols, keys)}
+        out["diff"] = pa.array(total[kept], pa.int64())
+        return pa.Table.from_arrays([out[c] for c in t.column_names], schema=t.schema)
     g = t.group_by(cols, use_threads=False).aggregate([("diff", "sum")])
     g = g.filter(pc.not_equal(g.column("diff_sum"), 0))
     return g.rename_columns([*cols, "diff"]).select(t.column_names).cast(t.schema)
+
+
+def _int_array(x: np.ndarray, typ: pa.DataType) -> pa.Array:
+    """int64 values of a column of integer type ``typ`` (they came from it: they fit)."""
+    return pa.array(x, pa.int64()) if typ == pa.int64() else pa.array(x, pa.int64()).cast(typ)
 
 
 def advance(t: pa.Table, col: str, floor: int) -> pa.Table:
@@ -212,6 +221,10 @@ class _Round:
         self.arr = {n.id: Spine(lambda t: consolidate(advance(t, self.tcols[-1], self.iteration)))
                     for n in body.nodes if n.arranged}
         self.iteration = 0
+        # (join node, its input) -> (version of that input's spine, its prepared side); and
+        # the version each join last saw: a side unchanged for a round is prepared
+        self.static: dict[tuple[int, int], tuple[int, StaticSide | None]] = {}
+        self.seen: dict[tuple[int, int], int] = {}
         for nid, spine in self.arr.items():  # in the body's order: with a router every task routes alike
             t = _present(old.get(nid))
             t = None if t is None else conform(t, self.schemas[nid])
@@ -285,6 +298,10 @@ class _Round:
         def view(t):
             return t.select(n.on + self.tcols + ["diff"]) if semi else t
 
+        if (d_left is None) != (d_right is None):
+            got = self._static_pairs(n, d_left, d_right, semi, right_cols)
+            if got is not None:
+                return _union([got], self.schemas[n.id])
         parts = []
         if d_left is not None:
             old_r = self.old(ri, n.on, d_left)
@@ -296,6 +313,35 @@ class _Round:
             if old_l is not None:
                 parts.append(self.pairs(old_l, view(d_right), n.on, right_cols))
         return _union(parts, self.schemas[n.id])
+
+    def _static_pairs(self, n: TaskNode, d_left, d_right, semi: bool, right_cols: list[str]) -> pa.Table | None:
+        """The join's changes when only one side changes this round, met with the other
+        side's intervals prepared once (``ops/operators/join_static.py``) while that side
+        stays as it was the round before (an entered collection, after its first round);
+        None to sweep."""
+        li, ri = n.inputs
+        static_left = d_left is None
+        sid, changes = (li, d_right) if static_left else (ri, d_left)
+        if self.body.d != 2 or not usable_key(self.schemas[sid], n.on) or not usable_key(changes.schema, n.on):
+            return None
+        spine, tag = self.arr[sid], (n.id, sid)
+        seen, self.seen[tag] = self.seen.get(tag), spine.version
+        cached = self.static.get(tag)
+        if cached is None or cached[0] != spine.version:
+            if seen != spine.version:  # it changed in the last round: it may well change again
+                return None
+            others = [c for c in self.schemas[sid].names if c not in n.on + self.tcols + ["diff"]]
+            data = others if static_left else right_cols
+            cached = self.static[tag] = (spine.version, StaticSide.of(spine.whole(), n.on[0], data, self.tcols,
+                                                                      static_left))
+        side, it = cached[1], self.tcols[-1]
+        if side is None or side.last_iteration > self.iteration:
+            return None
+        lo, hi = pc.min_max(changes.column(it)).values()
+        if lo.as_py() != self.iteration or hi.as_py() != self.iteration:
+            return None
+        data = right_cols if static_left else [c for c in changes.column_names if c not in n.on + self.tcols + ["diff"]]
+        return side.pairs(changes, data, self.tcols, self.iteration)
 
     def reduce(self, n: TaskNode, t: pa.Table) -> pa.Table | None:
         from ops.reduce.kernel import reduce_delta

@@ -226,12 +226,19 @@ def _intervals(s: _Side, new: bool | None) -> tuple[np.ndarray, ...]:
     head = np.ones(len(row), bool)
     head[1:] = (row[1:] != row[:-1]) | (rank[1:] != rank[:-1])
     idx = np.flatnonzero(head)  # one entry per (row, rank): the sum of its updates
-    m = np.add.reduceat(diff, idx)
-    row, key, rank = row[idx], key[idx], rank[idx]
+    return alive_intervals(row[idx], key[idx], rank[idx], np.add.reduceat(diff, idx))
+
+
+def alive_intervals(row: np.ndarray, key: np.ndarray, rank: np.ndarray, diff: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(row, key, start, end, multiplicity) from updates summed per (row, rank) and sorted
+    so: each row's accumulated multiplicity over ``[start, end)``, where it is not zero;
+    ``end`` of a row's last interval is past every rank."""
+    m = diff.copy()
     seg = np.ones(len(row), bool)
     seg[1:] = row[1:] != row[:-1]
     starts = np.flatnonzero(seg)
-    seg_cumsum_(m, starts, np.diff(np.append(starts, len(row))))
+    if len(row):
+        seg_cumsum_(m, starts, np.diff(np.append(starts, len(row))))
     end = np.full(len(row), np.iinfo(np.int64).max, np.int64)
     same = ~seg[1:]
     end[:-1][same] = rank[1:][same]
