@@ -95,8 +95,9 @@ def conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
     return t.select(schema.names).cast(schema)
 
 
-def consolidate(t: pa.Table) -> pa.Table:
-    """Equal (data, time) summed, zeros dropped."""
+def consolidate(t: pa.Table, advanced: tuple[str, int] | None = None) -> pa.Table:
+    """Equal (data, time) summed, zeros dropped; with ``advanced`` (column, floor) that
+    time column first raised to the floor (``advance``)."""
     if t.num_rows == 0:
         return t
     cols = [c for c in t.column_names if c != "diff"]
@@ -105,11 +106,16 @@ def consolidate(t: pa.Table) -> pa.Table:
         # times faster than a hash aggregation on the tables of a loop round; the rows kept
         # are taken from the same arrays (a table's take costs more)
         keys = [np_int(t.column(c)) for c in cols]
+        if advanced is not None:
+            i = cols.index(advanced[0])
+            keys[i] = np.maximum(keys[i], advanced[1])
         rep, total = group_sum(keys, np_int(t.column("diff")))
         kept = total != 0
         out = {c: _int_array(k[rep[kept]], t.schema.field(c).type) for c, k in zip(cols, keys)}
         out["diff"] = pa.array(total[kept], pa.int64())
         return pa.Table.from_arrays([out[c] for c in t.column_names], schema=t.schema)
+    if advanced is not None:
+        t = advance(t, *advanced)
     g = t.group_by(cols, use_threads=False).aggregate([("diff", "sum")])
     g = g.filter(pc.not_equal(g.column("diff_sum"), 0))
     return g.rename_columns([*cols, "diff"]).select(t.column_names).cast(t.schema)
@@ -218,7 +224,7 @@ class _Round:
         self.tcols = time_columns(body.d)
         self.schemas = {n.id: update_schema(n.schema, body.d) for n in body.nodes}
         # advanced to the loop's frontier when batches merge: rounds' rows cancel
-        self.arr = {n.id: Spine(lambda t: consolidate(advance(t, self.tcols[-1], self.iteration)))
+        self.arr = {n.id: Spine(lambda t: consolidate(t, (self.tcols[-1], self.iteration)))
                     for n in body.nodes if n.arranged}
         self.iteration = 0
         # (join node, its input) -> (version of that input's spine, its prepared side); and
@@ -393,7 +399,8 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
     plain = any(_present(entered.get(n.id)) is not None for n in body.nodes if n.op == "enter" and not n.at_priority)
     # advanced to the floor when batches merge, a record's rows at the batch's many outer
     # times merge: the cc tasks of the bench held 1.5 M record rows that leave the task as 20 k
-    records = {n.id: Spine(lambda t: consolidate(_floored(t, r.tcols[0], record_floor)))
+    floor = None if record_floor is None else (r.tcols[0], record_floor)
+    records = {n.id: Spine(lambda t: consolidate(t, floor))
                for n in body.nodes if n.arranged and n.op != "enter"}
     collected: dict[int, list[pa.Table]] = {l: [] for l, _ in body.leaves}
     first, rounds, updates, peak = True, 0, 0, 0
@@ -440,7 +447,7 @@ def fixed_point(body: Body, entered: dict[int, pa.Table], old: dict[int, pa.Tabl
             return Outcome({}, {}, rounds, updates, False)
         first, iteration = False, following
     leaves = _leaves(r, body, collected, router)
-    recs = {nid: _present(consolidate(_floored(s.whole(), r.tcols[0], record_floor)))
+    recs = {nid: _present(consolidate(s.whole(), floor))
             for nid, s in records.items() if s.batches}
     r.close()
     return Outcome({k: v for k, v in leaves.items() if v is not None}, {k: v for k, v in recs.items() if v is not None},
@@ -556,10 +563,6 @@ def _held_rows(*held: dict) -> int:
                 if t is not None:
                     tables[id(t)] = t.num_rows
     return sum(tables.values())
-
-
-def _floored(t: pa.Table, col: str, floor: int | None) -> pa.Table:
-    return t if floor is None else advance(t, col, floor)
 
 
 def _least_iterations(pools: dict[int, pa.Table | None], last: str) -> dict[int, int]:
