@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from ops.columnar import exclusive_cumsum, np_int, row_ids
-from ops.operators.join_sweep import alive_intervals
+from ops.operators.join_sweep import alive_intervals, stab
 from storage.row_order import group_sum, lex_order
 
 
@@ -128,30 +128,19 @@ class StaticSide:
 
 
 def _stab(changes, intervals, lo: int, hi: int, width: int, *, strict: bool, sorted_changes: bool):
-    """Every (change, interval) of the same key with the change's time in the interval:
-    ``[start, end)``, or with ``strict`` ``(start, end]``. Only the changes of the
-    intervals' keys are looked at, and with ``sorted_changes`` (by key, time) they are not
-    sorted again. Returns (change row, interval row, change time, product of diffs)."""
+    """The sweep's ``stab`` over the changes and intervals of the keys both hold, times made
+    offsets from ``lo`` (ranks; an interval's end past ``hi`` cut to ``hi + 1``). With
+    ``sorted_changes`` (by key, time) the changes are not sorted again. Returns (change
+    row, interval row, change time, product of diffs)."""
     c_row, c_key, c_t, c_diff = changes
     i_row, i_key, i_start, i_end, i_m = intervals
-    if len(c_row) == 0 or len(i_row) == 0:
-        e = np.zeros(0, np.int64)
-        return e, e, e, e
-    if sorted_changes:  # only the keys the intervals hold
+    if sorted_changes:  # only the changes of the keys the intervals hold
         idx = _of_keys(c_key, np.unique(i_key))
-        order, code = idx, c_key[idx] * width + (c_t[idx] - lo)
+        c_row, c_key, c_t, c_diff = c_row[idx], c_key[idx], c_t[idx], c_diff[idx]
     else:  # only the intervals of the keys the changes hold
         idx = _of_keys(i_key, np.unique(c_key))
         i_row, i_key, i_start, i_end, i_m = i_row[idx], i_key[idx], i_start[idx], i_end[idx], i_m[idx]
-        code = c_key * width + (c_t - lo)
-        order = np.argsort(code)
-        code = code[order]
-    side = "right" if strict else "left"
-    base = i_key * width
-    first = np.searchsorted(code, base + (i_start - lo), side)
-    last = np.searchsorted(code, base + (np.minimum(i_end, hi + 1) - lo), side)
-    count = np.maximum(last - first, 0)
-    total = int(count.sum())
-    interval = np.repeat(np.arange(len(i_row)), count)
-    change = order[np.repeat(first - exclusive_cumsum(count), count) + np.arange(total)]
-    return c_row[change], i_row[interval], c_t[change], c_diff[change] * i_m[interval]
+    rank = (c_row, c_key, c_t - lo, c_diff)
+    spans = (i_row, i_key, i_start - lo, np.minimum(i_end, hi + 1) - lo, i_m)
+    c, i, r, d = stab(rank, spans, width, strict, presorted=sorted_changes)
+    return c, i, r + lo, d

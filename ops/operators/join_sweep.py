@@ -118,7 +118,7 @@ def join_table(table: pa.Table, spec: JoinSpec) -> pa.Table:
     def term(changes, other: _Side, new: bool | None, strict: bool):
         """The changes against the other side's intervals (none computed for no changes:
         a first run has no old ones)."""
-        return _stab(changes, _intervals(other, new), width, strict) if len(changes[0]) else None
+        return stab(changes, _intervals(other, new), width, strict) if len(changes[0]) else None
 
     if spec.half:
         terms = [term(_changes(left, None), right, None, strict=False)]
@@ -246,18 +246,19 @@ def alive_intervals(row: np.ndarray, key: np.ndarray, rank: np.ndarray, diff: np
     return row[alive], key[alive], rank[alive], end[alive], m[alive]
 
 
-def _stab(changes, intervals, width: int, strict: bool) -> tuple[np.ndarray, ...]:
+def stab(changes, intervals, width: int, strict: bool, presorted: bool = False) -> tuple[np.ndarray, ...]:
     """Every (change, interval) of the same key with the change's rank inside the interval:
     ``[start, end)``, or with ``strict`` ``(start, end]`` (the interval's row was alive just
-    before the change). Returns (change row, interval row, change rank, product of diffs)."""
+    before the change). Ranks are below ``width - 1``; ``presorted``: the changes come sorted
+    by (key, rank). Returns (change row, interval row, change rank, product of diffs)."""
     c_row, c_key, c_rank, c_diff = changes
     i_row, i_key, i_start, i_end, i_m = intervals
     if len(c_row) == 0 or len(i_row) == 0:
         e = np.zeros(0, np.int64)
         return e, e, e, e
     code = c_key * width + c_rank
-    order = np.argsort(code)
-    sorted_code = code[order]
+    order = np.arange(len(code)) if presorted else np.argsort(code)
+    sorted_code = code if presorted else code[order]
     side = "right" if strict else "left"
     base = i_key * width
     lo = np.searchsorted(sorted_code, base + i_start, side)
