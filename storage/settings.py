@@ -85,6 +85,17 @@ def _seconds(raw: str) -> str:
     return raw.strip()
 
 
+def _spark_conf(raw: str) -> str:
+    """Spark settings as ``spark.name=value`` pairs separated by ``;`` (a value may hold
+    spaces, as Java options do): canonical without the spaces around each pair."""
+    pairs = [p.strip() for p in raw.split(";") if p.strip()]
+    for p in pairs:
+        name, eq, _ = p.partition("=")
+        if not eq or not re.fullmatch(r"spark\.[A-Za-z0-9_.\-]+", name.strip()):
+            raise ValueError(f"is not spark.NAME=VALUE pairs separated by ; (at {p!r})")
+    return ";".join(f"{n.strip()}={v.strip()}" for n, _, v in (p.partition("=") for p in pairs))
+
+
 def _flag(raw: str) -> str:
     v = raw.strip().lower()
     if v in _TRUE:
@@ -164,6 +175,8 @@ SETTINGS: list[Setting] = [
     Setting("spark_executor_python", "DDCLI_SPARK_EXECUTOR_PYTHON", _text, None,
             "the Python a cluster's executors run (default: PYSPARK_PYTHON, else python3)"),
     Setting("spark_ship_code", "DDCLI_SPARK_SHIP_CODE", _flag, "1", "ship ddcli's code to a cluster's executors"),
+    Setting("spark_conf", "DDCLI_SPARK_CONF", _spark_conf, "",
+            "more Spark settings, spark.NAME=VALUE;spark.NAME=VALUE (these win over ddcli's own)"),
     Setting("spark_cds", "DDCLI_SPARK_CDS", _flag, "1", "keep a class-data archive for faster Spark starts"),
     Setting("service", "DDCLI_SERVICE", _flag, "1",
             "run and verify go to the warm engine, a per-user service keeping Spark running (0: in their own process)"),

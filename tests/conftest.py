@@ -20,7 +20,11 @@ if _ROOT not in sys.path:
 
 pytest_plugins = ["tests.helpers.spark_fixtures"]
 
+from tests.helpers.operations import SPARK_CONF  # noqa: E402
 from tests.helpers.s3 import moto_endpoint, s3_env, store_location  # noqa: E402,F401 - fixtures
+
+# the Spark session of this process (tests/helpers/spark_fixtures.py) as the commands' own
+os.environ.setdefault("DDCLI_SPARK_CONF", SPARK_CONF)
 
 # Variables that change what a command does; a test sets the ones it means to.
 _DDCLI_ENV = ("DDCLI_STORE", "DDCLI_STRICT_NOOP", "DDCLI_DEBUG", "DDCLI_FAULT", "DDCLI_NO_PROGRESS",

@@ -26,7 +26,7 @@ SERVICE_COMMANDS = ("run", "verify")
 # environment variables fixed when a service's JVM and Python workers start: part of its
 # key, and the only ones (with the basics below) the service's own process starts with
 JVM_START_SETTINGS = (
-    "DDCLI_SPARK_MEMORY", "DDCLI_SPARK_EXECUTOR_PYTHON", "DDCLI_SPARK_DRIVER_HOST", "DDCLI_SPARK_BIND_ADDRESS",
+    "DDCLI_SPARK_MEMORY", "DDCLI_SPARK_CONF", "DDCLI_SPARK_EXECUTOR_PYTHON", "DDCLI_SPARK_DRIVER_HOST", "DDCLI_SPARK_BIND_ADDRESS",
     "DDCLI_SPARK_CDS", "DDCLI_CACHE_DIR", "XDG_CACHE_HOME", "PYTHONPATH", "PYTHONHASHSEED", "PYTHONUTF8",
     "TMPDIR", "TZ", "LANG", "LC_ALL", "LC_CTYPE",
 )

@@ -85,6 +85,18 @@ def executor_settings() -> dict[str, str]:
     return {s.env: os.environ[s.env] for s in SETTINGS if s.executors and os.environ.get(s.env)}
 
 
+def spark_conf() -> dict[str, str]:
+    """``DDCLI_SPARK_CONF``: more Spark settings, ``spark.NAME=VALUE`` pairs separated by
+    ``;`` (checked by storage/settings.py when they come from the command line or a file)."""
+    from storage.settings import BY_ENV
+    raw = os.environ.get("DDCLI_SPARK_CONF", "")
+    try:
+        text = BY_ENV["DDCLI_SPARK_CONF"].check(raw)
+    except ValueError as e:
+        raise SparkSetupError(f"DDCLI_SPARK_CONF {e}") from None
+    return dict(p.split("=", 1) for p in text.split(";") if p)
+
+
 def connect_timeout() -> float:
     raw = os.environ.get("DDCLI_SPARK_CONNECT_TIMEOUT", "120")
     try:
@@ -180,6 +192,8 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "5s")
         .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "12")
     )
+    for name, value in spark_conf().items():  # the user's own settings win over ddcli's
+        builder = builder.config(name, value)
     if local and os.environ["PYSPARK_PYTHON"] == _python():  # workers forked with ddcli's task code imported
         builder = builder.config("spark.python.daemon.module", "ops.spark.daemon")
     for name, value in (worker_socket_settings(scratch) if local else {}).items():

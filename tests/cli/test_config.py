@@ -214,7 +214,8 @@ def test_a_missing_file_or_a_bad_environment_value_is_one_line(here):
 def test_spark_workers_see_the_files_settings(tmp_path):
     """The file's values are in the environment before Spark starts, so its Python
     workers read them (a fresh process: its JVM starts after the file is read)."""
-    write(tmp_path / "ddcli.toml", 'reduce_memory = "3m"\nloop_exchange_timeout = 77\n')
+    write(tmp_path / "ddcli.toml", 'reduce_memory = "3m"\nloop_exchange_timeout = 77\n'
+                                   'spark_conf = " spark.sql.codegen.wholeStage = false;spark.ddcli.probe=a b; "\n')
     script = ("import os, json\n"
               "from ddcli import config\n"
               "config.apply(None)\n"
@@ -223,9 +224,27 @@ def test_spark_workers_see_the_files_settings(tmp_path):
               "seen = sc.parallelize([0], 1).map(lambda _: (os.environ.get('DDCLI_REDUCE_MEMORY'),\n"
               "    __import__('ops.reduce.kernel', fromlist=['x']).memory_budget(),\n"
               "    __import__('ops.loops.exchange', fromlist=['x']).WAIT_SECONDS)).collect()\n"
+              "conf = get_spark().conf\n"
+              "print(json.dumps([conf.get('spark.sql.codegen.wholeStage'), conf.get('spark.ddcli.probe')]))\n"
               "print(json.dumps(seen))\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("DDCLI_REDUCE_MEMORY", "DDCLI_LOOP_EXCHANGE_TIMEOUT")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DDCLI_REDUCE_MEMORY", "DDCLI_LOOP_EXCHANGE_TIMEOUT", "DDCLI_SPARK_CONF")}
     res = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env={**env, "PYTHONPATH": REPO},
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout.splitlines()[-1]) == [["3m", 3 << 20, 77.0]]
+    # spark_conf: the session holds its settings
+    assert json.loads(res.stdout.splitlines()[-2]) == ["false", "a b"]
+
+
+def test_spark_conf_is_name_value_pairs_and_anything_else_is_one_line(here):
+    from storage.settings import BY_ENV
+    check = BY_ENV["DDCLI_SPARK_CONF"].check
+    assert check(" spark.a.b = 1 ;; spark.c=x y;") == "spark.a.b=1;spark.c=x y"
+    assert check("spark.a=-Dx=1 -Dy=2") == "spark.a=-Dx=1 -Dy=2"  # a value may hold = and spaces
+    assert check("") == ""
+    for bad in ("spark.a", "a.b=1", "spark.a=1;nope", "=1", "spark. a=1"):
+        with pytest.raises(ValueError):
+            check(bad)
+    err = one_line_error(invoke("status", env={"DDCLI_SPARK_CONF": "spark.a=1;spark.b"}))
+    assert "DDCLI_SPARK_CONF='spark.a=1;spark.b'" in err and "at 'spark.b'" in err, err

@@ -358,7 +358,7 @@ def test_another_spark_setting_or_version_never_reuses_a_service(tmp_path, monke
     from ddcli.service import identity
     env = dict(os.environ, DDCLI_SPARK_MEMORY="1g")
     key = identity.service_key("local[*]", env)
-    for changed in ({"DDCLI_SPARK_MEMORY": "2g"}, {"PYSPARK_PYTHON": "/usr/bin/python3"}, {"JAVA_HOME": "/opt/jdk"},
+    for changed in ({"DDCLI_SPARK_MEMORY": "2g"}, {"DDCLI_SPARK_CONF": "spark.sql.codegen.wholeStage=true"}, {"PYSPARK_PYTHON": "/usr/bin/python3"}, {"JAVA_HOME": "/opt/jdk"},
                     {"SPARK_CONF_DIR": "/etc/spark"}, {"DDCLI_SPARK_EXECUTOR_PYTHON": "python3.12"},
                     {"TMPDIR": "/var/tmp"}, {"PYTHONPATH": "/elsewhere"}):
         assert identity.service_key("local[*]", {**env, **changed}) != key, changed
