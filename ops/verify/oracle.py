@@ -284,13 +284,15 @@ class Oracle:
             return outer[key]
         scope = loop.args["scope"]
         base = dict(outer)
-        current = {v.id: consolidated(self.value(v.inputs[0], base)).localCheckpoint() for v in scope.variables}
+        # checkpoints made by the job that compares the rounds: one Spark job a round
+        current = {v.id: consolidated(self.value(v.inputs[0], base)).localCheckpoint(eager=False)
+                   for v in scope.variables}
         for _ in range(loop.args["max_rounds"]):
             env = dict(base)
             env.update(current)
-            nxt = {v.id: consolidated(self.value(v.args["result"], env)).localCheckpoint()
+            nxt = {v.id: consolidated(self.value(v.args["result"], env)).localCheckpoint(eager=False)
                    for v in scope.variables}
-            changed = any(_differs(current[i], nxt[i]) for i in current)
+            changed = _differs([(current[i], nxt[i]) for i in current])
             current = nxt
             if not changed:
                 env = dict(base)
@@ -300,6 +302,12 @@ class Oracle:
         raise PipelineError(f"{loop.describe()}: verify found no fixed point in {loop.args['max_rounds']} rounds")
 
 
-def _differs(a: DataFrame, b: DataFrame) -> bool:
-    both = a.unionByName(b.withColumn(M, -F.col(M)).select(*a.columns))
-    return consolidated(both).limit(1).count() > 0
+def _differs(pairs: list[tuple[DataFrame, DataFrame]]) -> bool:
+    """Whether any pair of collections differs, in one job that reads every partition of
+    each (so that job also makes their lazy checkpoints)."""
+    diffs = [consolidated(a.unionByName(b.withColumn(M, -F.col(M)).select(*a.columns))).select(F.lit(1).alias("d"))
+             for a, b in pairs]
+    out = diffs[0]
+    for d in diffs[1:]:
+        out = out.union(d)
+    return out.count() > 0
