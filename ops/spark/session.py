@@ -87,7 +87,8 @@ def executor_settings() -> dict[str, str]:
 
 def spark_conf() -> dict[str, str]:
     """``DDCLI_SPARK_CONF``: more Spark settings, ``spark.NAME=VALUE`` pairs separated by
-    ``;`` (checked by storage/settings.py when they come from the command line or a file)."""
+    ``;`` (a command checks it with every other setting before it starts; a library caller
+    with a bad value gets this one line)."""
     from storage.settings import BY_ENV
     raw = os.environ.get("DDCLI_SPARK_CONF", "")
     try:

@@ -27,7 +27,8 @@ _KEPT = ("DDCLI_SERVICE_DIR", "DDCLI_SERVICE", "DDCLI_SERVICE_IDLE")
 
 # The suite's Spark evaluates expressions without generating and compiling code: the tests'
 # many small jobs of ever new plans spent more of the two cores compiling (Janino, then the
-# JIT) than computing; results are the same either way (Spark's own choice per query).
+# JIT) than computing; results are the same either way (Spark evaluates this way whenever
+# generated code fails to compile).
 # Measured: tests/pipelines/test_operators.py 227 s -> 193 s, CPU 436 s -> 367 s.
 SPARK_CONF = "spark.sql.codegen.wholeStage=false;spark.sql.codegen.factoryMode=NO_CODEGEN"
 # A command's JVM in a process of its own lives seconds: the JIT's first tier alone (C1).
