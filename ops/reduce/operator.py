@@ -53,14 +53,15 @@ from storage.lattice import time_columns
 SPLIT_ROWS = 1 << 20
 
 
-def two_stage(ctx: EvalContext, reducer: rk.Reducer) -> bool:
+def two_stage(ctx: EvalContext, reducer: rk.Reducer, df: DataFrame) -> bool:
     """Split keys among tasks: outside loops, a built-in reducer that composes over
     shares of value rows (``rk.splits``), and a run big enough for a key to be hot
-    (``DDCLI_REDUCE_SPLIT_ROWS`` overrides the threshold; 0 splits every run)."""
+    (``DDCLI_REDUCE_SPLIT_ROWS`` overrides the threshold; 0 splits every run). ``df``:
+    the reduce's input (its columns' types decide for a sum)."""
     limit = int(os.environ.get("DDCLI_REDUCE_SPLIT_ROWS", SPLIT_ROWS))
     if ctx.extra or (ctx.delta_rows or 0) < limit:
         return False
-    return rk.splits(reducer)
+    return rk.splits(reducer, to_arrow_schema(df.schema))
 
 
 def output_arrow_schema(key_schema: pa.Schema, out_schema: pa.Schema, d: int) -> pa.Schema:
@@ -97,7 +98,7 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
     d = ctx.d
     lookup_files = None if lookup is None else list(lookup.files)  # the closure ships to tasks
     summary = summarisable(reducer, values_schema, d, bool(ctx.extra))
-    budget, shares_ok = task_rows(), in_shares(reducer, values)
+    budget, shares_ok = task_rows(), in_shares(reducer, values_schema)
 
     def kernel(batches):
         if lookup_files is None:  # every row of the task's keys comes through the shuffle
@@ -123,7 +124,7 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
             yield from out.select(out_arrow.names).cast(out_arrow).to_batches()
 
     shared = None
-    if lookup_files is None and two_stage(ctx, reducer):
+    if lookup_files is None and two_stage(ctx, reducer, df_new):
         source, last = _split_keys(both, full_key, values, in_schema, reducer, out_arrow, parts, kernel,
                                    ctx.delta_rows or 0, d, budget)
     else:
