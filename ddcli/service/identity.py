@@ -73,9 +73,21 @@ def service_dir(env=os.environ) -> str:
     return os.path.join(os.path.abspath(cache), "service")
 
 
+# ddcli's own options that take a value, before the command (ddcli/root.py): ``ddcli
+# --store PATH run p.py`` names the command ``run``, not ``PATH``
+ROOT_VALUE_OPTIONS = ("--config", "--store")
+
+
 def command_of(argv: list[str]) -> str | None:
     """The command ``argv`` names when the service runs it (not for ``--help``), else None."""
-    command = next((a for a in argv if not a.startswith("-")), None)
+    command, i = None, 0
+    while i < len(argv) and command is None:
+        if argv[i] in ROOT_VALUE_OPTIONS:
+            i += 2
+            continue
+        if not argv[i].startswith("-"):
+            command = argv[i]
+        i += 1
     if command not in SERVICE_COMMANDS or "--help" in argv or "-h" in argv:
         return None
     return command
