@@ -78,16 +78,26 @@ def service_dir(env=os.environ) -> str:
 ROOT_VALUE_OPTIONS = ("--config", "--store")
 
 
+def root_options(argv: list[str]) -> tuple[dict[str, str], str | None]:
+    """ddcli's own options given a value before the command (``--config`` -> its path), and
+    the command (None: none)."""
+    given: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=")
+        if name in ROOT_VALUE_OPTIONS:
+            if not eq:
+                value, i = (argv[i + 1] if i + 1 < len(argv) else ""), i + 1
+            given[name] = value
+        elif not argv[i].startswith("-"):
+            return given, argv[i]
+        i += 1
+    return given, None
+
+
 def command_of(argv: list[str]) -> str | None:
     """The command ``argv`` names when the service runs it (not for ``--help``), else None."""
-    command, i = None, 0
-    while i < len(argv) and command is None:
-        if argv[i] in ROOT_VALUE_OPTIONS:
-            i += 2
-            continue
-        if not argv[i].startswith("-"):
-            command = argv[i]
-        i += 1
+    command = root_options(argv)[1]
     if command not in SERVICE_COMMANDS or "--help" in argv or "-h" in argv:
         return None
     return command

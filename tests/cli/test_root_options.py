@@ -70,6 +70,14 @@ def test_the_warm_engines_client_finds_the_command_behind_ddclis_options(argv, c
     assert command_of(argv) == command
 
 
+def test_the_warm_engines_client_reads_the_values_of_ddclis_options():
+    from ddcli.service.identity import root_options
+    assert root_options(["--config", "c.toml", "--store=s", "run", "p.py", "--store", "t"]) == (
+        {"--config": "c.toml", "--store": "s"}, "run")
+    assert root_options(["--config=c.toml", "verify"]) == ({"--config": "c.toml"}, "verify")
+    assert root_options(["--config"]) == ({"--config": ""}, None)
+
+
 def test_the_client_knows_every_option_of_ddcli_that_takes_a_value():
     from typer.main import get_command
 

@@ -1,6 +1,6 @@
 """Command lines the warm engine must take as a command in its own process would: ddcli's
-own options before the command (``ddcli --store PATH run p.py`` is a run, for the service),
-and a pipeline file that ends its process while it loads (``os._exit``, ``sys.exit``): one
+own options before the command (``ddcli --store PATH run p.py`` is a run, for the service;
+the settings of ``ddcli --config PATH`` are the client's too), and a pipeline file that ends its process while it loads (``os._exit``, ``sys.exit``): one
 error line, exit 2, and the service lives on for the next command. Real processes, with a
 folder of services of the test's own (tests/service/test_service.py)."""
 
@@ -42,3 +42,14 @@ def test_options_before_the_command_and_a_pipeline_that_exits_while_loaded(tmp_p
     assert services() == {key: pid}
     assert collection(str(tmp_path / "st"), "counts") == {
         (("count", n), ("word", w)): 1 for w, n in fold_csv(WORDS).items()}
+
+
+def test_the_client_reads_the_configuration_file_named_before_the_command(tmp_path):
+    """``ddcli --config F run``: the client decides with F's settings, as the command does
+    (here F turns the warm engine off: no service starts)."""
+    ok(ddcli(["--store", "st", "ingest", "words", WORDS[0]], tmp_path))
+    (tmp_path / "no_service.toml").write_text("service = false\n")
+    ok(ddcli(["--config", "no_service.toml", "--store", "st", "run", WORDCOUNT], tmp_path))
+    assert services() == {}
+    assert collection(str(tmp_path / "st"), "counts") == {
+        (("count", n), ("word", w)): 1 for w, n in fold_csv(WORDS[:1]).items()}
