@@ -67,7 +67,8 @@ def _exits_refused():
     """``os._exit`` raises :class:`ProcessExit` while a pipeline file loads, rather than end
     the process at once: in the warm engine (ddcli/service/) that process is the service,
     and a command that ends is one error line, never a silent exit. Put back afterwards;
-    the command's other threads do not call ``os._exit`` meanwhile."""
+    the command's other threads do not call ``os._exit`` meanwhile. (``posix._exit`` or a
+    signal the file sends its own process cannot be caught so.)"""
     def refuse(code):
         raise ProcessExit(code)
 
