@@ -30,13 +30,11 @@ def connect(store):
 
     The database may read only the store's ``traces/`` folder (see storage/sql/sandbox.py),
     so a ``--where`` cannot reach any other file. Opening one costs tens of milliseconds,
-    so one per store, storage client and process is kept (lazily: the CLI starts without
-    DuckDB) and every read gets its own cursor on it — a separate connection, safe to use
-    from another thread, whose temporary views and registered tables nobody else sees. (The
-    client is part of the key: the same ``s3://`` location at another endpoint, or with
-    other credentials, is another store, storage/blobs/resolve.py.)
+    so one per store and process is kept (lazily: the CLI starts without DuckDB) and every
+    read gets its own cursor on it — a separate connection, safe to use from another
+    thread, whose temporary views and registered tables nobody else sees.
     """
-    key = (os.getpid(), store.blobs.join(store.path, "traces") + "/", store.blobs)
+    key = (os.getpid(), store.blobs.join(store.path, "traces") + "/")
     with _BASES_LOCK:
         base = _BASES.get(key)
         if base is None:

@@ -119,7 +119,7 @@ def test_a_folders_settings_stay_with_its_commands_and_a_key_over_the_budget_is_
         res = ddcli(["run", "per.py"], small, env)
         lines = res.stderr.strip().splitlines()
         assert res.returncode == 2 and len(lines) == 1, res
-        assert lines[0].startswith("error: ") and "{'word': 'big'}" in lines[0], lines
+        assert lines[0].startswith("error: reduce_per_key(rows): key {'word': 'big'} needs 100 cells"), lines
         assert "DDCLI_REDUCE_MEMORY" in lines[0] and "Traceback" not in lines[0], lines
 
     ok(ddcli(["run", "per.py"], plain))
