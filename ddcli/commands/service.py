@@ -80,7 +80,8 @@ def stop(all_: bool = typer.Option(False, "--all", help="Stop every service in t
     if all_:
         chosen = place.keys(where)
     else:
-        own = client.own_key(where, _environment_as_given())
+        from ddcli.config import loaded
+        own = client.own_key(where, _environment_as_given(), loaded.path)
         chosen = [own] if own is not None else []
     stopped = [key for key in chosen if client.stop(where, key)]
     render.report({"command": "service stop", "stopped": stopped},

@@ -11,9 +11,9 @@ It returns None — the command then runs in this process, exactly as without a 
 whenever the service cannot take it: turned off, a cluster master (a service would hold
 the cluster's executors while idle), a folder that cannot be made private, a service busy
 with another command, or one that did not start; one that does not answer within a few
-seconds (stopped, stuck) is named in a ``warning:`` line. A service that dies during a command is
-one ``error:`` line and exit code 1; the store holds the command's commit only if it
-finished it (the commit protocol: nothing is ever half-written).
+seconds (stopped, stuck) is named in a ``warning:`` line. A service that dies during a
+command is one ``error:`` line and exit code 1; the store holds the command's commit only
+if it finished it (the commit protocol: nothing is ever half-written).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def forward(argv: list[str]) -> int | None:
     """The exit code of ``ddcli ARGV`` run by the user's service; None to run it here."""
     if identity.command_of(argv) is None or not hasattr(socket, "AF_UNIX"):
         return None
-    env = settings(os.environ, identity.root_options(argv)[0].get("--config"))
+    env = _settings(identity.root_options(argv)[0].get("--config"))
     if env is None or not identity.enabled(env):
         return None
     master = identity.master_of(argv, env)
@@ -69,12 +69,13 @@ def forward(argv: list[str]) -> int | None:
     return _relay(channel, folder, key, grace_seconds(env))
 
 
-def settings(environ, explicit: str | None) -> dict | None:
-    """``environ`` with the configuration file's settings under it (ddcli/config.py does
-    the same as a command starts; ``explicit``: ``ddcli --config PATH``), so the key sees a
-    Spark setting the file holds; None when the file is wrong (the command, run here, says how)."""
+def _settings(explicit: str | None = None, environ=None) -> dict | None:
+    """The environment (``environ``, else this process's) with the configuration file's
+    settings under it (ddcli/config.py does the same as a command starts; ``explicit``:
+    ``ddcli --config PATH``), so the key sees a Spark setting the file holds; None when the
+    file is wrong (the command, run here, says how)."""
     from storage.settings import SettingError, config_path, read_config
-    env = dict(environ)
+    env = dict(os.environ if environ is None else environ)
     try:
         path = config_path(explicit)
         for name, text in (read_config(path) if path else {}).items():
@@ -312,7 +313,7 @@ def own_key(folder: str, environ, explicit: str | None) -> str | None:
     """The key of the service a ``ddcli run`` with the environment ``environ`` in this
     working folder would use (``explicit``: ``ddcli --config PATH``; None: the configuration
     file is wrong)."""
-    env = settings(environ, explicit)
+    env = _settings(explicit, environ)
     if env is None:
         return None
     return identity.service_key(identity.master_of([], env), env, cache=folder if os.path.isdir(folder) else None)
