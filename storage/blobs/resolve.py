@@ -43,6 +43,7 @@ def for_path(location: str) -> Blobs:
 
 
 def _client_key(bucket: str) -> tuple:
+    """What names a client: its bucket and the settings of this environment that define it."""
     settings = {k: v for k, v in os.environ.items() if k.startswith("AWS_") or k in _CLIENT_SETTINGS}
     return ("s3", bucket, tuple(sorted(settings.items())))
 

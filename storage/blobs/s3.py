@@ -30,7 +30,8 @@ request of the command fails at once for as long again, so a command against an 
 that accepts connections and never answers ends within about timeout x attempts. A
 client is built from the environment of the command that asks for it: its endpoint,
 region, credentials, timeout and attempts (storage/blobs/resolve.py keeps one per bucket
-and settings); what it learnt of its endpoint ends with the command (:meth:`S3Blobs.new_command`).
+and settings); what it learnt of its endpoint ends with the command
+(:meth:`S3Blobs.new_command`).
 """
 
 from __future__ import annotations
@@ -177,7 +178,7 @@ class S3Blobs(Blobs):
         self.silent, self._checked = None, False
 
     def check(self) -> None:
-        """Once per process: the bucket exists and the credentials are accepted."""
+        """Once per command: the bucket exists and the credentials are accepted."""
         if self._checked:
             return
         try:
