@@ -62,7 +62,7 @@ EXIT_CODES_HELP = (
 USER_ERRORS = [("ddcli.render", "RenderError"), ("ddcli.outputs", "OutputError"),
                ("storage.errors", "StoreError"), ("storage.errors", "UpdateFileError"),
                ("storage.errors", "TimeSyntaxError"),
-               ("ops.errors", "PipelineError"), ("ops.errors", "SparkSetupError"),
+               ("ops.errors", "PipelineError"), ("ops.errors", "SparkSetupError"), ("ops.errors", "KeyTooLarge"),
                ("storage.errors", "StoreUnreachable"),
                # a pipeline's own expression failing on the data (1/0 under ANSI SQL, a cast
                # of 'abc' to a number, a bad date): the user's to fix, not a bug of ddcli
@@ -120,6 +120,9 @@ def _handle(exc: BaseException, cmd: str) -> int:
         return EXIT_INTERNAL
     if _debug():
         traceback.print_exception(exc, file=sys.stderr)
+    if type(exc).__name__ == "PythonException":  # a Spark task's error: ddcli's own says its line
+        from ops.spark.errors import raised_in_task
+        exc = raised_in_task(exc) or exc
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         render.error(f"{exc.strerror}{' writing ' + str(exc.filename) if exc.filename else ''}: nothing this "
                      f"command had not committed was left behind; free some space and run it again")

@@ -154,7 +154,7 @@ SETTINGS: list[Setting] = [
             "runs whose figures each pipeline keeps in the store (ddcli runs, ddcli report)"),
     Setting("lease_seconds", "DDCLI_LEASE_SECONDS", _seconds, "60",
             "seconds a run's lease on its pipeline lasts without being renewed"),
-    Setting("s3_timeout", "DDCLI_S3_TIMEOUT", _seconds, "5", "seconds an S3 request may take"),
+    Setting("s3_timeout", "DDCLI_S3_TIMEOUT", _seconds, "5", "seconds an S3 request may take", executors=True),
     Setting("merge_rows", "DDCLI_MERGE_ROWS", _POSITIVE, str(1 << 22),
             "rows a merge of layers holds at once: a larger merge goes one range of keys at a time"),
     Setting("delta", "DDCLI_DELTA", _flag, "1",

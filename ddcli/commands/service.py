@@ -7,6 +7,8 @@ never start one, and they take no store.
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from ddcli import render
@@ -58,20 +60,43 @@ def status(fmt: FormatOpt = None, json_: JsonOpt = False, output: OutputOpt = No
 
 
 @service_app.command("stop", epilog=EXIT_CODES_HELP)
-def stop(fmt: FormatOpt = None, json_: JsonOpt = False, output: OutputOpt = None) -> None:
-    """Stop every service of the user, and wait until they are gone. A command a service is
-    running is interrupted (its client exits 130, nothing of it is written).
+def stop(all_: bool = typer.Option(False, "--all", help="Stop every service in the folder, those of your other "
+                                                          "checkouts, environments and settings too."),
+         fmt: FormatOpt = None, json_: JsonOpt = False, output: OutputOpt = None) -> None:
+    """Stop the service `ddcli run` would use here (the same ddcli, Python, Spark settings and
+    configuration file), and wait until it is gone; `--all` stops every service of the
+    user's folder. A command a service is running is interrupted (its client exits 130,
+    nothing of it is written).
 
     Example:
 
-        ddcli service stop
+        ddcli service stop --all
     """
     out = render.choose_format(fmt, json_, output)
     from ddcli.service import client
     from ddcli.service import folder as place
     from ddcli.service.identity import service_dir
     where = service_dir()
-    stopped = [key for key in place.keys(where) if client.stop(where, key)]
+    if all_:
+        chosen = place.keys(where)
+    else:
+        from ddcli.config import loaded
+        own = client.own_key(where, _environment_as_given(), loaded.path)
+        chosen = [own] if own is not None else []
+    stopped = [key for key in chosen if client.stop(where, key)]
     render.report({"command": "service stop", "stopped": stopped},
                   f"stopped {plural(len(stopped), 'service')}" if stopped else "no ddcli service was running",
                   out, output)
+
+
+def _environment_as_given() -> dict[str, str]:
+    """The environment as the command found it, before its configuration file's settings
+    went in (ddcli/config.py): what a ``ddcli run`` client names its service by."""
+    from ddcli.app import restore_env
+    env = dict(os.environ)
+    for name, before in restore_env.items():
+        if before is None:
+            env.pop(name, None)
+        else:
+            env[name] = before
+    return env

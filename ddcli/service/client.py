@@ -10,9 +10,10 @@ to this process's stdout and stderr as it comes, and returns the command's exit 
 It returns None — the command then runs in this process, exactly as without a service —
 whenever the service cannot take it: turned off, a cluster master (a service would hold
 the cluster's executors while idle), a folder that cannot be made private, a service busy
-with another command, or one that did not start. A service that dies during a command is
-one ``error:`` line and exit code 1; the store holds the command's commit only if it
-finished it (the commit protocol: nothing is ever half-written).
+with another command, or one that did not start; one that does not answer within a few
+seconds (stopped, stuck) is named in a ``warning:`` line. A service that dies during a
+command is one ``error:`` line and exit code 1; the store holds the command's commit only
+if it finished it (the commit protocol: nothing is ever half-written).
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ from ddcli.service import identity, protocol
 from storage.processes import pid_alive
 
 START_SECONDS = 90.0  # a new service may first wait for a predecessor of its key to stop
-ANSWER_SECONDS = 10.0  # a live service answers a request at once
+ANSWER_SECONDS = 5.0  # a live service answers a request at once (its own thread listens)
 GRACE_SECONDS = 30.0  # after Ctrl-C, how long the service may take to stop the command
 EXIT_INTERNAL, EXIT_INTERRUPTED = 1, 130
 BUSY = "busy"  # the service's answer while it runs another command
+SILENT = "silent"  # a service is there but did not answer within ANSWER_SECONDS (stopped, stuck)
 
 
 def forward(argv: list[str]) -> int | None:
@@ -55,22 +57,25 @@ def forward(argv: list[str]) -> int | None:
     if len(path) > place.MAX_SOCKET_PATH:
         return None
     channel = _accepted(path, request) if os.path.exists(path) else None
-    if channel is BUSY:  # a second service of the key would only wait for this one to stop
-        return None
     if channel is None:
         pid = start(folder, key, master, env)
         channel = _wait_for_service(path, request, pid) if pid else None
-        if channel is None or channel is BUSY:
-            return None
+    if channel is SILENT:  # a second service of the key would only wait for this one to stop
+        _warning(f"the ddcli service did not answer within {ANSWER_SECONDS:g} s; the command runs in this "
+                 f"process (service log: {place.log_path(folder, key)})")
+        return None
+    if channel is None or channel is BUSY:
+        return None
     return _relay(channel, folder, key, grace_seconds(env))
 
 
-def _settings(explicit: str | None) -> dict | None:
-    """The environment with the configuration file's settings under it (ddcli/config.py does
-    the same as a command starts; ``explicit``: ``ddcli --config PATH``), so the key sees a
-    Spark setting the file holds; None when the file is wrong (the command, run here, says how)."""
+def _settings(explicit: str | None = None, environ=None) -> dict | None:
+    """The environment (``environ``, else this process's) with the configuration file's
+    settings under it (ddcli/config.py does the same as a command starts; ``explicit``:
+    ``ddcli --config PATH``), so the key sees a Spark setting the file holds; None when the
+    file is wrong (the command, run here, says how)."""
     from storage.settings import SettingError, config_path, read_config
-    env = dict(os.environ)
+    env = dict(os.environ if environ is None else environ)
     try:
         path = config_path(explicit)
         for name, text in (read_config(path) if path else {}).items():
@@ -107,11 +112,16 @@ def _encoding(stream, errors: str) -> list[str]:
     return [getattr(stream, "encoding", None) or "utf-8", getattr(stream, "errors", None) or errors]
 
 
-def _connect(path: str) -> protocol.Channel | None:
+def _connect(path: str) -> protocol.Channel | str | None:
+    """A channel to the service listening at ``path``; None if none listens there,
+    :data:`SILENT` if one does and took no connection within :data:`ANSWER_SECONDS`."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(ANSWER_SECONDS)
         sock.connect(path)
+    except socket.timeout:
+        sock.close()
+        return SILENT
     except OSError:
         sock.close()
         return None
@@ -120,13 +130,17 @@ def _connect(path: str) -> protocol.Channel | None:
 
 def _accepted(path: str, request: dict) -> protocol.Channel | str | None:
     """A channel to the service at ``path`` that took ``request``; :data:`BUSY` when it
-    declined (it runs another command); None if there is no live service there."""
+    declined (it runs another command); :data:`SILENT` when it did not answer within
+    :data:`ANSWER_SECONDS`; None if there is no live service there."""
     channel = _connect(path)
-    if channel is None:
-        return None
+    if not isinstance(channel, protocol.Channel):
+        return channel
     try:
         channel.send_json(protocol.REQUEST, request)
         answer = channel.receive()
+    except socket.timeout:
+        channel.close()
+        return SILENT
     except OSError:
         answer = None
     if answer is None or answer[0] != protocol.ACCEPTED:
@@ -156,7 +170,7 @@ def _wait_for_service(path: str, request: dict, pid: int) -> protocol.Channel | 
     while time.monotonic() < deadline:
         if os.path.exists(path):
             channel = _accepted(path, request)
-            if channel is not None:
+            if channel is not None:  # taken, busy, or a service there that does not answer
                 return channel
         if not pid_alive(pid) and not os.path.exists(path):
             return None  # it could not start (its log says why), or found another one
@@ -245,6 +259,10 @@ def _line(text: str) -> None:
     _write(2, f"error: {text}\n".encode("utf-8", "replace"))
 
 
+def _warning(text: str) -> None:
+    _write(2, f"warning: {text}\n".encode("utf-8", "replace"))
+
+
 def _died(folder: str, key: str, interrupted: bool) -> int:
     log = place.log_path(folder, key)
     if interrupted:
@@ -277,7 +295,7 @@ def _hung(folder: str, key: str, grace: float) -> int:
 def ask(folder: str, key: str, op: str) -> dict | None:
     """A live service's answer to ``status`` or ``stop``; None if none answers."""
     channel = _connect(place.socket_path(folder, key))
-    if channel is None:
+    if not isinstance(channel, protocol.Channel):
         return None
     try:
         channel.send_json(protocol.REQUEST, {"op": op})
@@ -289,6 +307,16 @@ def ask(folder: str, key: str, op: str) -> dict | None:
     if answer is None or answer[0] != protocol.STATUS:
         return None
     return protocol.decode(answer[1])
+
+
+def own_key(folder: str, environ, explicit: str | None) -> str | None:
+    """The key of the service a ``ddcli run`` with the environment ``environ`` in this
+    working folder would use (``explicit``: ``ddcli --config PATH``; None: the configuration
+    file is wrong)."""
+    env = _settings(explicit, environ)
+    if env is None:
+        return None
+    return identity.service_key(identity.master_of([], env), env, cache=folder if os.path.isdir(folder) else None)
 
 
 def stop(folder: str, key: str, wait: float = 60.0) -> bool:

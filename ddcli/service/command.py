@@ -5,7 +5,9 @@ streams, and its Spark tasks read their own environment. For the length of one c
 the service takes all of them from the client — its folder, its whole environment, its
 ``sys.path[0]``, its umask, streams that carry what the command writes back to the
 client's stdout and stderr as it is written (and say whether the client's are terminals),
-and the ``DDCLI_*``/``AWS_*`` variables for the tasks — then puts its own back. Modules a
+and the ``DDCLI_*``/``AWS_*`` variables for the tasks — then puts its own back. What the
+process's object-store clients learnt of their endpoints in the last command is forgotten
+(storage/blobs/resolve.py builds a client per bucket and settings). Modules a
 pipeline file imported from the user's folders are forgotten afterwards, so the next run
 reads them again, as a new process would.
 """
@@ -83,6 +85,7 @@ def client_command(request: dict, channel: protocol.Channel):
     search path, umask and streams (see the module's docstring)."""
     from ops.spark import session
     from storage import faults
+    from storage.blobs import resolve
 
     tty, encoding = request.get("tty", {}), request.get("encoding", {})
     env = dict(request["env"])
@@ -105,6 +108,7 @@ def client_command(request: dict, channel: protocol.Channel):
         sys.path[0] = request.get("path0", sys.path[0])
         sys.stdin, sys.stdout, sys.stderr = stdin, out, err
         faults.reset()
+        resolve.new_command()
         session.start_command(task_environment(env))
         yield
     finally:

@@ -15,7 +15,7 @@ import struct
 import threading
 
 REQUEST = b"R"  # client -> service: JSON {"op": "command" | "status" | "stop", ...}
-ACCEPTED = b"A"  # service -> client: the command runs now
+ACCEPTED = b"A"  # service -> client: the command is taken (it runs once the service is free)
 BUSY = b"B"  # service -> client: not now, another command runs (the client runs it itself)
 STATUS = b"S"  # service -> client: JSON of what the service is
 STDOUT = b"O"  # service -> client: bytes the command wrote to its stdout

@@ -106,7 +106,15 @@ class Service:
                         self.busy = True
                     busy = self.busy and not self.stopping
                 if take:
+                    # taken at once, from this thread: the client knows the service is alive
+                    # while its command waits for the main thread (a warm-up may hold it)
                     conn.settimeout(None)
+                    try:
+                        channel.send(protocol.ACCEPTED)
+                    except OSError:
+                        with self.lock:
+                            self.busy = False
+                        raise
                     self.work.put((channel, request))
                     return
                 if busy:  # the client runs the command itself; a service that stops says nothing,
@@ -194,7 +202,6 @@ class Service:
                     self.last_used = time.monotonic()
 
         try:
-            channel.send(protocol.ACCEPTED)
             watcher = threading.Thread(target=self.watch_client, args=(channel,), name="ddcli-service-watch",
                                        daemon=True)
             with client_command(request, channel):

@@ -225,6 +225,9 @@ class PerKey(Reducer):
     def __init__(self, fn: Callable[[pa.Table], pa.Table], schema: pa.Schema | None = None):
         self.fn, self.schema = fn, schema
 
+    def __str__(self) -> str:  # how an error names it: the user's function, not its address
+        return f"reduce_per_key({getattr(self.fn, '__name__', 'fn')})"
+
     def output_schema(self, values_schema):
         if self.schema is not None:
             return pa.schema(self.schema)

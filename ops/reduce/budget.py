@@ -254,7 +254,7 @@ def _refuse_oversized(counts: pa.Table, key: list[str], reducer: rk.Reducer, wha
     if n.size and n.max() > cells:
         big = int(np.argmax(n))
         shown = {c: counts.column(c)[big].as_py() for c in key}
-        raise KeyTooLarge(f"{reducer!r}: key {shown} holds {int(n[big]):,} {what}, over the budget of "
+        raise KeyTooLarge(f"{reducer}: key {shown} holds {int(n[big]):,} {what}, over the budget of "
                              f"{int(cells):,} cells (DDCLI_REDUCE_MEMORY); split the key or raise the budget")
 
 

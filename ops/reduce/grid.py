@@ -110,7 +110,7 @@ def grid_delta(table: pa.Table, key: list[str], values: list[str], d: int, reduc
         big = int(np.argmax(cells))
         shown = {c: table.column(c)[int(key_rep[big])].as_py() for c in key}
         raise KeyTooLarge(
-            f"{reducer!r}: key {shown} needs {int(cells[big]):,} cells ({int(kv_per_key[big]):,} distinct value rows "
+            f"{reducer}: key {shown} needs {int(cells[big]):,} cells ({int(kv_per_key[big]):,} distinct value rows "
             f"x {int(gsize[big]):,} grid points), over the budget of {int(limit_cells):,} "
             f"(DDCLI_REDUCE_MEMORY); split the key or raise the budget")
     parts = []

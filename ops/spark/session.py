@@ -118,6 +118,8 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
     """The process's Spark session, started on first use with the project's settings."""
     global _session
     if _session is not None:
+        if _warm["on"]:  # the command's settings are known now (ddcli.toml's among them)
+            _apply_task_env(_session)
         return _session
     url = master_url(master)
     local = is_local(url)
@@ -204,7 +206,8 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
             builder = builder.config(f"spark.executorEnv.{name}", value)
     host_handler = _sigint_handler()  # PySpark replaces it with its own as its context starts
     try:
-        _session = _quietly(builder.getOrCreate, os.path.join(scratch, "jvm.log"))
+        with _jvm_environment():
+            _session = _quietly(builder.getOrCreate, os.path.join(scratch, "jvm.log"))
     except Exception:
         if not _archive.options:
             raise
@@ -212,7 +215,8 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         class_archive.discard(_archive)
         _archive = class_archive.Plan("")
         builder = builder.config("spark.driver.extraJavaOptions", driver_opts)
-        _session = _quietly(builder.getOrCreate, os.path.join(scratch, "jvm.log"))
+        with _jvm_environment():
+            _session = _quietly(builder.getOrCreate, os.path.join(scratch, "jvm.log"))
     _watch_interrupts(host_handler)
     _apply_task_env(_session)
     _watch_jvm()
@@ -558,15 +562,44 @@ def _cancel_all_jobs(session, timeout: float = 10.0) -> None:
 def keep_warm() -> None:
     """This process runs one command after another on one session (ddcli's service,
     ddcli/service/): a Ctrl-C cancels the command's jobs and leaves the session running
-    (:func:`stop_after_interrupt`), and the process calls :func:`on_interrupt` itself."""
+    (:func:`stop_after_interrupt`), and the process calls :func:`on_interrupt` itself. Its
+    JVM will start with the process's environment as it is now (:func:`_jvm_environment`)."""
     _warm["on"] = True
+    _warm["env"] = dict(os.environ)
+
+
+class _jvm_environment:
+    """While the JVM starts: in a process that keeps its session warm, the process's own
+    environment (:func:`keep_warm`), not that of the command that happens to start the
+    JVM. The Python workers the JVM starts inherit its environment, and every later
+    command's tasks would see the first command's variables (``AWS_*``, ``DDCLI_*``, those
+    of its ddcli.toml) wherever theirs do not set them; each command's tasks get their own
+    through ``SparkContext.environment`` instead (:func:`start_command`)."""
+
+    _STARTUP = ("SPARK_LOCAL_IP", "PYSPARK_PYTHON")  # set by get_spark for this JVM
+
+    def __enter__(self):
+        own = _warm.get("env") if _warm["on"] else None
+        self.saved = dict(os.environ) if own is not None else None
+        if own is not None:
+            os.environ.clear()
+            os.environ.update(own)
+            os.environ.update({k: self.saved[k] for k in self._STARTUP if k in self.saved})
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            os.environ.clear()
+            os.environ.update(self.saved)
+        return False
 
 
 def start_command(task_env: dict[str, str]) -> None:
     """Before each command of a process that keeps its session: forget the last command's
-    Ctrl-C, and give the Python tasks of the jobs to come exactly ``task_env`` on top of
-    the environment the session started with (PySpark starts a Python worker for each
-    distinct set, so tasks never see another command's settings)."""
+    Ctrl-C, and give the Python tasks of the jobs to come exactly ``task_env`` and the
+    settings tasks read as the command resolves them (:func:`executor_settings`, set again
+    by :func:`get_spark` once its configuration file is read) on top of the environment the
+    session started with (PySpark starts a Python worker for each distinct set, so tasks
+    never see another command's settings)."""
     import logging
     import sys
     _interrupt.update(seen=False, deferred=0)
@@ -590,6 +623,7 @@ def _apply_task_env(session) -> None:
     env.clear()
     env.update(_task_env["base"])
     env.update(current)
+    env.update(executor_settings())
 
 
 def stop_after_interrupt() -> None:

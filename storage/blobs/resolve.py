@@ -8,6 +8,7 @@ asks for it, so a local store never loads boto3.
 
 from __future__ import annotations
 
+import os
 import threading
 
 from storage.blobs.base import Blobs
@@ -15,17 +16,23 @@ from storage.blobs.base import Blobs
 _cache: dict[tuple, Blobs] = {}
 _lock = threading.Lock()
 
+# what defines an object-store client besides its bucket: the endpoint, region,
+# credentials, profile and attempts (``AWS_*``) and the time a request may take
+_CLIENT_SETTINGS = ("DDCLI_S3_TIMEOUT",)
+
 
 def is_object_store(location: str) -> bool:
     return location.startswith("s3://")
 
 
 def for_path(location: str) -> Blobs:
-    """The storage a store location or any path inside one lives on (cached per process
-    and bucket, so a Spark task builds its client once)."""
+    """The storage a store location or any path inside one lives on. An object store's
+    client is kept per bucket and settings (:func:`_client_key`), so a Spark task builds
+    its client once, and a process that runs many commands (the warm engine) gives each
+    the client its own environment defines."""
     if is_object_store(location):
         from storage.blobs.s3 import S3Blobs, bucket_of
-        key = ("s3", bucket_of(location))
+        key = _client_key(bucket_of(location))
         with _lock:
             b = _cache.get(key)
             if b is None:
@@ -33,6 +40,12 @@ def for_path(location: str) -> Blobs:
         return b
     from storage.blobs.local import LOCAL
     return LOCAL
+
+
+def _client_key(bucket: str) -> tuple:
+    """What names a client: its bucket and the settings of this environment that define it."""
+    settings = {k: v for k, v in os.environ.items() if k.startswith("AWS_") or k in _CLIENT_SETTINGS}
+    return ("s3", bucket, tuple(sorted(settings.items())))
 
 
 def open_store(location: str) -> tuple[Blobs, str]:
@@ -77,7 +90,16 @@ def duckdb_connect(paths: list[str]):
 
 
 def forget_clients() -> None:
-    """Drop the object-store clients built so far (the next path builds its own): for a
-    process that points the same bucket name at another endpoint."""
+    """Drop the object-store clients built so far (the next path builds its own)."""
     with _lock:
         _cache.clear()
+
+
+def new_command() -> None:
+    """A process that runs one command after another (the warm engine) starts the next: what
+    the clients learnt of their endpoints (one that stopped answering, a bucket checked) is
+    forgotten, as a new process would not know it."""
+    with _lock:
+        clients = list(_cache.values())
+    for b in clients:
+        b.new_command()

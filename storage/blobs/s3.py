@@ -26,8 +26,12 @@ Errors the user can cause (a missing bucket, refused or missing credentials, a m
 :class:`StoreUnreachable`. ``DDCLI_S3_TIMEOUT`` (seconds, default 5) bounds connecting,
 sending and every wait for bytes, ``AWS_MAX_ATTEMPTS`` (default 3) the attempts of a
 request; once a request found the endpoint silent through all its attempts, every later
-request of the process fails at once, so a command against an endpoint that accepts
-connections and never answers ends within about timeout x attempts.
+request of the command fails at once for as long again, so a command against an endpoint
+that accepts connections and never answers ends within about timeout x attempts. A
+client is built from the environment of the command that asks for it: its endpoint,
+region, credentials, timeout and attempts (storage/blobs/resolve.py keeps one per bucket
+and settings); what it learnt of its endpoint ends with the command
+(:meth:`S3Blobs.new_command`).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import urllib.parse
 
 from storage import faults
@@ -74,6 +79,7 @@ class S3Blobs(Blobs):
         self.timeout = _setting("DDCLI_S3_TIMEOUT", 5.0, float)
         self.attempts = _setting("AWS_MAX_ATTEMPTS", 3, int)
         self.silent: str | None = None  # why the endpoint is given up on (it did not answer)
+        self._silent_until = 0.0  # (time.monotonic) when a request may try it again
         self.requests = 0
         self._count_lock = threading.Lock()
         self._client = None
@@ -122,7 +128,9 @@ class S3Blobs(Blobs):
         """One request, counted; errors the user can cause become one line."""
         import botocore.exceptions as bx
         if self.silent is not None:
-            raise StoreUnreachable(self.silent)
+            if time.monotonic() < self._silent_until:
+                raise StoreUnreachable(self.silent)
+            self.silent = None
         with self._count_lock:
             self.requests += 1
         try:
@@ -156,15 +164,21 @@ class S3Blobs(Blobs):
             raise error from None
 
     def _give_up(self, why: str) -> StoreUnreachable:
-        """The endpoint did not answer through every attempt: every later request of this
-        process fails at once with the same line (the whole command stays within about
-        timeout x attempts)."""
+        """The endpoint did not answer through every attempt: the requests of the next
+        timeout x attempts seconds fail at once with the same line, so the command that
+        met it ends within about twice that. No longer: the endpoint may be back for the
+        next command (a Spark task's worker serves many)."""
         if self.silent is None:
             self.silent = why
+            self._silent_until = time.monotonic() + self.timeout * self.attempts
         return StoreUnreachable(self.silent)
 
+    def new_command(self) -> None:
+        """The process starts another command: it tries the endpoint and the bucket again."""
+        self.silent, self._checked = None, False
+
     def check(self) -> None:
-        """Once per process: the bucket exists and the credentials are accepted."""
+        """Once per command: the bucket exists and the credentials are accepted."""
         if self._checked:
             return
         try:

@@ -5,6 +5,7 @@ what the commit protocol relies on. It accepts any access key unless told to che
 (``INITIAL_NO_AUTH_ACTION_COUNT``), so tests of refused credentials use that.
 
 * :func:`moto_endpoint` — the server's URL, one per test process (session fixture).
+* :func:`server_process` — a server of its own buckets, in a process of its own.
 * :func:`s3_env` — the AWS variables a test (and every subprocess it starts) uses.
 * :func:`store_location` — parametrises a test over a local folder and an ``s3://`` prefix.
 * :func:`object_digest` — :func:`conftest.tree_digest` of an ``s3://`` prefix.
@@ -12,6 +13,7 @@ what the commit protocol relies on. It accepts any access key unless told to che
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 import pytest
@@ -30,6 +32,35 @@ def start_server():
     server.start()
     host, port = server.get_host_and_port()
     return server, f"http://{host}:{port}"
+
+
+@contextlib.contextmanager
+def server_process():
+    """The endpoint of a moto S3 server in a process of its own, stopped afterwards: its
+    buckets are its own (the servers of one process share theirs)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "moto server did not start"
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def aws_env(endpoint: str) -> dict[str, str]:

@@ -267,3 +267,23 @@ def test_a_damaged_layer_on_the_object_store_is_damage_never_a_wrong_answer(s3_e
     store = Store(loc)
     store.blobs.replace(path, good)  # repaired: the same process reads it again, fetched anew
     assert as_of(store, "t", 2).num_rows == 200
+
+
+def test_one_process_reads_and_writes_the_same_location_at_two_endpoints_each_its_own(tmp_path, monkeypatch):
+    """A process that runs command after command (the warm engine, a notebook) with the
+    same ``s3://`` location at two endpoints: each command's environment names its store."""
+    from storage.sql.query import as_of
+    from tests.helpers.s3 import make_bucket, server_process
+
+    with server_process() as a, server_process() as b:
+        rows = {a: [((k, "a"), (0,), 1) for k in range(3)], b: [((k, "b"), (0,), 1) for k in range(5)]}
+        for url in (a, b):
+            make_bucket(url, "shared")
+            for k, v in aws_env(url).items():
+                monkeypatch.setenv(k, v)
+            Store("s3://shared/st").ingest("t", [write_updates(str(tmp_path / f"{len(rows[url])}.csv"), rows[url], 1)])
+        for url in (a, b, a):
+            for k, v in aws_env(url).items():
+                monkeypatch.setenv(k, v)
+            got = as_of(Store("s3://shared/st"), "t").to_pylist()
+            assert sorted((r["k"], r["v"]) for r in got) == sorted(data for data, _, _ in rows[url])
