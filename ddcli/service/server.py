@@ -242,11 +242,11 @@ class Service:
     def decline(self, channel: protocol.Channel, why: str) -> None:
         """Send the client to run its command in its own process (the answer a busy service
         gives), and stop."""
-        _try(lambda: channel.send(protocol.BUSY))
-        channel.close()
+        self.stop(why)
         with self.lock:
             self.busy = False
-        self.stop(why)
+        _try(lambda: channel.send(protocol.BUSY))
+        channel.close()
 
     def start_warm_up(self, request: dict) -> None:
         from ddcli.service.identity import task_environment
