@@ -11,6 +11,7 @@ computes.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import uuid
@@ -135,13 +136,10 @@ def test_the_users_modules_are_forgotten_and_libraries_kept(tmp_path, monkeypatc
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in ("userpkg_fc", "userpkg_fc.sub", "usermod_fc", "colorsys", "email.mime.audio"):
         monkeypatch.delitem(sys.modules, name, raising=False)
-    import email  # noqa: F401 - a package kept before
-
+    importlib.import_module("email")  # a package kept before
     before = set(sys.modules)
-    import colorsys  # noqa: F401
-    import email.mime.audio  # noqa: F401
-    import usermod_fc  # noqa: F401
-    import userpkg_fc.sub  # noqa: F401
+    for name in ("colorsys", "email.mime.audio", "usermod_fc", "userpkg_fc.sub"):
+        importlib.import_module(name)
 
     kept = forget_user_modules(before)
     assert not {"userpkg_fc", "userpkg_fc.sub", "usermod_fc"} & set(sys.modules)
