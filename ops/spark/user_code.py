@@ -19,6 +19,7 @@ module afresh. Two kinds of modules are told apart:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import site
 import sys
@@ -27,18 +28,22 @@ import sysconfig
 OWN_PACKAGES = frozenset({"ddcli", "ops", "storage"})
 
 
+@functools.lru_cache(maxsize=1)
 def library_folders() -> tuple[str, ...]:
     """The folders of Python's standard library and installed packages, each ending in a
     separator (ddcli's own checkout is not one of them: a user's helpers may live there)."""
     folders = set()
+    paths = sysconfig.get_paths()
     for name in ("stdlib", "platstdlib", "purelib", "platlib"):
-        with contextlib.suppress(KeyError):
-            folders.add(sysconfig.get_paths()[name])
+        if paths.get(name):
+            folders.add(paths[name])
     with contextlib.suppress(Exception):
         folders.update(site.getsitepackages())
     with contextlib.suppress(Exception):
         folders.add(site.getusersitepackages())
-    return tuple(os.path.join(os.path.realpath(f), "") for f in folders if f)
+    folders = {f for f in folders if f}
+    return tuple({os.path.join(os.path.abspath(f), "") for f in folders}
+                 | {os.path.join(os.path.realpath(f), "") for f in folders})
 
 
 def is_kept(name: str, module, kept: set[str], libraries: tuple[str, ...]) -> bool:
@@ -50,7 +55,7 @@ def is_kept(name: str, module, kept: set[str], libraries: tuple[str, ...]) -> bo
     path = getattr(module, "__file__", None)
     if not path:  # built into Python, or made by code (no file to read again)
         return True
-    return os.path.realpath(path).startswith(libraries)
+    return os.path.abspath(path).startswith(libraries) or os.path.realpath(path).startswith(libraries)
 
 
 def forget_user_modules(kept: set[str]) -> set[str]:
@@ -58,11 +63,14 @@ def forget_user_modules(kept: set[str]) -> set[str]:
 
     A forgotten submodule is also taken off its package when the package stays, so that
     ``from package import sub`` imports it again too."""
+    new = sys.modules.keys() - kept
+    if not new:
+        return kept
     libraries = library_folders()
     modules = sys.modules.copy()
     now = set(kept)
     forgotten = []
-    for name in sorted(set(modules) - kept):  # parents before their submodules
+    for name in sorted(new & modules.keys()):  # parents before their submodules
         if is_kept(name, modules[name], now, libraries):
             now.add(name)
         else:
