@@ -122,6 +122,47 @@ def test_a_library_upgraded_under_a_service_stops_it_and_the_command_runs_in_its
     assert tagged == _expected("v22", 1)[0]
 
 
+PER_KEY_BY_MODULE = """
+import {impl}
+
+
+def per_key(rows):  # its fingerprint knows the module it calls by name only
+    return {impl}.make(rows)
+"""
+
+
+@pytest.mark.slow
+def test_a_plan_the_service_made_with_an_old_version_of_a_helper_is_not_reused(tmp_path):
+    """A per-key function calls into a module whose edit changes its output's columns and
+    no fingerprint (the module is read by name): the service's next run plans with the new
+    version, and answers as a run in its own process does."""
+    from tests.service.test_differential import _history, _masked
+    name = uuid.uuid4().hex[:12]
+    seen = {}
+    for mode in ("0", "1"):
+        work = tmp_path / f"service_{mode}"
+        lib = work / "lib"
+        lib.mkdir(parents=True)
+        _write(lib / f"per_{name}.py", PER_KEY_BY_MODULE.format(impl=f"impl_{name}"))
+        _write(lib / f"impl_{name}.py", TASK_HELPER.replace("def per_key", "def make").format(value=1))
+        _write(work / "p.py", f"from per_{name} import per_key\n\n\ndef pipeline(p):\n"
+                              f"    p.output('per', p.input('words').reduce_per_key('word', per_key))\n")
+        env = {"PYTHONPATH": os.pathsep.join([REPO, str(lib)]), "DDCLI_SERVICE": mode}
+        with service_folder() as folder:
+            ok(ddcli(["ingest", "words", WORDS[0]], work, env))
+            ok(ddcli(["run", "p.py"], work, env))
+            if mode == "1":
+                wait_for_warm_up(folder)
+            _write(lib / f"impl_{name}.py", TASK_HELPER.replace("def per_key", "def make").replace('"v"', '"w"')
+                   .format(value=22))
+            ok(ddcli(["ingest", "words", WORDS[1]], work, env))
+            res = ddcli(["run", "p.py"], work, env)
+            assert commands_served(folder, at_least=2 if mode == "1" else 0, timeout=5) == (2 if mode == "1" else 0)
+        seen[mode] = (res.returncode, _masked(res.stdout, {"work": str(work)}), _masked(res.stderr, {"work": str(work)}),
+                      _history(str(work / "ddstore")))
+    assert seen["1"] == seen["0"]
+
+
 # ------------------------------------------------------------------ in this process
 
 
