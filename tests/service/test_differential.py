@@ -27,7 +27,7 @@ from collections import Counter
 import pytest
 
 from tests.helpers import REPO
-from tests.helpers.service import commands_served, ddcli, service_folder, service_log, wait_for_warm_up
+from tests.service.processes import commands_served, ddcli, service_folder, service_log, wait_for_warm_up
 from tests.service.test_service import WORDS
 
 SEED = int(os.environ.get("DDCLI_DIFF_SEED", "3"))

@@ -20,7 +20,7 @@ import pytest
 
 from ops.spark.user_code import KeptFiles, forget_user_modules
 from tests.helpers import REPO
-from tests.helpers.service import (accumulated, commands_served, ddcli, ok, service_folder, service_log,
+from tests.service.processes import (accumulated, commands_served, ddcli, ok, service_folder, service_log,
                                    wait_for_warm_up)
 from tests.service.test_service import WORDS, fold_csv
 

@@ -1,4 +1,4 @@
-"""Helpers for the warm engine's tests in real processes (tests/service/).
+"""Helpers for the warm engine's tests in real processes.
 
 * :func:`ddcli`: ``python -m ddcli`` in a process of its own, in a working folder;
 * :func:`service_folder`: a folder of services for one test (``DDCLI_SERVICE_DIR``), every
