@@ -15,14 +15,14 @@ reads them again, as a new process would.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import os
-import site
 import sys
 import time
 
 from ddcli.service import protocol
-from ddcli.service.identity import code_root, task_environment
+from ddcli.service.identity import task_environment
 
 
 class ClientStream(io.RawIOBase):
@@ -60,30 +60,12 @@ def text_stream(channel: protocol.Channel, kind: bytes, tty: bool, encoding: str
     return io.TextIOWrapper(io.BufferedWriter(raw), encoding=encoding, errors=errors, line_buffering=True)
 
 
-def _library_folders() -> tuple[str, ...]:
-    folders = {sys.prefix, sys.base_prefix, sys.exec_prefix, code_root()}
-    with contextlib.suppress(Exception):
-        folders.update(site.getsitepackages())
-    with contextlib.suppress(Exception):
-        folders.add(site.getusersitepackages())
-    return tuple(os.path.join(os.path.abspath(f), "") for f in folders if f)
-
-
-def _forget_user_modules(before: set[str]) -> None:
-    """Drop the modules a command imported from outside Python's and ddcli's folders (a
-    pipeline's own helpers), so the next command imports their current version."""
-    libraries = _library_folders()
-    for name in set(sys.modules) - before:
-        path = getattr(sys.modules.get(name), "__file__", None)
-        if path and not os.path.abspath(path).startswith(libraries):
-            sys.modules.pop(name, None)
-
-
 @contextlib.contextmanager
 def client_command(request: dict, channel: protocol.Channel):
     """Within the block, the process looks like the client's: its folder, environment,
     search path, umask and streams (see the module's docstring)."""
     from ops.spark import session
+    from ops.spark.user_code import forget_user_modules
     from storage import faults
     from storage.blobs import resolve
 
@@ -107,6 +89,7 @@ def client_command(request: dict, channel: protocol.Channel):
         os.chdir(request["cwd"])
         sys.path[0] = request.get("path0", sys.path[0])
         sys.stdin, sys.stdout, sys.stderr = stdin, out, err
+        importlib.invalidate_caches()  # a module file created since the last command is found
         faults.reset()
         resolve.new_command()
         session.start_command(task_environment(env))
@@ -123,4 +106,4 @@ def client_command(request: dict, channel: protocol.Channel):
         os.environ.clear()
         os.environ.update(saved_env)
         time.tzset()
-        _forget_user_modules(before)
+        forget_user_modules(before)

@@ -17,6 +17,13 @@ that goes away, interrupts its command as Ctrl-C interrupts a command in its own
 first command that started Spark, it warms up once (ddcli/service/warm_up.py). After
 ``DDCLI_SERVICE_IDLE`` seconds (of the last client) without a command, or on
 ``ddcli service stop``, the service stops.
+
+Each command runs on the current code: the user's modules are imported again by each
+command (ddcli/service/command.py), and the code the service keeps (ddcli's, the
+libraries') is checked before each: when a file of it changed since the service imported
+it (a package upgraded, a file of the checkout edited back to its old content), the
+service declines the command, as a busy one does, and stops; the client runs the command
+in its own process, and the next command starts a service that imports the new code.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import time
 from ddcli.service import folder as place
 from ddcli.service import protocol
 from ddcli.service.identity import DEFAULT_IDLE_SECONDS
+from ops.spark.user_code import KeptFiles
 
 # each distinct environment a command's tasks get starts a set of Python workers that lives
 # as long as the session: a service that has started this many retires after its command
@@ -70,6 +78,8 @@ class Service:
         self.main_thread = threading.get_ident()
         self.worker_sets: set[int] = set()
         self.warm_up = None  # ddcli/service/warm_up.py: started once, after the first command
+        self.kept = KeptFiles()  # the files of the modules the service keeps between commands
+        self.kept.remember()
 
     # ------------------------------------------------------------ clients
 
@@ -185,7 +195,11 @@ class Service:
 
     def run_command(self, channel: protocol.Channel, request: dict) -> None:
         from ddcli.service.command import client_command
-        started = time.monotonic()
+        changed = self.kept.first_changed()
+        if changed is not None:
+            self.decline(channel, f"{changed} changed since the service imported it")
+            return
+        started, started_ns = time.monotonic(), time.time_ns()
         self.idle = float(request.get("idle") or self.idle)
         argv = [str(a) for a in request.get("argv", [])]
         code = 1
@@ -229,7 +243,17 @@ class Service:
                 f"in {time.monotonic() - started:.2f} s")
             _tidy()
             release()
+            self.kept.remember(since_ns=started_ns)
             self.count_worker_sets(request)
+
+    def decline(self, channel: protocol.Channel, why: str) -> None:
+        """Send the client to run its command in its own process (the answer a busy service
+        gives), and stop."""
+        self.stop(why)
+        with self.lock:
+            self.busy = False
+        _try(lambda: channel.send(protocol.BUSY))
+        channel.close()
 
     def start_warm_up(self, request: dict) -> None:
         from ddcli.service.identity import task_environment

@@ -53,6 +53,7 @@ from ops.run.evaluate import Runtime, evaluate
 from ops.run.progress import RunProgress, cone_of, updates
 from ops.run.rebuild import Backfill, Identity, identify, plan_backfill, state_reusable
 from ops.spark.session import check_interrupt, get_spark, no_interrupts, partitions, size_partitions
+from ops.spark.user_code import user_code_status
 from storage.errors import Conflict
 from storage.lattice import Frontier, format_frontier, time_columns
 from storage.layer import Layer, update_schema
@@ -148,9 +149,10 @@ def _record_floor(d: int, hi: int | None, frontier: Frontier) -> int | None:
 
 
 # the planning dry run's results in this process, by what decides them: the nodes' ids and
-# fingerprints (operators, arguments, expressions, user functions' code), the inputs' schemas
-# and the session. A warm engine runs the same pipeline again and again, and the dry run
-# costs some 0.3 s of Py4J calls a time.
+# fingerprints (operators, arguments, expressions, user functions' code), the files of the
+# user's modules (a function may call into one the fingerprint knows by name only), the
+# inputs' schemas and the session. A warm engine runs the same pipeline again and again,
+# and the dry run costs some 0.3 s of Py4J calls a time.
 _PLANNED: dict[tuple, dict[int, pa.Schema]] = {}
 _PLANNED_KEEP = 64
 
@@ -161,7 +163,7 @@ def check_pipeline(spark, p: Pipeline, views: dict[str, InputView], d: int,
     With the nodes' fingerprints ``fps``, a graph this process validated already is not
     validated again."""
     key = None if fps is None else (
-        spark.sparkContext.applicationId, d, tuple(sorted(fps.items())),
+        spark.sparkContext.applicationId, d, tuple(sorted(fps.items())), user_code_status(),
         tuple(sorted((n, v.trace.schema.serialize().to_pybytes()) for n, v in views.items())))
     if key in _PLANNED:
         return dict(_PLANNED[key])

@@ -9,11 +9,19 @@ them. Only imports happen before the fork, never work: the threads numpy and pya
 on import are idle when it forks (both libraries handle a fork), and anything that fails to
 import is left to the worker, as without this module. Used in local mode, where the
 workers run this interpreter (ops/spark/session.py).
+
+A worker runs many tasks, of many commands when a warm engine keeps the session: before
+each task it forgets the user's modules the tasks before imported (ops/spark/user_code.py),
+so a function that reaches it by name (cloudpickle sends a function of an importable
+module as its module's name and its own) runs the module's current code, as in a new
+process.
 """
 
 from __future__ import annotations
 
 import gc
+import importlib
+import sys
 
 
 def _keep_freed_memory() -> None:
@@ -49,9 +57,28 @@ def _preload() -> None:
         pass
 
 
+def _current_user_code_each_task() -> None:
+    """Wrap PySpark's per-task entry of a forked worker (``pyspark.daemon.worker``, which its
+    manager looks up at each task) to forget the user's modules first."""
+    import pyspark.daemon
+
+    from ops.spark.user_code import forget_user_modules
+    run_task = pyspark.daemon.worker
+    kept = set(sys.modules)
+
+    def worker(sock, authenticated):
+        nonlocal kept
+        kept = forget_user_modules(kept)
+        importlib.invalidate_caches()  # a module file created since the last task is found
+        return run_task(sock, authenticated)
+
+    pyspark.daemon.worker = worker
+
+
 if __name__ == "__main__":
     _keep_freed_memory()
     _preload()
+    _current_user_code_each_task()
     # out of the collector's sight: PySpark's worker collects garbage after every task, and
     # walking the preloaded modules' objects each time cost some 40 ms a task
     gc.freeze()
