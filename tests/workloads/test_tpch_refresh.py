@@ -16,7 +16,7 @@ import pytest
 from ops.run.run import run_pipeline
 from storage.store import Store
 from tests.helpers.operations import trace_at
-from tests.helpers.tpch import CHANGING, TABLES, Reference, generate, same_rows
+from tests.workloads.tpch import CHANGING, TABLES, Reference, generate, same_rows
 
 PIPELINE = '''
 def pipeline(p):
