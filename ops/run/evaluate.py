@@ -29,7 +29,7 @@ from ops.operators.arrangement import Arrangement, LiveArrangement
 from ops.operators.asof import as_of_join_changes, pending_changes
 from ops.operators.context import RESERVED, EvalContext
 from ops.operators.delta_join import delta_join_changes
-from ops.operators.join import join_changes, lookup_files
+from ops.operators.join import join_changes, lookup_files, matchable
 from ops.operators.join_direct import plan_direct, run_direct
 from ops.reduce.budget import task_rows
 from ops.reduce.operator import SPLIT_ROWS, reduce_changes, two_stage
@@ -320,6 +320,8 @@ def _join(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame |
         left_arr = right_arr = None
     if not ctx.extra:
         runtime.key_partitioned[n.id] = list(on)
+    nulls_equal = n.args.get("nulls_equal", False)
+    left, right = matchable(left, on, nulls_equal), matchable(right, on, nulls_equal)
     return join_changes(ctx, on, left, right, left_arr, right_arr, semi=semi, small=_small(ctx))
 
 
