@@ -5,7 +5,10 @@ Every command that prints a collection, a history, a SQL result or a report goes
 (``--json`` is ``--format jsonl``), written to stdout or to ``--output FILE`` (whose
 extension picks the format when ``--format`` is not given), a local path or an
 ``s3://bucket/key``, replaced whole or left as it was (ddcli/outputs.py). CSV writes null as
-``\\N``, what ``ingest`` reads as null (:func:`csv_null`).
+``\\N``, what ``ingest`` reads as null (:func:`csv_null`). CSV and JSON Lines keep every
+value exactly: a decimal as its exact digits (text, a string in JSON, so that no reader
+rounds it to a double), binary always as lower-case hex, which ``ingest`` decodes back into
+a trace's binary column.
 
 Progress bars (:func:`progress`) go to stderr and only when stderr is a terminal: a
 command run from a scheduler or a pipe prints nothing there but its one-line errors.
@@ -84,12 +87,9 @@ def _binary_out(output: str | None):
 def _json_default(v):
     import decimal
     if isinstance(v, decimal.Decimal):
-        return int(v) if v == v.to_integral_value() else float(v)
+        return format(v, "f")  # every digit, never an exponent
     if isinstance(v, (bytes, bytearray)):
-        try:
-            return v.decode("utf-8")
-        except UnicodeDecodeError:
-            return v.hex()
+        return v.hex()
     if hasattr(v, "isoformat"):
         return v.isoformat()
     return str(v)
@@ -198,7 +198,7 @@ def csv_null(tbl, null: str | None = None) -> str:
         if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
             clash = pc.any(pc.equal(col, pa.scalar(null, col.type))).as_py()
         elif pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
-            clash = pc.any(pc.equal(col, pa.scalar(null.encode(), col.type))).as_py()
+            clash = _is_hex(null) and pc.any(pc.equal(col, pa.scalar(bytes.fromhex(null), col.type))).as_py()
         else:
             continue
         if clash:
@@ -207,9 +207,14 @@ def csv_null(tbl, null: str | None = None) -> str:
     return null
 
 
+def _is_hex(text: str) -> bool:
+    """``text`` is what CSV output writes for some binary value (lower-case hex)."""
+    return len(text) % 2 == 0 and all(c in "0123456789abcdef" for c in text)
+
+
 def _csv_cell(v):
-    """A value as CSV text readers agree on: true/false, ISO dates, JSON for nested values
-    (null is the caller's: :func:`csv_null`)."""
+    """A value as CSV text readers agree on: true/false, ISO dates, exact decimals, hex
+    binary, JSON for nested values (null is the caller's: :func:`csv_null`)."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, str)):
