@@ -156,6 +156,8 @@ def table(tbl, fmt: str, output: str | None = None, *, title: str | None = None,
     shows every row, not the first :data:`TABLE_ROWS` (rows a reader acknowledges).
     ``null`` is the text CSV writes for null (see :func:`csv_null`).
     """
+    if fmt != "parquet":
+        tbl = _in_python_years(tbl)
     if fmt == "table":
         with _text_out(output) as fh:
             limit = TABLE_ROWS if output is None and not every_row else None
@@ -182,6 +184,28 @@ def table(tbl, fmt: str, output: str | None = None, *, title: str | None = None,
             pq.write_table(tbl, fh)
     else:  # pragma: no cover - the option parser only lets the four through
         raise RenderError(f"unknown output format {fmt!r}")
+
+
+def _in_python_years(tbl):
+    """``tbl`` with every timestamp column whose local time in its zone could leave Python's
+    years 1 to 9999 (an instant within a day of either end) shown in UTC: the same
+    instants, which text output would otherwise fail to print."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for i, f in enumerate(tbl.schema):
+        if not pa.types.is_timestamp(f.type) or f.type.tz in (None, "UTC") or tbl.num_rows == 0:
+            continue
+        per_second = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[f.type.unit]
+        lo, hi = pc.min_max(tbl.column(i).cast(pa.int64())).values()
+        if lo.is_valid and (lo.as_py() < _FIRST_SAFE * per_second or hi.as_py() > _LAST_SAFE * per_second):
+            utc = pa.timestamp(f.type.unit, "UTC")
+            tbl = tbl.set_column(i, pa.field(f.name, utc, f.nullable), tbl.column(i).cast(utc))
+    return tbl
+
+
+_FIRST_SAFE = -62135596800 + 86400  # 0001-01-02T00:00:00Z in seconds since the epoch
+_LAST_SAFE = 253402300799 - 86400  # 9999-12-30T23:59:59Z
 
 
 def csv_null(tbl, null: str | None = None) -> str:

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from ops.operators.context import EvalContext
 from ops.operators.join_sweep import SIDE, JoinSpec
 from ops.operators.join_task import SLICE_ROWS, join_task
 from ops.reduce.budget import task_rows
+from ops.spark.arrow_types import arrow_schema
 from ops.spark.python_stage import python_stage
 from ops.spark.session import partitions
 
@@ -97,7 +98,7 @@ def sweep_pairs(ctx: EvalContext, on: list[str], lefts: list[tuple[DataFrame, bo
         both = both.unionByName(f, allowMissingColumns=True)
     parts = _tasks(ctx)
     source = both.coalesce(1) if parts == 1 else both.repartition(parts, *key)
-    out_arrow = spec.output_schema(to_arrow_schema(both.schema))
+    out_arrow = spec.output_schema(arrow_schema(both.schema))
     budget = task_rows()
 
     def kernel(batches):

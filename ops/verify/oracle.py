@@ -244,16 +244,18 @@ class Oracle:
     def _per_key(self, present_or_all: DataFrame, group: list[str], values: list[str], fn, declared) -> DataFrame:
         """The user's function on each key's rows (its value columns plus ``_count``)."""
         import pyarrow as pa
-        from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from ops.spark.arrow_types import arrow_schema
 
         df = present_or_all
-        in_schema = to_arrow_schema(df.select(*values).schema)
+        in_schema = arrow_schema(df.select(*values).schema)
         if declared is not None:
             out_fields = list(pa.schema(declared))
         else:
             probe = pa.schema(list(in_schema) + [pa.field("_count", pa.int64())]).empty_table()
             out_fields = [f for f in fn(probe).schema if f.name != "_count"]
-        key_fields = list(to_arrow_schema(df.select(*group).schema))
+        key_fields = list(arrow_schema(df.select(*group).schema))
         result = pa.schema(key_fields + out_fields + [pa.field(M, pa.int64())])
 
         def per_group(table: pa.Table) -> pa.Table:

@@ -384,6 +384,8 @@ def _convert_to(src: Source, table: pa.Table, name: str, target: pa.DataType):
         why = ""
         if _family(target) == "binary":
             why = " (text files hold binary as hex)"
+        if pa.types.is_timestamp(target) and pa.types.is_timestamp(t) and t.unit == "ns":
+            why = " (a trace keeps timestamps to the microsecond, as Spark does)"
         if pa.types.is_integer(target):
             if isinstance(v, str) and _INT_TEXT.match(v) or isinstance(v, int):
                 why = " (out of range)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from datetime import datetime, timezone
 from decimal import Decimal
 
 import pyarrow as pa
@@ -90,3 +91,18 @@ def test_text_that_is_not_hex_is_refused_in_a_binary_column_naming_row_and_value
     (tmp_path / "bad.csv").write_text("id,money,big,blob,time\n7,1.00,1,00ff,3\n8,1.00,1,zz,3\n")
     err = one_line_error(ddcli(store, "ingest", "again", str(tmp_path / "bad.csv")))
     assert "row 2" in err and "'zz'" in err and "hex" in err, err
+
+
+def test_an_instant_whose_local_time_is_before_the_year_1_ingests_keyed_by_it_and_prints_in_utc(tmp_path):
+    """0001-01-01T00:00Z is still the year 0 in New York: every output prints it in UTC."""
+    store = str(tmp_path / "store")
+    first = datetime(1, 1, 1, tzinfo=timezone.utc)
+    later = datetime(2020, 1, 1, 12, tzinfo=timezone.utc)
+    ny = pa.timestamp("us", "America/New_York")
+    table = pa.table({"ts": pa.array([first, later], ny), "n": [1, 2], "time": [0, 0]})
+    pq.write_table(table, tmp_path / "old.parquet")
+    ok(ddcli(store, "ingest", "old", str(tmp_path / "old.parquet"), "--key", "ts"))
+    rows = [json.loads(x) for x in ok(ddcli(store, "query", "old", "--json")).stdout.splitlines()]
+    assert sorted((datetime.fromisoformat(r["ts"]), r["n"]) for r in rows) == [(first, 1), (later, 2)]
+    assert "0001-01-01T00:00:00+00:00" in ok(ddcli(store, "history", "old", "-f", "csv")).stdout
+    assert "0001-01-01 00:00:00+00:00" in ok(ddcli(store, "query", "old")).stdout
