@@ -125,14 +125,15 @@ class Collection:
 
     def avg(self, by, column: str, name: str | None = None) -> "Collection":
         """Per key: the mean of ``column`` over the rows present (nulls left out), a double
-        named ``name`` (default ``avg``). Built as a sum and a count joined by key."""
+        named ``name`` (default ``avg``). Built as a sum and a count joined by key (a null
+        key too: it is a group, as in SQL's GROUP BY)."""
         keys = _names("avg", by, "by")
         column = _name("avg", column, "column")
         name = name or "avg"
         values = self.filter(f"`{column}` IS NOT NULL")
         total = values.sum(keys, column, name="__avg_sum")
         n = values.reduce(keys, Count(name="__avg_n"))
-        return total.join(n, on=keys).select(*keys, **{name: "CAST(__avg_sum AS DOUBLE) / __avg_n"})
+        return total.join(n, on=keys, nulls_equal=True).select(*keys, **{name: "CAST(__avg_sum AS DOUBLE) / __avg_n"})
 
     def mean(self, by, column: str, name: str | None = None) -> "Collection":
         """The same as :meth:`avg` (default name ``mean``)."""
