@@ -2,9 +2,9 @@
 
 Typer calls these while the shell completes a word (``ddcli --install-completion`` sets it
 up); the command's own callbacks do not run then, so the store is found here as the
-command would find it: ``--store`` on the line so far, else ``$DDCLI_STORE``, else the
-configuration file's ``store``, else ``./ddstore``. Completion never fails: a store that
-cannot be read completes nothing.
+command would find it: the command's ``--store`` on the line so far, else ``ddcli``'s own
+(before the command), else ``$DDCLI_STORE``, else the configuration file's ``store``, else
+``./ddstore``. Completion never fails: a store that cannot be read completes nothing.
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ def _store_path(ctx: typer.Context) -> str:
 
     from storage.settings import BY_KEY, config_path, read_config
     given = ctx.params.get("store")
-    if given and ctx.get_parameter_source("store") in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
+    if given and ctx.get_parameter_source("store") == ParameterSource.COMMANDLINE:
         return given
+    before = ctx.find_root().params.get("store")  # ddcli --store PATH CMD
+    if before:
+        return before
     if os.environ.get("DDCLI_STORE"):
         return os.environ["DDCLI_STORE"]
     path = config_path(ctx.find_root().params.get("config"))

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 
 from ddcli.app import restore_env
-from storage.settings import SETTINGS, check_environment, config_path, read_config
+from storage.settings import BY_KEY, SETTINGS, SettingError, check_environment, config_path, read_config
 
 
 @dataclass
@@ -26,6 +26,7 @@ class Loaded:
 
     path: str | None = None  # the configuration file read (None: none)
     from_file: set[str] = field(default_factory=set)  # variables set from the file
+    from_option: set[str] = field(default_factory=set)  # variables set by ddcli's own options
 
 
 loaded = Loaded()
@@ -37,21 +38,31 @@ def _put(name: str, value: str) -> None:
     os.environ[name] = value
 
 
-def apply(explicit: str | None) -> Loaded:
+def apply(explicit: str | None, options: dict[str, str] | None = None) -> Loaded:
     """Check the environment's settings and the configuration file's, and put the file's
-    settings into the environment where it does not set them. Changes nothing when either
-    is wrong (a :class:`storage.settings.SettingError`)."""
+    settings into the environment where it does not set them; ``options`` (setting key ->
+    value, from ``ddcli --store PATH``) go in over both. Changes nothing when any is wrong
+    (a :class:`storage.settings.SettingError`)."""
     path = config_path(explicit)
     from_file = read_config(path) if path else {}
     from_env = check_environment()
+    given = {}
+    for key, raw in (options or {}).items():
+        try:
+            given[BY_KEY[key].env] = BY_KEY[key].check(raw)
+        except ValueError as e:
+            raise SettingError(f"--{key.replace('_', '-')} {raw!r} {e}") from None
     for name, text in from_env.items():  # the canonical text the code reads, e.g. true -> 1
         if os.environ[name] != text:
             _put(name, text)
-    loaded.path, loaded.from_file = (os.path.abspath(path) if path else None), set()
+    loaded.path, loaded.from_file, loaded.from_option = (os.path.abspath(path) if path else None), set(), set()
     for name, text in from_file.items():
-        if name not in from_env:
+        if name not in from_env and name not in given:
             _put(name, text)
             loaded.from_file.add(name)
+    for name, text in given.items():
+        _put(name, text)
+        loaded.from_option.add(name)
     return loaded
 
 
@@ -65,7 +76,7 @@ def effective(options: dict[str, str | None] | None = None) -> list[dict]:
         if given is not None:
             value, source = given, "option"
         elif value is not None:
-            source = "file" if s.env in loaded.from_file else "env"
+            source = "option" if s.env in loaded.from_option else "file" if s.env in loaded.from_file else "env"
         else:
             value, source = s.default, "default"
         rows.append({"key": s.key, "env": s.env, "value": value, "source": source,

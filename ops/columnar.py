@@ -160,11 +160,11 @@ def seg_cumsum_float(x: np.ndarray, idx: np.ndarray, lens: np.ndarray) -> np.nda
 
 
 def seg_cumsum_any_(x: np.ndarray, idx: np.ndarray, lens: np.ndarray) -> None:
-    """:func:`seg_cumsum_` for int64 or float64 arrays, in place."""
-    if x.dtype == np.int64:
-        seg_cumsum_(x, idx, lens)
-    else:
+    """:func:`seg_cumsum_` for int64, exact (Python int) or float64 arrays, in place."""
+    if x.dtype == np.float64:
         x[:] = seg_cumsum_float(x, idx, lens)
+    else:
+        seg_cumsum_(x, idx, lens)
 
 
 def exclusive_cumsum(x: np.ndarray) -> np.ndarray:

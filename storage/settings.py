@@ -25,6 +25,7 @@ from storage.errors import StoreError
 
 CONFIG_ENV = "DDCLI_CONFIG"
 CONFIG_FILE = "ddcli.toml"
+MAX_CONFIG_BYTES = 1 << 20  # a file of settings is a few hundred bytes
 
 
 class SettingError(StoreError):
@@ -213,16 +214,23 @@ def checked(s: Setting, raw: str) -> str:
     return s.check(str(raw))
 
 
+# The TOML types a kind takes besides a string (a string is read as the environment
+# variable's text would be): a boolean is a flag only, not the number 1; an integer is not
+# a flag; a float is a number of seconds, never a whole number.
+_TOML_TYPES: dict[Callable[[str], str], tuple[type, ...]] = {
+    _flag: (bool,), _size: (int,), _seconds: (int, float), _POSITIVE: (int,), _NON_NEGATIVE: (int,)}
+_TOML_NAMES = {bool: "boolean", int: "integer", float: "float", list: "array", dict: "table"}
+
+
 def from_toml(s: Setting, value: object, folder: str) -> str:
     """A value of the configuration file (in ``folder``) as setting ``s``'s canonical text."""
-    if isinstance(value, bool):
-        text = "1" if value else "0"
-    elif isinstance(value, (int, float)) and s.check is not _text:
-        text = str(value)
-    elif isinstance(value, str):
+    if isinstance(value, str):
         text = value
+    elif type(value) in _TOML_TYPES.get(s.check, ()):  # type(), not isinstance: True is an int
+        text = ("1" if value else "0") if isinstance(value, bool) else str(value)
     else:
-        raise ValueError(f"is a TOML {type(value).__name__}; write it as {_example(s)}")
+        kind = _TOML_NAMES.get(type(value), type(value).__name__)
+        raise ValueError(f"is a TOML {kind}; write it as {_example(s)}")
     text = s.check(text)
     if s.path and text and "://" not in text:
         text = os.path.normpath(os.path.join(folder, os.path.expanduser(text)))
@@ -231,7 +239,8 @@ def from_toml(s: Setting, value: object, folder: str) -> str:
 
 def _example(s: Setting) -> str:
     return {_flag: "true or false", _size: "a size such as \"2g\"", _seconds: "a number of seconds",
-            _POSITIVE: "a whole number", _NON_NEGATIVE: "a whole number"}.get(s.check, "a string")
+            _jvm_size: "a JVM memory size such as \"3g\"", _POSITIVE: "a whole number",
+            _NON_NEGATIVE: "a whole number"}.get(s.check, "a string")
 
 
 def config_path(explicit: str | None, environ=os.environ) -> str | None:
@@ -253,9 +262,16 @@ def read_config(path: str) -> dict[str, str]:
     import tomllib
     try:
         with open(path, "rb") as fh:
-            table = tomllib.load(fh)
+            data = fh.read(MAX_CONFIG_BYTES + 1)  # bounded: a huge file is refused unread
     except OSError as e:
         raise SettingError(f"configuration file {path}: cannot read it: {e.strerror or e}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise SettingError(f"configuration file {path}: larger than {MAX_CONFIG_BYTES >> 20} MiB, too large for "
+                           f"a file of settings")
+    try:
+        table = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise SettingError(f"configuration file {path}: not valid TOML: not UTF-8 text at byte {e.start}") from None
     except tomllib.TOMLDecodeError as e:
         raise SettingError(f"configuration file {path}: not valid TOML: {e}") from None
     folder = os.path.dirname(os.path.abspath(path))

@@ -24,8 +24,8 @@ def ingest(
     files: Annotated[list[str], typer.Argument(
         metavar="SOURCE...",
         help="Update files: CSV, JSON Lines or Parquet (CSV and JSON Lines may be .gz or .zst): "
-             "local paths, quoted globs ('data/*.csv'), s3://bucket/key or s3:// globs "
-             "('s3://lake/raw/day=*/*.csv.gz').")],
+             "local paths, quoted globs (`'data/*.csv'`), s3://bucket/key or s3:// globs "
+             "(`'s3://lake/raw/day=*/*.csv.gz'`).")],  # in code marks: the help reads Markdown
     key: Annotated[Optional[str], typer.Option(
         "--key", "-k", metavar="COLS",
         help="Key columns, comma-separated (first ingest only; default: the first data column).")] = None,

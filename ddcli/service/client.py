@@ -38,7 +38,7 @@ def forward(argv: list[str]) -> int | None:
     """The exit code of ``ddcli ARGV`` run by the user's service; None to run it here."""
     if identity.command_of(argv) is None or not hasattr(socket, "AF_UNIX"):
         return None
-    env = _settings()
+    env = _settings(identity.root_options(argv)[0].get("--config"))
     if env is None or not identity.enabled(env):
         return None
     master = identity.master_of(argv, env)
@@ -65,14 +65,14 @@ def forward(argv: list[str]) -> int | None:
     return _relay(channel, folder, key, grace_seconds(env))
 
 
-def _settings() -> dict | None:
+def _settings(explicit: str | None) -> dict | None:
     """The environment with the configuration file's settings under it (ddcli/config.py does
-    the same as a command starts), so the key sees a Spark setting the file holds; None when
-    the file is wrong (the command, run here, says how)."""
+    the same as a command starts; ``explicit``: ``ddcli --config PATH``), so the key sees a
+    Spark setting the file holds; None when the file is wrong (the command, run here, says how)."""
     from storage.settings import SettingError, config_path, read_config
     env = dict(os.environ)
     try:
-        path = config_path(None)
+        path = config_path(explicit)
         for name, text in (read_config(path) if path else {}).items():
             env.setdefault(name, text)
     except (SettingError, OSError):

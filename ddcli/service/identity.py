@@ -73,9 +73,31 @@ def service_dir(env=os.environ) -> str:
     return os.path.join(os.path.abspath(cache), "service")
 
 
+# ddcli's own options that take a value, before the command (ddcli/root.py): ``ddcli
+# --store PATH run p.py`` names the command ``run``, not ``PATH``
+ROOT_VALUE_OPTIONS = ("--config", "--store")
+
+
+def root_options(argv: list[str]) -> tuple[dict[str, str], str | None]:
+    """ddcli's own options given a value before the command (``--config`` -> its path), and
+    the command (None: none)."""
+    given: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=")
+        if name in ROOT_VALUE_OPTIONS:
+            if not eq:
+                value, i = (argv[i + 1] if i + 1 < len(argv) else ""), i + 1
+            given[name] = value
+        elif not argv[i].startswith("-"):
+            return given, argv[i]
+        i += 1
+    return given, None
+
+
 def command_of(argv: list[str]) -> str | None:
     """The command ``argv`` names when the service runs it (not for ``--help``), else None."""
-    command = next((a for a in argv if not a.startswith("-")), None)
+    command = root_options(argv)[1]
     if command not in SERVICE_COMMANDS or "--help" in argv or "-h" in argv:
         return None
     return command

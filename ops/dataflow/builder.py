@@ -133,7 +133,10 @@ class Collection:
         values = self.filter(f"`{column}` IS NOT NULL")
         total = values.sum(keys, column, name="__avg_sum")
         n = values.reduce(keys, Count(name="__avg_n"))
-        return total.join(n, on=keys, nulls_equal=True).select(*keys, **{name: "CAST(__avg_sum AS DOUBLE) / __avg_n"})
+        # rows whose multiplicities cancel leave a key present with no values: NULL, as SQL's
+        # mean of no values (not a division by zero)
+        joined = total.join(n, on=keys, nulls_equal=True)
+        return joined.select(*keys, **{name: "try_divide(CAST(__avg_sum AS DOUBLE), __avg_n)"})
 
     def mean(self, by, column: str, name: str | None = None) -> "Collection":
         """The same as :meth:`avg` (default name ``mean``)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import traceback
 
@@ -31,13 +32,19 @@ def load_pipeline(path: str, name: str | None = None) -> Pipeline:
     namespace: dict = {"__file__": os.path.abspath(path), "__name__": f"ddcli_pipeline_{name}"}
     p = Pipeline(name)
     try:
-        exec(code, namespace)
-        fn = namespace.get("pipeline")
-        if not callable(fn):
-            raise PipelineError(f"{path}: defines no function pipeline(p)")
-        fn(p)
+        with _exits_refused():
+            exec(code, namespace)
+            fn = namespace.get("pipeline")
+            if not callable(fn):
+                raise PipelineError(f"{path}: defines no function pipeline(p)")
+            fn(p)
     except PipelineError:
         raise
+    except (SystemExit, ProcessExit) as e:  # the file tried to end the command (or the warm engine)
+        line = _user_line(e, path)
+        call = f"{'os._exit' if isinstance(e, ProcessExit) else 'sys.exit'}({'' if e.code is None else repr(e.code)})"
+        raise PipelineError(f"{path}{':' + str(line) if line else ''}: the pipeline file calls {call} while it is "
+                            f"loaded; a pipeline file must not end the command") from None
     except Exception as e:  # the user's code raised: name the line in their file
         line = _user_line(e, path)
         raise PipelineError(f"{path}{':' + str(line) if line else ''}: {type(e).__name__}: {e}") from None
@@ -46,7 +53,33 @@ def load_pipeline(path: str, name: str | None = None) -> Pipeline:
     return p
 
 
-def _user_line(e: Exception, path: str) -> int | None:
+class ProcessExit(BaseException):
+    """``os._exit(code)`` called by a pipeline file while it loads. A BaseException, as
+    SystemExit is, so the file's own ``except Exception`` does not swallow it."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
+
+
+@contextlib.contextmanager
+def _exits_refused():
+    """``os._exit`` raises :class:`ProcessExit` while a pipeline file loads, rather than end
+    the process at once: in the warm engine (ddcli/service/) that process is the service,
+    and a command that ends is one error line, never a silent exit. Put back afterwards;
+    the command's other threads do not call ``os._exit`` meanwhile. (``posix._exit`` or a
+    signal the file sends its own process cannot be caught so.)"""
+    def refuse(code):
+        raise ProcessExit(code)
+
+    saved, os._exit = os._exit, refuse
+    try:
+        yield
+    finally:
+        os._exit = saved
+
+
+def _user_line(e: BaseException, path: str) -> int | None:
     target = os.path.abspath(path)
     line = None
     for fr in traceback.extract_tb(e.__traceback__):

@@ -54,7 +54,8 @@ def _reduce(n: Node, cols: Columns) -> Columns | None:
         out[reducer.name] = pa.int64()
     elif isinstance(reducer, reducers.Sum):
         t = cols[named]
-        numeric = t is not None and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t))
+        numeric = t is not None and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+                                     or pa.types.is_decimal(t))
         out[reducer.name] = reducer.output_schema(pa.schema([(named, t)])).field(0).type if numeric else None
     elif isinstance(reducer, (reducers.Min, reducers.Max)):
         out[reducer.name] = cols[named]

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ops import exact_sum
 from ops.columnar import COUNT, GROUP, empty_table, groups_of, np_int, seg_cumsum_
 
 class Reducer:
@@ -80,29 +81,30 @@ class CountDistinct(Reducer):
 
 
 class Sum(Reducer):
-    """``sum(col * count)``; int64 for integer columns, float64 for floats; nulls add 0."""
+    """``sum(col * count)``: int64 for integer columns, float64 for floats, decimal(38, s)
+    for decimals; nulls add 0. Doubles and decimals are summed exactly and rounded once
+    (ops/exact_sum.py), so the same multiset gives the same value in any order."""
 
     def __init__(self, col: str, name: str | None = None):
         self.col, self.name = col, name or "sum"
 
     def output_schema(self, values_schema):
         t = _check_col(values_schema, self.col).type
-        if pa.types.is_integer(t) or pa.types.is_boolean(t):
-            return pa.schema([pa.field(self.name, pa.int64())])
-        if pa.types.is_floating(t):
-            return pa.schema([pa.field(self.name, pa.float64())])
-        raise TypeError(f"Sum({self.col!r}): column type {t} is not numeric")
+        out = exact_sum.sum_type(t)
+        if out is None:
+            raise TypeError(f"Sum({self.col!r}): column type {t} is not numeric")
+        return pa.schema([pa.field(self.name, out)])
+
+    def out_type(self, values_schema: pa.Schema) -> pa.DataType:
+        return self.output_schema(values_schema).field(self.name).type
 
     def __call__(self, rows):
-        out_t = self.output_schema(rows.schema).field(self.name).type
-        dtype = np.int64 if out_t == pa.int64() else np.float64
-        col = rows.column(self.col)
-        col = pc.fill_null(col.cast(out_t), pa.scalar(0, out_t))
-        v = np.asarray(col.to_numpy(), dtype=dtype)
+        out_t = self.out_type(rows.schema)
+        w = exact_sum.weights(rows.column(self.col), out_t, np_int(rows.column(COUNT)))
         ug, inv = groups_of(rows)
-        s = np.zeros(len(ug), dtype)
-        np.add.at(s, inv, v * np_int(rows.column(COUNT)))
-        return _out(ug, {self.name: pa.array(s, out_t)})
+        s = np.zeros(len(ug), w.dtype)
+        np.add.at(s, inv, w)
+        return _out(ug, {self.name: exact_sum.values(s, out_t)})
 
 
 class _Extreme(Reducer):
@@ -201,6 +203,17 @@ class TopK(Reducer):
         return rows.filter(pa.array(m > 0))
 
 
+def _in_row_order(rows: pa.Table) -> pa.Table:
+    """Rows by group, then by their values: a user's function sees a key's rows in the
+    same order however its history was stored, so a sum of doubles it computes is the
+    same when a later run recomputes (and retracts) an output it wrote."""
+    keys = [(GROUP, "ascending")] + [(c, "ascending") for c in rows.column_names if c != GROUP]
+    try:
+        return rows.sort_by(keys)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):  # unsortable values
+        return rows.take(pa.array(np.argsort(np_int(rows.column(GROUP)), kind="stable")))
+
+
 class PerKey(Reducer):
     """User-defined ``fn(rows) -> rows`` on one group's value rows plus ``_count``.
 
@@ -224,9 +237,8 @@ class PerKey(Reducer):
 
     def __call__(self, rows):
         schema = self.output_schema(pa.schema([f for f in rows.schema if f.name not in (GROUP, COUNT)]))
+        rows = _in_row_order(rows)
         g = np_int(rows.column(GROUP))
-        order = np.argsort(g, kind="stable")
-        rows, g = rows.take(pa.array(order)), g[order]
         bounds = np.flatnonzero(np.r_[True, g[1:] != g[:-1], True]) if len(g) else np.zeros(1, np.int64)
         body = rows.drop_columns([GROUP])
         parts = []

@@ -83,6 +83,8 @@ def keyed_read_sql(files: list[str], keys: pa.Table, key: list[str]) -> str:
     """DuckDB SQL for the updates of ``files`` whose key is in the registered table
     ``touched_keys`` (``keys``)."""
     quoted = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+    if not key:  # a reduce over all rows (no key): every update is of the one key touched
+        return f"SELECT u.* FROM read_parquet([{quoted}]) u"
     cond = " AND ".join(f'u."{k}" IS NOT DISTINCT FROM t."{k}"' for k in key)
     # an IN-list on a single key lets DuckDB prune row groups by min/max statistics
     if len(key) == 1:
@@ -99,7 +101,8 @@ def duckdb_keyed_read(files: list[str], keys: pa.Table, key: list[str]) -> pa.Ta
 
     con = duckdb_connect(files)  # the files may be on an object store
     try:
-        con.register("touched_keys", keys)
+        if key:  # (DuckDB registers no table without columns; no key needs none)
+            con.register("touched_keys", keys)
         return con.sql(keyed_read_sql(files, keys, key)).to_arrow_table()
     finally:
         con.close()

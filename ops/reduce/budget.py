@@ -60,10 +60,11 @@ def task_rows() -> int:
     return max(1, int(os.environ.get("DDCLI_REDUCE_TASK_ROWS", TASK_ROWS)))
 
 
-def in_shares(reducer: rk.Reducer, values: list[str]) -> bool:
+def in_shares(reducer: rk.Reducer, values_schema: pa.Schema) -> bool:
     """Whether a key's rows can be reduced share by share: the reducers a big run splits
     among tasks, and those that look at one value row at a time."""
-    return bool(values) and (isinstance(reducer, (Distinct, Threshold)) or rk.splits(reducer))
+    return bool(values_schema.names) and (isinstance(reducer, (Distinct, Threshold))
+                                          or rk.splits(reducer, values_schema))
 
 
 def reduce_with_lookup(new: pa.Table, files: list[str], key: list[str], values: list[str], d: int,

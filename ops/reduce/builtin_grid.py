@@ -10,7 +10,7 @@ reducers avoid it on the same kernel:
   present is a question about that row alone, answered on the grid of each (key, value
   row). The key's grid then holds two synthetic rows instead of all of them: the
   weight's updates and the presence changes. A sum's weight travels in its own column
-  (``WEIGHT``, int64 or float64), accumulated along the grid beside the counts.
+  (``WEIGHT``: int64, or the exact bytes of ops/exact_sum.py), accumulated along the grid beside the counts.
 * **order** (``min``, ``max``, ``top_k``): the first k records of a collection are the
   first k of the union of the first k of any split of its rows. A key whose cells exceed
   the budget has its value rows dealt into shares small enough for the budget; each share
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from ops import exact_sum
 from ops.reduce.grid import grid_cells, grid_delta
 from ops.columnar import COUNT, GROUP, groups_of, new_flags, np_int, row_ids
 from ops.dataflow.reducers import Count, CountDistinct, Max, Reducer, Sum, Threshold, TopK
@@ -71,14 +71,14 @@ class _Scalar(Reducer):
         ug, inv = groups_of(rows)
         ch = np_int(rows.column(CHANNEL))
         cnt = np_int(rows.column(COUNT))
-        w = cnt if self.weight is None else rows.column(self.weight).to_numpy(zero_copy_only=False)
+        w = cnt if self.weight is None else exact_sum.from_arrow(rows.column(self.weight))
         weight = np.zeros(len(ug), w.dtype)
         present = np.zeros(len(ug), np.int64)
         np.add.at(weight, inv[ch == 0], w[ch == 0])
         np.add.at(present, inv[ch == 1], cnt[ch == 1])
         value = present if self.rows_count else weight
         keep = present > 0
-        return pa.table({GROUP: pa.array(ug[keep], pa.int64()), self.name: pa.array(value[keep], self.type),
+        return pa.table({GROUP: pa.array(ug[keep], pa.int64()), self.name: exact_sum.values(value[keep], self.type),
                          COUNT: pa.array(np.ones(int(keep.sum())), pa.int64())})
 
 
@@ -135,8 +135,8 @@ def abelian_synthetic(table: pa.Table, key: list[str], values: list[str], d: int
         weights = table.select(key_cols + ["diff"]).append_column("_new", pa.array(new_flags(table)))
         if isinstance(reducer, Sum):  # presence changes weigh nothing
             w = _sum_weights(table, values, reducer)
-            parts = [p.append_column(WEIGHT, pa.array(np.zeros(p.num_rows, w.dtype))) for p in parts]
-            weights = weights.append_column(WEIGHT, pa.array(w))
+            parts = [p.append_column(WEIGHT, exact_sum.to_arrow(np.zeros(p.num_rows, w.dtype))) for p in parts]
+            weights = weights.append_column(WEIGHT, exact_sum.to_arrow(w))
         parts.append(_channel(weights, 0, None))
     parts = [p for p in parts if p.num_rows]
     if not parts:
@@ -147,10 +147,9 @@ def abelian_synthetic(table: pa.Table, key: list[str], values: list[str], d: int
 
 
 def _sum_weights(table: pa.Table, values: list[str], reducer: Sum) -> np.ndarray:
-    """value x diff per update, in the sum's type (int64 or float64; a null adds 0)."""
-    wtype = reducer.output_schema(table.select(values).schema).field(reducer.name).type
-    v = pc.fill_null(table.column(reducer.col).cast(wtype), 0).to_numpy()
-    return np.asarray(v, np.int64 if wtype == pa.int64() else np.float64) * np_int(table.column("diff"))
+    """value x diff per update, exactly (ops/exact_sum.py; a null adds 0)."""
+    return exact_sum.weights(table.column(reducer.col), reducer.out_type(table.select(values).schema),
+                             np_int(table.column("diff")))
 
 
 def _channel(t: pa.Table, channel: int, new: bool | None) -> pa.Table:

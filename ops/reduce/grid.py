@@ -23,6 +23,7 @@ from types import SimpleNamespace
 import numpy as np
 import pyarrow as pa
 
+from ops import exact_sum
 from ops.columnar import (COUNT, GROUP, exclusive_cumsum, new_flags, np_int, ranks_within, row_ids,
                           seg_cumsum_any_)
 from ops.errors import KeyTooLarge
@@ -88,7 +89,7 @@ def grid_delta(table: pa.Table, key: list[str], values: list[str], d: int, reduc
         diff=np_int(table.column("diff")),
         new=new_flags(table),
         weight=weight,
-        w=None if weight is None else np.asarray(table.column(weight).to_numpy(zero_copy_only=False)),
+        w=None if weight is None else exact_sum.from_arrow(table.column(weight)),
         ranks=ranks,
         tstart=tstart,
         tvals=tvals,
@@ -290,7 +291,7 @@ def _changed_points(ctx, g: _Grid, cells: _Cells, kv_rep) -> tuple[pa.Table, np.
     count = np.concatenate([total[cells_t], total[cells_o] - fresh[cells_o]])
     take = pa.array(kv_rep[cells.kv[np.concatenate([cells_t, cells_o])]])
     weights = {} if ctx.weight is None else \
-        {ctx.weight: pa.array(np.concatenate([cells.wtotal[cells_t], cells.wold[cells_o]]))}
+        {ctx.weight: exact_sum.to_arrow(np.concatenate([cells.wtotal[cells_t], cells.wold[cells_o]]))}
     rin = pa.table(
         {
             GROUP: pa.array(group, pa.int64()),

@@ -30,6 +30,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
+from ops import exact_sum
 from ops.columnar import COUNT, GROUP, empty_table, new_flags, np_int, row_ids
 from ops.dataflow.reducers import (Count,  # noqa: F401 - the reducers are part of this module's interface
                                    CountDistinct, Distinct, Max, Min, PerKey, Reducer, Sum, Threshold, TopK,
@@ -276,6 +277,10 @@ def _assemble(table, key, key_rep, okey, t, out, diff, out_schema, result_schema
     if isinstance(out, dict):
         out_cols = out
         codes = [row_ids(pa.table(out_cols), list(out_cols), ordered=False)[0]] if out_cols else []
+    elif out.dtype == object:  # exact sums: their values, told apart by the values
+        name = out_schema.names[0]
+        out_cols = {name: exact_sum.values(out, out_schema.field(name).type)}
+        codes = [row_ids(pa.table(out_cols), [name], ordered=False)[0]]
     else:
         name = out_schema.names[0]
         out_cols, codes = {name: pa.array(out, out_schema.field(name).type)}, [out]
@@ -306,8 +311,7 @@ ORDER = (Min, Max, TopK)
 
 
 def partial_weight_type(reducer, values_schema: pa.Schema) -> pa.DataType:
-    if isinstance(reducer, Sum):
-        return reducer.output_schema(values_schema).field(reducer.name).type
+    """The type of the weights that travel between a reduce's two stages (int64)."""
     return pa.int64()
 
 
@@ -351,9 +355,13 @@ def abelian_from_partials(table: pa.Table, key: list[str], reducer, out_schema: 
     return part
 
 
-def splits(reducer: Reducer) -> bool:
+def splits(reducer: Reducer, values_schema: pa.Schema) -> bool:
     """Whether a key's value rows can be dealt to tasks for ``reducer`` (two stages):
-    every built-in reducer that looks at more than one value row at a time."""
+    every built-in reducer that looks at more than one value row at a time, except a sum
+    of doubles or decimals, whose exact partial sums are no int64 that Spark and Arrow
+    could add between the stages."""
+    if isinstance(reducer, Sum) and exact_sum.is_exact(reducer.out_type(values_schema)):
+        return False
     return isinstance(reducer, ORDER + ABELIAN)
 
 

@@ -46,7 +46,8 @@ class OldLookup:
         from storage.blobs.resolve import duckdb_connect
         self.what, self.keys, self.accumulated = (tuple(files), tuple(key), tuple(values)), keys, False
         self.con = limit_memory(duckdb_connect(files))  # the files may be on an object store
-        self.con.register("touched_keys", keys)
+        if key:  # (DuckDB registers no table without columns; a reduce without key needs none)
+            self.con.register("touched_keys", keys)
         self._count: int | None = None
 
     def old_count(self, sql: str) -> int:

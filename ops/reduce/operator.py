@@ -54,14 +54,22 @@ from storage.lattice import time_columns
 SPLIT_ROWS = 1 << 20
 
 
-def two_stage(ctx: EvalContext, reducer: rk.Reducer) -> bool:
+def two_stage(ctx: EvalContext, reducer: rk.Reducer, df: DataFrame) -> bool:
     """Split keys among tasks: outside loops, a built-in reducer that composes over
     shares of value rows (``rk.splits``), and a run big enough for a key to be hot
-    (``DDCLI_REDUCE_SPLIT_ROWS`` overrides the threshold; 0 splits every run)."""
+    (``DDCLI_REDUCE_SPLIT_ROWS`` overrides the threshold; 0 splits every run). ``df``:
+    the reduce's input (its columns' types decide for a sum)."""
     limit = int(os.environ.get("DDCLI_REDUCE_SPLIT_ROWS", SPLIT_ROWS))
     if ctx.extra or (ctx.delta_rows or 0) < limit:
         return False
-    return rk.splits(reducer)
+    return rk.splits(reducer, to_arrow_schema(df.schema))
+
+
+def by_key(df: DataFrame, parts: int, key: list[str]) -> DataFrame:
+    """``df`` partitioned so that each key's updates meet in one partition; a reduce over all
+    rows (no key) has one key, so one partition (a repartition by no column deals rows round
+    robin)."""
+    return df.repartition(parts, *key) if key else df.repartition(1)
 
 
 def output_arrow_schema(key_schema: pa.Schema, out_schema: pa.Schema, d: int) -> pa.Schema:
@@ -92,13 +100,13 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
     if old is not None and old_partitioned and parts > 1:
         # a loop view is hash-partitioned by the key already: shuffle only the new updates,
         # and the union keeps the partitioning (the repartition below is then a no-op)
-        both = both.repartition(parts, *full_key)
+        both = by_key(both, parts, full_key)
     if old is not None:
         both = both.unionByName(old.select(*df_new.columns).withColumn("_new", F.lit(False)))
     d = ctx.d
     lookup_files = None if lookup is None else list(lookup.files)  # the closure ships to tasks
     summary = summarisable(reducer, values_schema, d, bool(ctx.extra))
-    budget, shares_ok = task_rows(), in_shares(reducer, values)
+    budget, shares_ok = task_rows(), in_shares(reducer, values_schema)
 
     def kernel(batches):
         if lookup_files is None:  # every row of the task's keys comes through the shuffle
@@ -124,12 +132,12 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
             yield from out.select(out_arrow.names).cast(out_arrow).to_batches()
 
     shared = None
-    if lookup_files is None and two_stage(ctx, reducer):
+    if lookup_files is None and two_stage(ctx, reducer, df_new):
         source, last = _split_keys(both, full_key, values, in_schema, reducer, out_arrow, parts, kernel,
                                    ctx.delta_rows or 0, d, budget)
     else:
         # one partition holds every key: no shuffle needed to bring a key's updates together
-        source, last = (both.coalesce(1) if parts == 1 else both.repartition(parts, *full_key)), kernel
+        source, last = (both.coalesce(1) if parts == 1 else by_key(both, parts, full_key)), kernel
         if old is None:  # the source depends on df_new and the key only: other reduces may share it
             shared = SharedShuffle(df_new, full_key, parts, lookup_files)
     cols = list(key) + [f.name for f in reducer.output_schema(values_schema)]
@@ -160,7 +168,7 @@ def _split_keys(both: DataFrame, key: list[str], values: list[str], in_schema: p
         return run
 
     if not values:  # nothing to split a key by
-        return both.repartition(parts, *key), kernel
+        return by_key(both, parts, key), kernel
     key_fields = [in_schema.field(k) for k in key]
     tcols = time_columns(d)
     time_fields = [pa.field(c, pa.int64()) for c in tcols]
@@ -190,7 +198,7 @@ def _split_keys(both: DataFrame, key: list[str], values: list[str], in_schema: p
             nonzero = nonzero | (F.col(rk.WEIGHT) != 0)
         summed = stage1.groupBy(*key, *tcols, "_new", rk.CHANNEL).agg(*(F.sum(c).alias(c) for c in sums)) \
             .where(nonzero)
-        return summed.repartition(parts, *key), from_synthetic
+        return by_key(summed, parts, key), from_synthetic
     if isinstance(reducer, rk.ABELIAN):
         wtype = rk.partial_weight_type(reducer, pa.schema([in_schema.field(v) for v in values]))
         partial_schema = pa.schema(key_fields + [pa.field(rk.SIDE, pa.int64()), pa.field("time", pa.int64()),
@@ -209,7 +217,7 @@ def _split_keys(both: DataFrame, key: list[str], values: list[str], in_schema: p
         stage1 = both.repartition(parts, *key, *values).mapInArrow(first_stage(partials),
                                                                    from_arrow_schema(partial_schema))
         summed = stage1.groupBy(*key, rk.SIDE, "time").agg(F.sum(rk.DW).alias(rk.DW), F.sum(rk.DN).alias(rk.DN))
-        return summed.repartition(parts, *key), finish
+        return by_key(summed, parts, key), finish
     # min, max, top_k: shares of each key's value rows by a hash of the values, enough of
     # them that a share of a single hot key fits one slice of the kernel (rk.ROW_BUDGET)
     salts = max(8, 4 * parts, 2 * rows // rk.ROW_BUDGET)
@@ -221,7 +229,7 @@ def _split_keys(both: DataFrame, key: list[str], values: list[str], in_schema: p
 
     salted = both.withColumn(rk.SALT, F.pmod(F.xxhash64(*values), F.lit(salts)))
     stage1 = salted.repartition(parts, *key, rk.SALT).mapInArrow(first_stage(traces), from_arrow_schema(trace_schema))
-    return stage1.drop(rk.SALT).repartition(parts, *key), kernel
+    return by_key(stage1.drop(rk.SALT), parts, key), kernel
 
 
 def _table(batches) -> pa.Table | None:

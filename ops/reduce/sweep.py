@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ops import exact_sum
 from ops.dataflow import reducers as R
 from ops.columnar import new_flags, np_int, seg_cumsum_, seg_cumsum_any_
 from storage.row_order import group_sum, lex_order
@@ -108,11 +109,9 @@ def abelian_partials(s: Sweep, reducer) -> tuple:
         live, live_prev = s.acc != 0, s.prev != 0
         if isinstance(reducer, R.Count):
             weight = s.c
-        else:  # Sum: int64 for integer columns, float64 for floats; nulls add 0
-            out_t = reducer.output_schema(s.table.select([reducer.col]).schema).field(reducer.name).type
-            col = s.table.column(reducer.col).take(pa.array(s.upd_row))
-            col = pc.fill_null(col.cast(out_t), pa.scalar(0, out_t))
-            weight = np.asarray(col.to_numpy(), dtype=np.int64 if out_t == pa.int64() else np.float64) * s.c
+        else:  # Sum: int64 for integer columns, exact Python ints otherwise (ops/exact_sum.py)
+            out_t = reducer.out_type(s.table.select([reducer.col]).schema)
+            weight = exact_sum.weights(s.table.column(reducer.col).take(pa.array(s.upd_row)), out_t, s.c)
     pg, pt, point, _ = _timeline(s.g, s.t, 2 * s.K)
     dw = np.zeros(len(pg), weight.dtype)
     np.add.at(dw, point, weight)
@@ -134,9 +133,8 @@ def insert_only_partials(table: pa.Table, kid: np.ndarray, K: int, reducer, adva
         t = np.maximum(t, t0[kid])
     weight = diff
     if isinstance(reducer, R.Sum):
-        out_t = reducer.output_schema(table.select([reducer.col]).schema).field(reducer.name).type
-        col = pc.fill_null(table.column(reducer.col).cast(out_t), pa.scalar(0, out_t))
-        weight = np.asarray(col.to_numpy(), dtype=np.int64 if out_t == pa.int64() else np.float64) * diff
+        weight = exact_sum.weights(table.column(reducer.col), reducer.out_type(table.select([reducer.col]).schema),
+                                   diff)
     old = np.flatnonzero(~new)
     g = np.concatenate([kid * 2, kid[old] * 2 + OLD])
     pg, pt, point, _ = _timeline(g, np.concatenate([t, t[old]]), 2 * K)
@@ -159,7 +157,7 @@ def abelian_changes(reducer, pg, pt, dw, dn) -> tuple:
     if n:
         seg_cumsum_(nl, idx, lens)
         seg_cumsum_any_(w, idx, lens)
-    w_prev = w - dw if w.dtype == np.int64 else np.where(start, 0.0, np.r_[0.0, w[:-1]])
+    w_prev = w - dw  # exact: int64, or Python ints for doubles and decimals
     n_prev = nl - dn
     if isinstance(reducer, R.CountDistinct):
         w, w_prev = nl, n_prev

@@ -363,7 +363,7 @@ def _reduce(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame
     _need_columns(n, df, key, ctx, "reduce key")
     arr = None if runtime.planning else runtime.arrangement(n.inputs[0])
     # a split reduce deals each key's rows to several tasks: they cannot look keys up
-    split = two_stage(ctx, reducer)
+    split = two_stage(ctx, reducer, df)
     lookup = arr.lookup_source() if arr is not None and _small(ctx) and not split else None
     old = arr.old_for_keys(ctx, df, key) if arr is not None and lookup is None else None
     if not ctx.extra:

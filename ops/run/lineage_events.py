@@ -6,7 +6,7 @@ whole lineage budget (``DDCLI_LINEAGE_TIMEOUT``, 2 s) before sending anything, a
 with nothing to do would wait for it — and it brings nine packages for what is one JSON
 document POSTed per event. The client's conventions are kept: ``OPENLINEAGE_URL``,
 ``OPENLINEAGE_ENDPOINT`` (default ``api/v1/lineage``), ``OPENLINEAGE_API_KEY`` (sent as
-``Authorization: Bearer KEY``).
+``Authorization: Bearer KEY``). A redirect is not followed (the key would go with it).
 
 The custom facets follow the spec's rules for them: a prefixed name (``ddcli_trace``,
 ``ddcli_run``), ``_producer`` and ``_schemaURL`` (their schema: docs/openlineage_facets.json).
@@ -72,6 +72,19 @@ def to_json(e: dict) -> dict:
     }
 
 
+class RedirectNotFollowed(Exception):
+    """A receiver answered with a redirect, which ddcli does not follow."""
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Refuses every redirect: an event, and the API key sent with it, go to ``OPENLINEAGE_URL``
+    and nowhere else (urllib would resend the ``Authorization`` header to any host a 302 names)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        raise RedirectNotFollowed(f"the receiver answered {code} redirecting to {newurl}, not followed (events and "
+                                  f"OPENLINEAGE_API_KEY go only to OPENLINEAGE_URL: set it to the receiver's address)")
+
+
 def post(event: dict, timeout: float) -> None:
     """POST one event to ``$OPENLINEAGE_URL/$OPENLINEAGE_ENDPOINT``; an HTTP error raises."""
     url = os.environ["OPENLINEAGE_URL"].rstrip("/") + "/" + \
@@ -80,5 +93,6 @@ def post(event: dict, timeout: float) -> None:
     if os.environ.get("OPENLINEAGE_API_KEY"):
         headers["Authorization"] = f"Bearer {os.environ['OPENLINEAGE_API_KEY']}"
     body = json.dumps(to_json(event)).encode()
-    with urllib.request.urlopen(urllib.request.Request(url, body, headers, method="POST"), timeout=timeout) as resp:
+    opener = urllib.request.build_opener(_NoRedirect)
+    with opener.open(urllib.request.Request(url, body, headers, method="POST"), timeout=timeout) as resp:
         resp.read()

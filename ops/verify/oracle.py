@@ -209,6 +209,24 @@ class Oracle:
                 yield from t.filter(pa.array(m != 0)).to_batches()
         return df.mapInArrow(apply, schema)
 
+    def _sum(self, df: DataFrame, group: list, reducer, one) -> DataFrame:
+        """A sum: long for integers, double for floats, decimal(38, s) for decimals. A
+        decimal times the multiplicity keeps its scale (no precision given up for digits
+        the product cannot have): the setting is read when the expression is typed."""
+        t = dict(df.dtypes)[reducer.col]
+        decimal = t.startswith("decimal")
+        out_t = f"decimal(38,{t.split(',')[1]}" if decimal else "double" if t in ("float", "double") else "long"
+        conf, key = self.spark.conf, "spark.sql.decimalOperations.allowPrecisionLoss"
+        before = conf.get(key)
+        if decimal:
+            conf.set(key, "false")
+        try:
+            m = F.col(M).cast("decimal(19,0)") if decimal else F.col(M)
+            v = F.coalesce(F.col(reducer.col).cast(out_t), F.lit(0).cast(out_t)) * m
+            return df.groupBy(*group).agg(F.sum(v).cast(out_t).alias(reducer.name)).select(*group, reducer.name, one)
+        finally:
+            conf.set(key, before)
+
     def _reduce(self, n: Node, df: DataFrame, key: list[str], reducer) -> DataFrame:
         kind = type(reducer).__name__
         group = [AT, *key]
@@ -217,10 +235,7 @@ class Oracle:
         if kind == "Count":
             return df.groupBy(*group).agg(F.sum(M).alias(reducer.name)).select(*group, reducer.name, one)
         if kind == "Sum":
-            t = dict(df.dtypes)[reducer.col]
-            out_t = "double" if t in ("float", "double") else "long"
-            v = F.coalesce(F.col(reducer.col).cast(out_t), F.lit(0).cast(out_t)) * F.col(M)
-            return df.groupBy(*group).agg(F.sum(v).cast(out_t).alias(reducer.name)).select(*group, reducer.name, one)
+            return self._sum(df, group, reducer, one)
         present = df.filter(F.col(M) > 0)
         if kind in ("Min", "Max"):
             agg = F.min if kind == "Min" else F.max

@@ -371,6 +371,33 @@ def test_help_of_every_command():
         assert code in text
 
 
+
+def _commands(cmd, path=()):
+    yield list(path), cmd
+    for name, sub in getattr(cmd, "commands", {}).items():
+        yield from _commands(sub, (*path, name))
+
+
+def test_help_shows_every_help_text_as_written():
+    """The help renderer reads help texts as Markdown: a glob's ``*`` must not become emphasis.
+    Every option's and argument's help appears whole in its command's ``--help`` (backticks,
+    Markdown's code marks, aside), and every word of a command's text holding a ``*`` too."""
+    from typer.main import get_command
+
+    def words(text):
+        return " ".join(text.replace("`", "").split())
+
+    for path, cmd in _commands(get_command(app)):
+        shown = words(ok(runner.invoke(app, path + ["--help"], env={"COLUMNS": "4000"})).stdout.replace("\u2502", " "))
+        for param in cmd.params:
+            if getattr(param, "help", None):
+                assert words(param.help) in shown, (path, param.name, param.help)
+        for word in (cmd.help or "").split():
+            if "*" in word:
+                assert words(word).strip(".,;:()") in shown, (path, word)
+    ingest = ok(runner.invoke(app, ["ingest", "--help"], env={"COLUMNS": "4000"})).stdout
+    assert "('data/*.csv')" in ingest and "('s3://lake/raw/day=*/*.csv.gz')" in ingest
+
 def _run(args, store, env=None, **kw):
     e = {k: v for k, v in os.environ.items() if not k.startswith("DDCLI_")}
     e["PYTHONPATH"] = REPO + os.pathsep + e.get("PYTHONPATH", "")

@@ -183,6 +183,15 @@ def test_the_files_settings_reach_the_commands(here, tmp_path):
     ("strict_noop = \"maybe\"\n", ["strict_noop = 'maybe'", "true or false"]),
     ("spark_memory = 3\n", ["spark_memory = 3", "JVM memory size"]),
     ("lineage_timeout = -2\n", ["lineage_timeout = -2", "positive"]),
+    # TOML's types are kept apart: a boolean is no number, a number no flag, a float no count
+    ("run_history = true\n", ["run_history = true is a TOML boolean", "whole number"]),
+    ("run_history = 2.0\n", ["run_history = 2.0 is a TOML float", "whole number"]),
+    ("reduce_memory = 1.5\n", ["reduce_memory = 1.5 is a TOML float", "size"]),
+    ("strict_noop = 1\n", ["strict_noop = 1 is a TOML integer", "true or false"]),
+    ("lineage_timeout = false\n", ["lineage_timeout = false is a TOML boolean", "seconds"]),
+    ("loop_path = 1\n", ["loop_path = 1 is a TOML integer", "a string"]),
+    # a file of settings larger than 1 MiB is refused before it is read whole
+    ("store = \"st\"\n" + "#" * (1 << 20) + "\n", ["larger than 1 MiB"]),
     ("[spark]\nmaster = \"local\"\n", ["unknown key 'spark'"]),
     ("store = [\"a\"]\n", ["store = <a TOML list>"]),
     ("store = \"a\"\nstore = \"b\"\n", ["not valid TOML"]),
@@ -197,6 +206,12 @@ def test_an_unknown_key_or_bad_value_is_one_line_naming_file_key_and_value(here,
         err = one_line_error(invoke(*args))
         assert "configuration file ddcli.toml:" in err and all(n in err for n in needles), err
     assert tree_digest(store) == before
+
+
+def test_a_file_not_utf8_is_one_line(here):
+    (here / "ddcli.toml").write_bytes(b'store = "\xff"\n')
+    err = one_line_error(invoke("status"))
+    assert "configuration file ddcli.toml: not valid TOML: not UTF-8" in err
 
 
 def test_a_missing_file_or_a_bad_environment_value_is_one_line(here):

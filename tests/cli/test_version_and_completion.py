@@ -112,6 +112,8 @@ def test_trace_and_pipeline_names_complete_from_the_store(ran_store, tmp_path, m
     assert complete(f"ddcli ingest --store {ran_store} r") == ["roots"]  # no pipeline's output
     # the store as the command would find it: $DDCLI_STORE, ddcli.toml here, --config
     assert complete("ddcli query w", env={"DDCLI_STORE": ran_store}) == ["words"]
+    assert complete(f"ddcli --store {ran_store} query w", env={"DDCLI_STORE": str(tmp_path)}) == ["words"]
+    assert complete(f"ddcli --store {tmp_path} query --store {ran_store} w") == ["words"]
     write(tmp_path / "ddcli.toml", f'store = "{ran_store}"\n')
     assert complete("ddcli query re", cwd=str(tmp_path)) == ["revenue"]
     write(tmp_path / "other.toml", f'store = "{ran_store}"\n')

@@ -8,18 +8,31 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Receiver:
-    """An OpenLineage HTTP receiver: every POSTed body, parsed, with its path."""
+    """An OpenLineage HTTP receiver: every POSTed body, parsed, with its path; ``requests``:
+    every request's method, path and ``Authorization`` header (``redirect``: a URL it answers
+    every POST with a 302 to, after recording it)."""
 
-    def __init__(self):
+    def __init__(self, redirect: str | None = None):
         events = self.events = []
         auth = self.auth = []
+        requests = self.requests = []
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's name; a client following a 302 comes as GET
+                requests.append(("GET", self.path, self.headers.get("Authorization")))
+                self.send_response(405)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
             def do_POST(self):  # noqa: N802 - http.server's name
+                requests.append(("POST", self.path, self.headers.get("Authorization")))
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 events.append((self.path, json.loads(body)))
                 auth.append(self.headers.get("Authorization"))
-                self.send_response(200)
+                self.send_response(302 if redirect else 200)
+                if redirect:
+                    self.send_header("Location", redirect)
+                    self.send_header("Content-Length", "0")
                 self.end_headers()
 
             def log_message(self, *args):

@@ -122,3 +122,26 @@ def test_no_url_no_events(bad_pipeline, receiver):
     res, _ = run(store, path, {"OPENLINEAGE_URL": receiver.url, "OPENLINEAGE_ENDPOINT": "/custom/path",
                                "OPENLINEAGE_API_KEY": "k3y"})
     assert [p for p, _ in receiver.events] == ["/custom/path"] * 2 and receiver.auth == ["Bearer k3y"] * 2
+
+
+def test_a_redirect_is_not_followed_and_the_api_key_stays_with_the_receiver(bad_pipeline, receiver, monkeypatch):
+    """A receiver answering 302 to another host:port: nothing goes there, least of all the
+    key, and the events not sent are one warning line saying why."""
+    redirecting = Receiver(redirect=receiver.url + "/api/v1/lineage")
+    try:
+        store, path = bad_pipeline
+        res, _ = run(store, path, {"OPENLINEAGE_URL": redirecting.url, "OPENLINEAGE_API_KEY": "s3cret"})
+        assert "wrod" in one_line_error(res)
+        assert redirecting.auth == ["Bearer s3cret"] * 2 and receiver.requests == []
+
+        from ops.run.lineage import Emitter
+        monkeypatch.setenv("OPENLINEAGE_URL", redirecting.url)
+        monkeypatch.setenv("OPENLINEAGE_API_KEY", "s3cret")
+        emitter = Emitter(budget=30)
+        emitter.send({"eventType": "START", "eventTime": "2026-01-01T00:00:00+00:00", "runId": "r", "namespace": "n",
+                      "job": "j", "inputs": [], "outputs": [], "run": {}})
+        warning = emitter.close()
+        assert receiver.requests == [] and "\n" not in warning
+        assert warning.startswith("OpenLineage: 1 event(s) not sent") and "302" in warning and receiver.url in warning
+    finally:
+        redirecting.close()
