@@ -5,7 +5,10 @@ Every command that prints a collection, a history, a SQL result or a report goes
 (``--json`` is ``--format jsonl``), written to stdout or to ``--output FILE`` (whose
 extension picks the format when ``--format`` is not given), a local path or an
 ``s3://bucket/key``, replaced whole or left as it was (ddcli/outputs.py). CSV writes null as
-``\\N``, what ``ingest`` reads as null (:func:`csv_null`).
+``\\N``, what ``ingest`` reads as null (:func:`csv_null`). CSV and JSON Lines keep every
+value exactly: a decimal as its exact digits (text, a string in JSON, so that no reader
+rounds it to a double), binary always as lower-case hex, which ``ingest`` decodes back into
+a trace's binary column.
 
 Progress bars (:func:`progress`) go to stderr and only when stderr is a terminal: a
 command run from a scheduler or a pipe prints nothing there but its one-line errors.
@@ -84,12 +87,9 @@ def _binary_out(output: str | None):
 def _json_default(v):
     import decimal
     if isinstance(v, decimal.Decimal):
-        return int(v) if v == v.to_integral_value() else float(v)
+        return format(v, "f")  # every digit, never an exponent
     if isinstance(v, (bytes, bytearray)):
-        try:
-            return v.decode("utf-8")
-        except UnicodeDecodeError:
-            return v.hex()
+        return v.hex()
     if hasattr(v, "isoformat"):
         return v.isoformat()
     return str(v)
@@ -156,6 +156,8 @@ def table(tbl, fmt: str, output: str | None = None, *, title: str | None = None,
     shows every row, not the first :data:`TABLE_ROWS` (rows a reader acknowledges).
     ``null`` is the text CSV writes for null (see :func:`csv_null`).
     """
+    if fmt != "parquet":
+        tbl = _in_python_years(tbl)
     if fmt == "table":
         with _text_out(output) as fh:
             limit = TABLE_ROWS if output is None and not every_row else None
@@ -184,6 +186,28 @@ def table(tbl, fmt: str, output: str | None = None, *, title: str | None = None,
         raise RenderError(f"unknown output format {fmt!r}")
 
 
+def _in_python_years(tbl):
+    """``tbl`` with every timestamp column whose local time in its zone could leave Python's
+    years 1 to 9999 (an instant within a day of either end) shown in UTC: the same
+    instants, which text output would otherwise fail to print."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for i, f in enumerate(tbl.schema):
+        if not pa.types.is_timestamp(f.type) or f.type.tz in (None, "UTC") or tbl.num_rows == 0:
+            continue
+        per_second = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[f.type.unit]
+        lo, hi = pc.min_max(tbl.column(i).cast(pa.int64())).values()
+        if lo.is_valid and (lo.as_py() < _FIRST_SAFE * per_second or hi.as_py() > _LAST_SAFE * per_second):
+            utc = pa.timestamp(f.type.unit, "UTC")
+            tbl = tbl.set_column(i, pa.field(f.name, utc, f.nullable), tbl.column(i).cast(utc))
+    return tbl
+
+
+_FIRST_SAFE = -62135596800 + 86400  # 0001-01-02T00:00:00Z in seconds since the epoch
+_LAST_SAFE = 253402300799 - 86400  # 9999-12-30T23:59:59Z
+
+
 def csv_null(tbl, null: str | None = None) -> str:
     """The text CSV output writes for null: ``null``, by default ``\\N``, what ``ingest``
     reads as null (storage/files/nulls.py), so ddcli's CSV ingests back with its nulls
@@ -198,7 +222,7 @@ def csv_null(tbl, null: str | None = None) -> str:
         if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
             clash = pc.any(pc.equal(col, pa.scalar(null, col.type))).as_py()
         elif pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
-            clash = pc.any(pc.equal(col, pa.scalar(null.encode(), col.type))).as_py()
+            clash = _is_hex(null) and pc.any(pc.equal(col, pa.scalar(bytes.fromhex(null), col.type))).as_py()
         else:
             continue
         if clash:
@@ -207,9 +231,14 @@ def csv_null(tbl, null: str | None = None) -> str:
     return null
 
 
+def _is_hex(text: str) -> bool:
+    """``text`` is what CSV output writes for some binary value (lower-case hex)."""
+    return len(text) % 2 == 0 and all(c in "0123456789abcdef" for c in text)
+
+
 def _csv_cell(v):
-    """A value as CSV text readers agree on: true/false, ISO dates, JSON for nested values
-    (null is the caller's: :func:`csv_null`)."""
+    """A value as CSV text readers agree on: true/false, ISO dates, exact decimals, hex
+    binary, JSON for nested values (null is the caller's: :func:`csv_null`)."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, str)):

@@ -27,6 +27,18 @@ def np_int(col) -> np.ndarray:
     return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
+def matchable_rows(t: pa.Table | None, key: Sequence[str]) -> pa.Table | None:
+    """The rows of ``t`` that a join on ``key`` can match: those without a null key column
+    (SQL's equality; ``ops/operators/join.py``). None when none is left."""
+    if t is None or not any(t.column(k).null_count for k in key):
+        return t
+    valid = pc.is_valid(t.column(key[0]))
+    for k in key[1:]:
+        valid = pc.and_(valid, pc.is_valid(t.column(k)))
+    t = t.filter(valid)
+    return t if t.num_rows else None
+
+
 def new_flags(table: pa.Table) -> np.ndarray:
     """Which updates are this run's (``_new``); every update when the column is absent."""
     if "_new" not in table.column_names:

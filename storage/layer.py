@@ -259,6 +259,9 @@ def write_layer_file(table: pa.Table, directory: str, *, key: list[str], lower: 
     key_min = key_max = None
     if key and table.num_rows:
         k = table.column(key[0])
+        if pa.types.is_timestamp(k.type) and k.type.tz:
+            # the instants in UTC: a zone's local time of one may be beyond Python's years
+            k = k.cast(pa.timestamp(k.type.unit, "UTC"))
         key_min, key_max = key_bounds(k[0].as_py(), k[-1].as_py())
     meta = {"lower": lower.to_json(), "upper": upper.to_json(), "since": since.to_json(),
             "rows": table.num_rows, "key": key, "key_min": key_min, "key_max": key_max}

@@ -80,17 +80,21 @@ class Collection:
         return self._new("consolidate", [self])
 
     # ---- join family
-    def join(self, other: "Collection", on) -> "Collection":
-        """Inner join on key columns: diffs multiply, times join."""
-        return self._new("join", [self, other], on=_names("join", on, "on"))
+    def join(self, other: "Collection", on, *, nulls_equal: bool = False) -> "Collection":
+        """Inner join on key columns: diffs multiply, times join. As in SQL, a row with a
+        null in any key column matches nothing; ``nulls_equal=True`` matches null with null
+        (SQL's ``IS NOT DISTINCT FROM``)."""
+        return self._new("join", [self, other], **_join_args("join", on, nulls_equal))
 
-    def semijoin(self, other: "Collection", on) -> "Collection":
-        """Rows of ``self`` whose key is in ``other`` (multiplied by its multiplicity there)."""
-        return self._new("semijoin", [self, other], on=_names("semijoin", on, "on"))
+    def semijoin(self, other: "Collection", on, *, nulls_equal: bool = False) -> "Collection":
+        """Rows of ``self`` whose key is in ``other`` (multiplied by its multiplicity there);
+        a null key is in nothing unless ``nulls_equal=True`` (as in ``join``)."""
+        return self._new("semijoin", [self, other], **_join_args("semijoin", on, nulls_equal))
 
-    def antijoin(self, other: "Collection", on) -> "Collection":
-        """Rows of ``self`` whose key is not in ``other``: ``self - self.semijoin(other)``."""
-        return self.concat(self.semijoin(other, on).negate())
+    def antijoin(self, other: "Collection", on, *, nulls_equal: bool = False) -> "Collection":
+        """Rows of ``self`` whose key is not in ``other``: ``self - self.semijoin(other)``, so
+        a row with a null key stays (SQL's ``NOT EXISTS``) unless ``nulls_equal=True``."""
+        return self.concat(self.semijoin(other, on, nulls_equal=nulls_equal).negate())
 
     # ---- reduce family
     def reduce(self, by, reducer: Reducer) -> "Collection":
@@ -121,7 +125,8 @@ class Collection:
 
     def avg(self, by, column: str, name: str | None = None) -> "Collection":
         """Per key: the mean of ``column`` over the rows present (nulls left out), a double
-        named ``name`` (default ``avg``). Built as a sum and a count joined by key."""
+        named ``name`` (default ``avg``). Built as a sum and a count joined by key (a null
+        key too: it is a group, as in SQL's GROUP BY)."""
         keys = _names("avg", by, "by")
         column = _name("avg", column, "column")
         name = name or "avg"
@@ -130,7 +135,8 @@ class Collection:
         n = values.reduce(keys, Count(name="__avg_n"))
         # rows whose multiplicities cancel leave a key present with no values: NULL, as SQL's
         # mean of no values (not a division by zero)
-        return total.join(n, on=keys).select(*keys, **{name: "try_divide(CAST(__avg_sum AS DOUBLE), __avg_n)"})
+        joined = total.join(n, on=keys, nulls_equal=True)
+        return joined.select(*keys, **{name: "try_divide(CAST(__avg_sum AS DOUBLE), __avg_n)"})
 
     def mean(self, by, column: str, name: str | None = None) -> "Collection":
         """The same as :meth:`avg` (default name ``mean``)."""
@@ -179,7 +185,7 @@ class Collection:
 
     def as_of_join(self, other: "Collection", on) -> "Collection":
         """Each update joined with ``other`` as it was at the update's time; later changes of
-        ``other`` never change past results."""
+        ``other`` never change past results. A null key matches nothing, as in ``join``."""
         if not isinstance(other, Collection):
             raise PipelineError(f"as_of_join ({declared_at()}): expects a collection to look values up in, "
                                 f"got {other!r}")
@@ -301,7 +307,8 @@ class Pipeline:
 
     def delta_join(self, relations) -> Collection:
         """The natural join of ``relations`` on shared variables, keeping no intermediate results:
-        each item is a collection, ``(collection, "a", "b", ...)`` or ``(collection, {"a": "col"})``."""
+        each item is a collection, ``(collection, "a", "b", ...)`` or ``(collection, {"a": "col"})``.
+        A null in a shared variable matches nothing, as in ``join``."""
         where = declared_at()
         if not isinstance(relations, (list, tuple)) or len(relations) < 2:
             raise PipelineError(f"delta_join ({where}): give a list of at least two relations")
@@ -316,6 +323,17 @@ class Pipeline:
             raise PipelineError(f"delta_join ({where}): combines differentiated collections with ordinary ones; "
                                 f"bring the ordinary ones into moment time with .moments()")
         return colls[0]._new("delta_join", colls, relations=specs)
+
+
+def _join_args(op: str, on, nulls_equal) -> dict:
+    """A join's arguments; ``nulls_equal`` only when set, so that a pipeline written before
+    the option keeps its fingerprint."""
+    if not isinstance(nulls_equal, bool):
+        raise PipelineError(f"{op} ({declared_at()}): nulls_equal is True or False, got {nulls_equal!r}")
+    args = {"on": _names(op, on, "on")}
+    if nulls_equal:
+        args["nulls_equal"] = True
+    return args
 
 
 def _relation(r, i: int, where: str) -> tuple[Collection, tuple]:

@@ -88,6 +88,12 @@ def _node(n: Node, ins: list[Columns | None], schemas: dict[str, pa.Schema], exp
     a = n.args
     if n.op == "input":
         s = schemas.get(a["trace"])
+        for f in s or []:
+            if pa.types.is_timestamp(f.type) and f.type.unit == "ns":
+                # a trace made before ingest kept timestamps to the microsecond
+                raise PipelineError(f"{n.describe()}: column {f.name!r} of trace {a['trace']!r} is {f.type}, "
+                                    f"which Spark cannot read (it keeps timestamps to the microsecond); "
+                                    f"ingest it into a new trace, which stores microseconds")
         return None if s is None else {f.name: f.type for f in s}
     if n.op == "leave":  # inputs: the loop, and the collection that leaves it
         ins = ins[1:]

@@ -18,15 +18,15 @@ def read_layers(spark, paths: list[str], schema) -> DataFrame:
     """The updates of layer files ``paths`` as a DataFrame of ``schema`` (a Spark StructType)."""
     if not paths or for_path(paths[0]).spark_reads_files:
         return spark.read.schema(schema).parquet(*paths)
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from ops.spark.arrow_types import arrow_schema
 
-    arrow_schema = to_arrow_schema(schema)
+    arrow = arrow_schema(schema)
     files = list(paths)
 
     def read(batches):
         for b in batches:
             for i in b.column(0).to_pylist():
-                yield from layer_table(files[i], arrow_schema).to_batches()
+                yield from layer_table(files[i], arrow).to_batches()
 
     return spark.range(0, len(files), 1, len(files)).mapInArrow(read, schema)
 

@@ -15,7 +15,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from ops.spark.arrow_types import arrow_schema
 
 TAG = "_tag"
 
@@ -86,7 +88,7 @@ def _pack_columns(parts, schemas, wide: pa.Schema, spark_types: dict, partition)
 
 
 def frame_schema(df: DataFrame) -> pa.Schema:
-    return to_arrow_schema(df.schema)
+    return arrow_schema(df.schema)
 
 
 def unpack_frame(wide: DataFrame, tag: int, schema: pa.Schema) -> DataFrame:

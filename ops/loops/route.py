@@ -77,7 +77,7 @@ def build_body(p: Pipeline, loop_node: Node, plan: LoopPlan, schemas: dict, arra
             if isinstance(t, str):
                 return t
         elif n.op in ("join", "semijoin"):
-            t.on = list(a["on"])
+            t.on, t.nulls_equal = list(a["on"]), a.get("nulls_equal", False)
         elif n.op in ("reduce", "distinct", "threshold"):
             t.key, t.reducer = reduce_spec(n, schemas[n.inputs[0].id].names)
         elif n.op == "enter":

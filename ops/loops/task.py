@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ops.columnar import np_int
+from ops.columnar import matchable_rows, np_int
 from ops.loops.spine import Spine
 from ops.operators.join_static import StaticSide, usable_key
 from ops.operators.join_sweep import all_pairs
@@ -58,6 +58,7 @@ class TaskNode:
     exprs: dict[str, str] = field(default_factory=dict)  # select: name -> DuckDB SQL
     condition: str | None = None  # filter: DuckDB SQL
     on: list[str] = field(default_factory=list)  # join keys
+    nulls_equal: bool = False  # join: a null key matches a null key (else nothing)
     key: list[str] = field(default_factory=list)  # reduce keys
     reducer: object = None
     at_priority: bool = False  # enter: its updates come at their own iterations (enter_at)
@@ -299,6 +300,10 @@ class _Round:
         semi = n.op == "semijoin"
         li, ri = n.inputs
         rschema = self.schemas[ri]
+        if not n.nulls_equal:  # every pair holds a change: one with a null key matches nothing
+            d_left, d_right = matchable_rows(d_left, n.on), matchable_rows(d_right, n.on)
+            if d_left is None and d_right is None:
+                return None
         right_cols = [] if semi else [c for c in rschema.names if c not in n.on + self.tcols + ["diff"]]
 
         def view(t):
@@ -338,8 +343,8 @@ class _Round:
                 return None
             others = [c for c in self.schemas[sid].names if c not in n.on + self.tcols + ["diff"]]
             data = others if static_left else right_cols
-            cached = self.static[tag] = (spine.version, StaticSide.of(spine.whole(), n.on[0], data, self.tcols,
-                                                                      static_left))
+            whole = spine.whole() if n.nulls_equal else matchable_rows(spine.whole(), n.on)
+            cached = self.static[tag] = (spine.version, StaticSide.of(whole, n.on[0], data, self.tcols, static_left))
         side, it = cached[1], self.tcols[-1]
         if side is None or side.last_iteration > self.iteration:
             return None

@@ -52,7 +52,7 @@ from ops.dataflow.graph import Node
 from ops.errors import PipelineError
 from ops.operators.calculus import check_moment_time, refuse_from_scratch
 from ops.operators.context import EvalContext
-from ops.operators.join import sweep_pairs
+from ops.operators.join import matchable, sweep_pairs
 from ops.operators.linear import union_all
 
 PENDING_TIME = "_asof_time"
@@ -107,6 +107,9 @@ def as_of_join_changes(n: Node, ctx: EvalContext, ins: list, runtime) -> DataFra
     refuse_from_scratch(n, ctx, "an as-of join")
     if blips is not None and prices is not None:
         _check_sides(n, ctx, blips, prices, on)
+    # a null key matches nothing: new updates with one pair with nothing, and old ones meet
+    # only new updates
+    blips, prices = matchable(blips, on), matchable(prices, on)
     pending_arr = prices_arr = None
     if not runtime.planning:
         pending_arr, prices_arr = runtime.arrangement(n.inputs[0]), runtime.arrangement(n.inputs[1])

@@ -54,7 +54,7 @@ from ops.dataflow.calculus import check_domains
 from ops.dataflow.graph import Node
 from ops.errors import PipelineError
 from ops.operators.context import AT, EvalContext
-from ops.operators.join import sweep_pairs
+from ops.operators.join import matchable, sweep_pairs
 from ops.operators.linear import union_all
 
 RESOLVED = "_resolved"  # node.args key: [(variables, {variable: column})] once known
@@ -164,6 +164,7 @@ def _rule(n: Node, ctx: EvalContext, i: int, d_i: DataFrame, ins: list, rels, ar
                 partners.append(_as_variables(ctx, old, mapping))
         if not partners:
             return None
+        acc = matchable(acc, shared)  # a null variable matches nothing
         # every pair of the rule's changes and the partner's updates: the rule's side is the
         # new one, so that a sweep over time pairs each of them exactly once
         acc = sweep_pairs(ctx, shared, [(acc, True)], [(r, False) for r in partners])

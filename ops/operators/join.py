@@ -12,25 +12,42 @@ streams a hot key through time (``ops/operators/join_task.py``).
 Old updates: for a small run against stored arrangements each task reads its own keys'
 old updates with DuckDB (only new updates are shuffled); otherwise they are read from the
 partners' arrangements for the touched keys only (see ops/operators/arrangement.py) and shuffled
-with the new ones. Keys compare null-safely: a null key is a value like any other, as in
-differential dataflow.
+with the new ones.
+
+Null keys follow SQL: a row with a null in any key column matches nothing, unless the join
+says ``nulls_equal``. Every output pair holds at least one new update, so leaving the new
+updates with a null key out of both sides (``matchable``) is enough: an old update whose key
+is null then never meets a partner, at any run. The sweep itself compares keys null-safely
+(``nulls_equal`` joins, and ``ctx.extra``).
 """
 
 from __future__ import annotations
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from ops.operators.context import EvalContext
 from ops.operators.join_sweep import SIDE, JoinSpec
 from ops.operators.join_task import SLICE_ROWS, join_task
 from ops.reduce.budget import task_rows
+from ops.spark.arrow_types import arrow_schema
 from ops.spark.python_stage import python_stage
 from ops.spark.session import partitions
 
 #: The most partitions a join's shuffle takes (each writes a file of the output's layer).
 MAX_TASKS = 64
+
+
+def matchable(df: DataFrame | None, on: list[str], nulls_equal: bool = False) -> DataFrame | None:
+    """The updates of ``df`` that can match a partner: those without a null key column
+    (all of them with ``nulls_equal``)."""
+    if df is None or nulls_equal or not on:
+        return df
+    cond = F.col(on[0]).isNotNull()
+    for k in on[1:]:
+        cond = cond & F.col(k).isNotNull()
+    return df.filter(cond)
 
 
 def join_changes(ctx: EvalContext, on: list[str], d_left: DataFrame | None, d_right: DataFrame | None,
@@ -81,7 +98,7 @@ def sweep_pairs(ctx: EvalContext, on: list[str], lefts: list[tuple[DataFrame, bo
         both = both.unionByName(f, allowMissingColumns=True)
     parts = _tasks(ctx)
     source = both.coalesce(1) if parts == 1 else both.repartition(parts, *key)
-    out_arrow = spec.output_schema(to_arrow_schema(both.schema))
+    out_arrow = spec.output_schema(arrow_schema(both.schema))
     budget = task_rows()
 
     def kernel(batches):

@@ -80,6 +80,7 @@ class DirectJoin:
     bounds: tuple = ()
     cuts: tuple = ()
     reads: tuple = ()  # with ``bounds``: per task, the indices of the files (left's, then right's) it reads
+    nulls_equal: bool = False  # a null key matches a null key (else a row with one matches nothing)
 
     @property
     def tasks(self) -> int:
@@ -104,7 +105,8 @@ def plan_direct(n: Node, runtime, spark, d: int, delta_rows: int | None, lookup)
     files = tuple(list(runtime.source_files.get(i.args["trace"], [])) for i in n.inputs)
     job = DirectJoin(JoinSpec(tuple(on), left, right, d), files,
                      tuple(update_schema(schemas[i.id], d) for i in n.inputs), lookup,
-                     list(runtime.task_writes[("output", n.id)]), budget, direct_rows())
+                     list(runtime.task_writes[("output", n.id)]), budget, direct_rows(),
+                     nulls_equal=n.args.get("nulls_equal", False))
     if delta_rows <= budget:
         return job
     tasks = min(MAX_TASKS, max(slots(spark), -(-delta_rows // budget)))
@@ -170,6 +172,9 @@ def _joined_and_written(job: DirectJoin, i: int):
     end = job.cuts[i] if i < len(job.cuts) else None
     if end is not None:
         where = pc.field(spec.tcols[0]) < end
+    if not job.nulls_equal:  # a row with a null key matches nothing (the key is all new updates')
+        for k in spec.key:
+            where = pc.field(k).is_valid() if where is None else where & pc.field(k).is_valid()
     schema = _task_schema(spec, job.schemas)
     paths = [(s, f) for s in (0, 1) for f in job.files[s]]
     if job.reads:  # only the files whose keys meet the task's range

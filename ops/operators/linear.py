@@ -23,6 +23,36 @@ def select(ctx: EvalContext, df: DataFrame, columns: list, exprs: dict) -> DataF
     return df.select(*cols, *ctx.tail())
 
 
+#: Spark negates a decimal (``-x``, ``negative``, ``abs``) through Scala's BigDecimal, which
+#: rounds to 34 digits: a decimal of more digits comes out rounded, or refused as out of range.
+EXACT_NEGATION_DIGITS = 34
+_NEGATIONS = ("UnaryMinus", "Abs")
+
+
+def inexact_negation(df: DataFrame, out: DataFrame) -> str | None:
+    """The SQL of an expression of ``out`` (computed from ``df``) that negates a decimal of
+    more than :data:`EXACT_NEGATION_DIGITS` digits, or None. The expressions are walked only
+    when ``df`` has such a column (a few Py4J calls a node)."""
+    from pyspark.sql.types import DecimalType
+    if not any(isinstance(f.dataType, DecimalType) and f.dataType.precision > EXACT_NEGATION_DIGITS
+               for f in df.schema.fields):
+        return None
+    todo = list(_seq(out._jdf.queryExecution().analyzed().expressions()))
+    while todo:
+        e = todo.pop()
+        if e.getClass().getSimpleName() in _NEGATIONS:
+            t = e.dataType()
+            if t.getClass().getSimpleName() == "DecimalType" and t.precision() > EXACT_NEGATION_DIGITS:
+                return e.sql()
+        todo += _seq(e.children())
+    return None
+
+
+def _seq(seq) -> list:
+    """A Scala Seq (through Py4J) as a list."""
+    return [seq.apply(i) for i in range(seq.size())]
+
+
 def filter_(ctx: EvalContext, df: DataFrame, condition) -> DataFrame:
     return df.filter(expr(condition))
 

@@ -30,12 +30,13 @@ from typing import Callable
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from ops.reduce import kernel as rk
 from ops.operators.arrangement import Arrangement
 from ops.operators.context import EvalContext
 from ops.reduce.old_updates import OldLookup
+from ops.spark.arrow_types import arrow_schema
 from ops.spark.python_stage import python_stage
 from ops.reduce.shared_shuffle import SharedShuffle
 from ops.reduce.held_rows import HeldRows
@@ -90,7 +91,7 @@ def reduce_changes(ctx: EvalContext, df_new: DataFrame, old: DataFrame | None, k
     """
     full_key = ctx.extra + key
     values = [c for c in ctx.data_columns(df_new) if c not in key]
-    in_schema = to_arrow_schema(df_new.schema)
+    in_schema = arrow_schema(df_new.schema)
     values_schema = pa.schema([in_schema.field(v) for v in values])
     key_schema = pa.schema([in_schema.field(k) for k in full_key])
     out_arrow = output_arrow_schema(key_schema, reducer.output_schema(values_schema), ctx.d)

@@ -29,7 +29,7 @@ from ops.operators.arrangement import Arrangement, LiveArrangement
 from ops.operators.asof import as_of_join_changes, pending_changes
 from ops.operators.context import RESERVED, EvalContext
 from ops.operators.delta_join import delta_join_changes
-from ops.operators.join import join_changes, lookup_files
+from ops.operators.join import join_changes, lookup_files, matchable
 from ops.operators.join_direct import plan_direct, run_direct
 from ops.reduce.budget import task_rows
 from ops.reduce.operator import SPLIT_ROWS, reduce_changes, two_stage
@@ -273,7 +273,7 @@ def _select(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame
     if df is None:
         return None
     _need_columns(n, df, [c for c in a["columns"] if isinstance(c, str)], ctx, "select")
-    return linear.select(ctx, df, a["columns"], a["exprs"])
+    return _exact(n, df, linear.select(ctx, df, a["columns"], a["exprs"]))
 
 
 def _flat_map(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame | None:
@@ -282,11 +282,21 @@ def _flat_map(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFra
         return None
     if a["keep"] is not None:
         _need_columns(n, df, a["keep"], ctx, "flat_map keep")
-    return linear.flat_map(ctx, df, a["column"], a["expr"], a["keep"])
+    return _exact(n, df, linear.flat_map(ctx, df, a["column"], a["expr"], a["keep"]))
 
 
 def _filter(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame | None:
-    return None if ins[0] is None else linear.filter_(ctx, ins[0], n.args["condition"])
+    return None if ins[0] is None else _exact(n, ins[0], linear.filter_(ctx, ins[0], n.args["condition"]))
+
+
+def _exact(n: Node, df: DataFrame, out: DataFrame) -> DataFrame:
+    """``out``, unless one of its expressions negates a decimal Spark would round."""
+    sql = linear.inexact_negation(df, out)
+    if sql is not None:
+        raise PipelineError(f"{n.describe()}: {sql} negates a decimal of more than {linear.EXACT_NEGATION_DIGITS} "
+                            f"digits, which Spark rounds to {linear.EXACT_NEGATION_DIGITS} digits; cast it to "
+                            f"decimal({linear.EXACT_NEGATION_DIGITS}, s) or double first")
+    return out
 
 
 def _negate(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame | None:
@@ -320,6 +330,8 @@ def _join(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame |
         left_arr = right_arr = None
     if not ctx.extra:
         runtime.key_partitioned[n.id] = list(on)
+    nulls_equal = n.args.get("nulls_equal", False)
+    left, right = matchable(left, on, nulls_equal), matchable(right, on, nulls_equal)
     return join_changes(ctx, on, left, right, left_arr, right_arr, semi=semi, small=_small(ctx))
 
 

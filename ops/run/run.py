@@ -176,7 +176,7 @@ def check_pipeline(spark, p: Pipeline, views: dict[str, InputView], d: int,
 
 
 def _plan_schemas(spark, p: Pipeline, views: dict[str, InputView], d: int) -> dict[int, pa.Schema]:
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from ops.spark.arrow_types import arrow_schema
 
     ctx = EvalContext(spark, d)
     sources = {n: _empty_frame(spark, update_schema(v.trace.schema, d)) for n, v in views.items()}
@@ -186,7 +186,7 @@ def _plan_schemas(spark, p: Pipeline, views: dict[str, InputView], d: int) -> di
     for node_id, df in runtime.planned.items():
         if df is None:
             continue
-        s = to_arrow_schema(df.schema)
+        s = arrow_schema(df.schema)
         skip = {"diff"} | {c for c in df.columns if c == "time" or c.startswith("time_")}
         schemas[node_id] = pa.schema([s.field(c) for c in df.columns if c not in skip])
     return schemas

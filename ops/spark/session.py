@@ -28,6 +28,7 @@ import warnings
 
 from ops.errors import SparkSetupError
 from ops.spark import class_archive, code_zip, reaper
+from ops.spark.arrow_types import SESSION_TIME_ZONE
 
 _LOG4J = """\
 rootLogger.level = error
@@ -183,7 +184,7 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         # optimizer ("key not found: time_2", a record entered at a priority into a loop
         # nested in another) and costs planning time on long plans; ddcli needs none of it
         .config("spark.sql.constraintPropagation.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.session.timeZone", SESSION_TIME_ZONE)
         # PySpark's DataFrame debugging records the Python call site of every DataFrame call:
         # a stack walk and three Py4J calls each (a pipeline's planning makes thousands), and
         # an import of IPython on the first (0.6 s); ddcli's errors name the pipeline's line

@@ -10,8 +10,9 @@ plain driver loop for fixed points. It follows the model's definitions (docs/arc
 
 * a collection is consolidated: one row per distinct (``_at``, data) with a non-zero
   multiplicity ``_m``;
-* ``join`` multiplies multiplicities of rows with equal keys (nulls equal, as Spark's
-  ``<=>``); ``semijoin`` multiplies by the key's multiplicity on the right;
+* ``join`` multiplies multiplicities of rows with equal keys: SQL's ``=``, so a null key
+  matches nothing, or Spark's ``<=>`` when the join says ``nulls_equal``; ``semijoin``
+  multiplies by the key's multiplicity on the right;
 * ``reduce``: for every key whose accumulated input is non-empty, the key's output rows
   are ``f(input rows of the key)``, each once unless ``f`` says otherwise;
 * ``iterate``: ``x0 = input``, ``x(i+1) = body(x(i))`` until a round changes nothing.
@@ -80,10 +81,11 @@ def _expr(e):
     return F.expr(e) if isinstance(e, str) else e
 
 
-def _null_safe_on(left: DataFrame, right: DataFrame, cols: list[str]):
-    cond = left[AT] == right[AT]
-    for c in cols:
-        cond = cond & left[c].eqNullSafe(right[c])
+def _same_keys(keys: list[str], nulls_equal: bool = False):
+    """The join condition of a row and a partner whose columns are renamed ``_r...``."""
+    cond = F.col(AT) == F.col(f"_r{AT}")
+    for k in keys:
+        cond = cond & (F.col(k).eqNullSafe(F.col(f"_r{k}")) if nulls_equal else F.col(k) == F.col(f"_r{k}"))
     return cond
 
 
@@ -139,9 +141,9 @@ class Oracle:
         if n.op == "negate":
             return ins[0].withColumn(M, -F.col(M))
         if n.op == "join":
-            return self._join(ins[0], ins[1], a["on"])
+            return self._join(ins[0], ins[1], a["on"], a.get("nulls_equal", False))
         if n.op == "semijoin":
-            return self._semijoin(ins[0], ins[1], a["on"])
+            return self._semijoin(ins[0], ins[1], a["on"], a.get("nulls_equal", False))
         if n.op == "distinct":
             df = consolidated(ins[0]).filter(F.col(M) > 0)
             return df.withColumn(M, F.lit(1).cast("long"))
@@ -153,25 +155,19 @@ class Oracle:
 
     # ------------------------------------------------------------ joins
 
-    def _join(self, left: DataFrame, right: DataFrame, on: list[str]) -> DataFrame:
+    def _join(self, left: DataFrame, right: DataFrame, on: list[str], nulls_equal: bool) -> DataFrame:
         left, right = consolidated(left), consolidated(right)
         lrest = [c for c in data_columns(left) if c not in on]
         rrest = [c for c in data_columns(right) if c not in on]
         r = right.select(*[F.col(c).alias(f"_r{c}") for c in right.columns])
-        cond = F.col(AT) == F.col(f"_r{AT}")
-        for k in on:
-            cond = cond & F.col(k).eqNullSafe(F.col(f"_r{k}"))
-        j = left.join(r, cond, "inner")
+        j = left.join(r, _same_keys(on, nulls_equal), "inner")
         return j.select(AT, *on, *lrest, *[F.col(f"_r{c}").alias(c) for c in rrest],
                         (F.col(M) * F.col(f"_r{M}")).alias(M))
 
-    def _semijoin(self, left: DataFrame, right: DataFrame, on: list[str]) -> DataFrame:
+    def _semijoin(self, left: DataFrame, right: DataFrame, on: list[str], nulls_equal: bool) -> DataFrame:
         keys = consolidated(right.select(AT, *on, M))
         r = keys.select(*[F.col(c).alias(f"_r{c}") for c in keys.columns])
-        cond = F.col(AT) == F.col(f"_r{AT}")
-        for k in on:
-            cond = cond & F.col(k).eqNullSafe(F.col(f"_r{k}"))
-        j = consolidated(left).join(r, cond, "inner")
+        j = consolidated(left).join(r, _same_keys(on, nulls_equal), "inner")
         return j.select(AT, *data_columns(left), (F.col(M) * F.col(f"_r{M}")).alias(M))
 
     def _delta_join(self, n: Node, frames: list[DataFrame]) -> DataFrame:
@@ -191,11 +187,8 @@ class Oracle:
                 continue
             shared = [v for v in mapping if v in variables]
             r = rel.select(*[F.col(c).alias(f"_r{c}") for c in rel.columns])
-            cond = F.col(AT) == F.col(f"_r{AT}")
-            for v in shared:
-                cond = cond & F.col(v).eqNullSafe(F.col(f"_r{v}"))
             new = [v for v in mapping if v not in variables]
-            out = out.join(r, cond, "inner").select(AT, *variables, *[F.col(f"_r{v}").alias(v) for v in new],
+            out = out.join(r, _same_keys(shared), "inner").select(AT, *variables, *[F.col(f"_r{v}").alias(v) for v in new],
                                                     (F.col(M) * F.col(f"_r{M}")).alias(M))
             variables += new
         return out
@@ -266,16 +259,18 @@ class Oracle:
     def _per_key(self, present_or_all: DataFrame, group: list[str], values: list[str], fn, declared) -> DataFrame:
         """The user's function on each key's rows (its value columns plus ``_count``)."""
         import pyarrow as pa
-        from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from ops.spark.arrow_types import arrow_schema
 
         df = present_or_all
-        in_schema = to_arrow_schema(df.select(*values).schema)
+        in_schema = arrow_schema(df.select(*values).schema)
         if declared is not None:
             out_fields = list(pa.schema(declared))
         else:
             probe = pa.schema(list(in_schema) + [pa.field("_count", pa.int64())]).empty_table()
             out_fields = [f for f in fn(probe).schema if f.name != "_count"]
-        key_fields = list(to_arrow_schema(df.select(*group).schema))
+        key_fields = list(arrow_schema(df.select(*group).schema))
         result = pa.schema(key_fields + out_fields + [pa.field(M, pa.int64())])
 
         def per_group(table: pa.Table) -> pa.Table:

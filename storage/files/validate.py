@@ -359,7 +359,11 @@ def _convert_to(src: Source, table: pa.Table, name: str, target: pa.DataType):
         return col
     if pa.types.is_null(t):
         return col.cast(target)
-    if pa.types.is_string(t) and _family(target) not in ("string", "binary"):
+    if pa.types.is_string(t) and _family(target) == "binary" and src.fmt in ("csv", "jsonl"):
+        # text files hold binary as hex, as ddcli's CSV and JSON Lines output writes it
+        prepared = pc.utf8_trim_whitespace(col)
+        fn = lambda c: pc.cast(_from_hex(c), target)  # noqa: E731
+    elif pa.types.is_string(t) and _family(target) not in ("string", "binary"):
         # text (CSV, or JSON strings such as dates): parse it
         prepared = _text_prepare(col, target)
         fn = lambda c: pc.cast(c, target)  # noqa: E731
@@ -378,12 +382,40 @@ def _convert_to(src: Source, table: pa.Table, name: str, target: pa.DataType):
             raise src.fail(f"values do not convert to {target}", column=name) from None
         v = src.raw(table, name, i)
         why = ""
+        if _family(target) == "binary":
+            why = " (text files hold binary as hex)"
+        if pa.types.is_timestamp(target) and pa.types.is_timestamp(t) and t.unit == "ns":
+            why = " (a trace keeps timestamps to the microsecond, as Spark does)"
         if pa.types.is_integer(target):
             if isinstance(v, str) and _INT_TEXT.match(v) or isinstance(v, int):
                 why = " (out of range)"
             elif isinstance(v, float) and not math.isnan(v) and v == math.floor(v):
                 why = " (out of range)"
         raise src.fail(f"{show(v)} is not a valid {target}{why}", row=i + 1, column=name) from None
+
+
+_HEX_DIGITS = np.full(256, 255, np.uint8)  # a byte's value as a hex digit, 255: none
+_HEX_DIGITS[np.frombuffer(b"0123456789abcdef", np.uint8)] = np.arange(16)
+_HEX_DIGITS[np.frombuffer(b"ABCDEF", np.uint8)] = np.arange(10, 16)
+
+
+def _from_hex(col):
+    """Hex text decoded into bytes (nulls stay null); ValueError for anything else."""
+    if isinstance(col, pa.ChunkedArray):
+        return pa.chunked_array([_from_hex(c) for c in col.chunks], pa.binary())
+    valid = pc.is_valid(col)
+    col = pc.if_else(valid, col.cast(pa.large_string()), "")  # a null's slot holds no bytes
+    offsets = np.frombuffer(col.buffers()[1], np.int64)[col.offset:col.offset + len(col) + 1]
+    data = np.frombuffer(col.buffers()[2], np.uint8)[offsets[0]:offsets[-1]] if len(col) else np.zeros(0, np.uint8)
+    if np.any(np.diff(offsets) % 2):
+        raise ValueError("hex text of odd length")
+    high, low = _HEX_DIGITS[data[0::2]], _HEX_DIGITS[data[1::2]]
+    if np.any(high == 255) or np.any(low == 255):
+        raise ValueError("not hex")
+    out = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(col),
+                                           [None, pa.py_buffer((offsets - offsets[0]) // 2),
+                                            pa.py_buffer((high * 16 + low).astype(np.uint8).tobytes())])
+    return pc.if_else(valid, out, pa.scalar(None, pa.large_binary())).cast(pa.binary())
 
 
 def _check_nan(src: Source, table: pa.Table, name: str, col) -> None:

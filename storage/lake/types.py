@@ -8,8 +8,9 @@ files, so their types must be among those:
 * :func:`lake_type` is the type a *new* trace gets for a column (storage/files/validate.py
   asks when the first ingest infers the schema): unsigned integers widen to the next signed
   type (``uint64`` becomes ``int64``; a value beyond it is refused, naming its row),
-  timestamps in seconds or milliseconds become microseconds, fixed-size binary plain
-  binary, small decimals ``decimal128``. Nothing is lost.
+  timestamps in seconds, milliseconds or nanoseconds become microseconds (Spark's and
+  Delta's unit; a nanosecond value that is not a whole microsecond is refused, naming its
+  row), fixed-size binary plain binary, small decimals ``decimal128``. Nothing is lost.
 * :func:`delta_problem` says why an existing trace cannot be a Delta table (a type made
   before that rule, or one Delta has no counterpart for: nanosecond timestamps, times of
   day, durations, decimals beyond 38 digits); such a trace simply has no Delta table.
@@ -31,8 +32,8 @@ def lake_type(t: pa.DataType) -> pa.DataType:
     hold it, or when nothing lossless would fit: :func:`delta_problem` names those)."""
     if t in _WIDER:
         return _WIDER[t]
-    if pa.types.is_timestamp(t) and t.unit in ("s", "ms"):
-        return pa.timestamp("us", tz=t.tz)
+    if pa.types.is_timestamp(t) and t.unit in ("s", "ms", "ns"):
+        return pa.timestamp("us", tz=t.tz)  # from ns only when exact: a finer value is refused
     if pa.types.is_fixed_size_binary(t):
         return pa.binary()
     if pa.types.is_decimal(t) and not isinstance(t, pa.Decimal128Type) and t.precision <= 38:

@@ -61,7 +61,7 @@ def pipeline(p):
 """
 
 SALES = ("shop,amount,time,diff\n"
-         "a,10,1,1\na,20,1,1\nb,5,1,1\n"
+         "a,10,1,1\na,20,1,1\nb,5,1,1\n\\N,4,1,1\n\\N,7,2,1\n"
          "a,30,2,1\nb,\\N,2,1\n"
          "a,10,3,-1\nb,5,3,-1\nc,7,3,2\n")
 
@@ -70,7 +70,8 @@ def avg_reference(t: int) -> dict:
     rows = defaultdict(int)
     for r in csv.DictReader(io.StringIO(SALES)):
         if int(r["time"]) <= t:
-            rows[(r["shop"], r["amount"])] += int(r["diff"])
+            shop = None if r["shop"] == "\\N" else r["shop"]  # a null shop is a group too
+            rows[(shop, r["amount"])] += int(r["diff"])
     sums, counts = defaultdict(int), defaultdict(int)
     for (shop, amount), n in rows.items():
         if n and amount != "\\N":

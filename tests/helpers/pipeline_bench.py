@@ -38,7 +38,8 @@ def ys_row(rng):
 
 
 def _sometimes_null_key(make_row):
-    """Rows whose key ``k`` is sometimes null: keys compare null-safely (a null is a value)."""
+    """Rows whose key ``k`` is sometimes null (a null key matches nothing, unless a join says
+    ``nulls_equal``)."""
     def row(rng):
         r = make_row(rng)
         return (None,) + r[1:] if rng.random() < 0.12 else r

@@ -144,32 +144,41 @@ def _cols(v) -> list[str]:
     return [v] if isinstance(v, str) else list(v)
 
 
-def join(a: Coll, b: Coll, on) -> Coll:
+def _matches(ra: dict, rb: dict, on: list[str], nulls_equal: bool) -> bool:
+    """SQL's equality of keys: a null equals nothing, unless ``nulls_equal``."""
+    if not nulls_equal and any(ra[k] is None or rb[k] is None for k in on):
+        return False
+    return _key(ra, on) == _key(rb, on)
+
+
+def join(a: Coll, b: Coll, on, nulls_equal: bool = False) -> Coll:
     """Pairs with equal keys; multiplicities multiply. Left columns, then the right's others."""
     on = _cols(on)
     rest = [x for x in b.columns if x not in on]
     out = Coll(list(a.columns) + rest)
     for ra, ma in a.dicts():
         for rb, mb in b.dicts():
-            if _key(ra, on) == _key(rb, on):
+            if _matches(ra, rb, on, nulls_equal):
                 out.add(_key(ra, a.columns) + _key(rb, rest), ma * mb)
     return out
 
 
-def semijoin(a: Coll, b: Coll, on) -> Coll:
-    """Rows of ``a`` times the total multiplicity of their key in ``b``."""
+def semijoin(a: Coll, b: Coll, on, nulls_equal: bool = False) -> Coll:
+    """Rows of ``a`` times the total multiplicity of the rows of ``b`` with their key."""
     on = _cols(on)
     weight: Counter = Counter()
     for rb, mb in b.dicts():
         weight[_key(rb, on)] += mb
     out = Coll(a.columns)
     for ra, ma in a.dicts():
-        out.add(_key(ra, a.columns), ma * weight.get(_key(ra, on), 0))
+        if nulls_equal or all(ra[k] is not None for k in on):
+            out.add(_key(ra, a.columns), ma * weight.get(_key(ra, on), 0))
     return out
 
 
-def antijoin(a: Coll, b: Coll, on) -> Coll:
-    return concat(a, negate(semijoin(a, b, on)))
+def antijoin(a: Coll, b: Coll, on, nulls_equal: bool = False) -> Coll:
+    """``a`` less its semijoin: a row whose key is null stays (SQL's NOT EXISTS)."""
+    return concat(a, negate(semijoin(a, b, on, nulls_equal)))
 
 
 # ------------------------------------------------------------------ reduce family

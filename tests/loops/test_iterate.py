@@ -25,7 +25,7 @@ from ops.run.run import run_pipeline
 from tests.helpers import reference as R
 from tests.helpers.graphs import (EDGES, GRAPH_COLUMNS, GRAPHS, REACH, ROOTS, Bench,
                                   assert_loop_state_follows_the_frontier, edge_updates, graphs_ref, parity_ref,
-                                  reach_only_ref, root_updates, samples_source, sliding_window_runs)
+                                  reach_only_ref, reach_ref, root_updates, samples_source, sliding_window_runs)
 
 
 def pytest_generate_tests(metafunc):
@@ -279,6 +279,54 @@ def test_mutually_recursive_variables_compute_even_and_odd_walk_reachability(spa
     bench.check(parity_outputs_ref, outputs, path=path)
     got = bench.outputs_at(outputs, [(3,)])
     assert (0, 0) in got["odd"][(3,)] and (0, 1) in got["even"][(3,)]
+
+
+# ------------------------------------------------------------------ null nodes
+
+NULL_REACH = '''
+def pipeline(p):
+    edges = p.input("edges")
+    start = p.input("roots").select(root="node", node="node")
+    steps = edges.select(node="src", next="dst")
+    for out, nulls_equal in (("reach", False), ("reach_nulls", True)):
+        def hop(reached, nulls_equal=nulls_equal):
+            return (reached.join(steps, on="node", nulls_equal=nulls_equal).select("root", node="next")
+                    .concat(start).distinct())
+        p.output(out, start.iterate(hop), key=["root", "node"])
+'''
+
+
+def null_reach_ref(inputs) -> dict:
+    """BFS where a walk reaches a null node but never leaves it (SQL: a null key matches no
+    edge), and BFS where null is a node like any other (``nulls_equal``)."""
+    edges, roots = set(inputs["edges"]), {r for (r,) in inputs["roots"]}
+    sql = {e for e in edges if e[0] is not None}
+    return {"reach": reach_ref(sql, roots), "reach_nulls": reach_ref(edges, roots)}
+
+
+def test_a_walk_reaches_a_null_node_but_goes_no_further_unless_nulls_are_equal(spark, tmp_path):
+    bench = Bench(tmp_path)
+    path = bench.pipeline("null_reach", NULL_REACH)
+    outputs = {"reach": ("root", "node"), "reach_nulls": ("root", "node")}
+    rng = random.Random(5)
+    nodes = [0, 1, 2, 3, 4, None]
+    alive: set = set()
+    for r in range(2):
+        eu = [(e, (0,), 1) for e in [(0, None), (None, 3)]] if r == 0 else []
+        alive |= {e for e, _, _ in eu}
+        for t in range(4 * r + 1, 4 * r + 4):  # edges come and go over several times a run
+            for _ in range(3):
+                e = (rng.choice(nodes), rng.choice(nodes))
+                eu.append((e, (t,), -1 if e in alive else 1))
+                alive ^= {e}
+        bench.ingest("edges", EDGES, eu, upper=(4 * r + 4,))
+        roots = [((0,), (0,), 1), ((None,), (0,), 1), ((2,), (1,), 1)] if r == 0 else [((0,), (5,), -1)]
+        bench.ingest("roots", ROOTS, roots, upper=(4 * r + 4,))
+        bench.run(path)
+        bench.check(null_reach_ref, outputs, path=path if r == 1 else None)
+    got = bench.outputs_at(outputs, [(0,)])
+    assert (0, None) in got["reach"][(0,)] and (0, 3) not in got["reach"][(0,)]
+    assert (0, 3) in got["reach_nulls"][(0,)]
 
 
 # ------------------------------------------------------------------ the round guard

@@ -38,7 +38,7 @@ def bills_ref(orders, prices, T) -> R.Coll:
         if s > T[0]:
             continue
         for (pitem, price), m in R.accumulate(prices, ["item", "price"], (s,)).rows.items():
-            if pitem == item:  # None == None: keys compare null-safely
+            if pitem == item and item is not None:  # as in SQL, a null key matches nothing
                 out.add((oid, item, price), diff * m)
     return out
 

@@ -124,6 +124,8 @@ def pipeline(p):
     p.output("j2", xs.join(ys, on=["k", "v"]))
     p.output("semi", xs.semijoin(ys, on="k"))
     p.output("anti", xs.antijoin(ys, on="k"))
+    p.output("j_nulls", xs.join(yk, on="k", nulls_equal=True))
+    p.output("anti_nulls", xs.antijoin(ys, on="k", nulls_equal=True))
     shared = yk.filter("u > 0").arrange(by="k")
     p.output("ja", xs.select("k", "v").join(shared, on="k"))
     p.output("jb", xs.filter("w >= 2").select("k", w2="w * 10").join(shared, on="k"))
@@ -139,6 +141,8 @@ def joins_ref(i):
         "j2": R.join(xs, ys, ["k", "v"]),
         "semi": R.semijoin(xs, ys, "k"),
         "anti": R.antijoin(xs, ys, "k"),
+        "j_nulls": R.join(xs, yk, "k", nulls_equal=True),
+        "anti_nulls": R.antijoin(xs, ys, "k", nulls_equal=True),
         "ja": R.join(R.select(xs, "k", "v"), shared, "k"),
         "jb": R.join(R.select(R.filter_(xs, lambda r: r["w"] >= 2), "k", w2=lambda r: r["w"] * 10), shared, "k"),
     }
@@ -156,7 +160,7 @@ def test_join_semijoin_antijoin_and_a_shared_arrangement_equal_the_reference(spa
         assert sum(".arrange_" in s for s in state) == 1, state
         assert not any(".input_" in s or ".filter_" in s for s in state), state
 
-    run_random_stream(bench, path, joins_ref, ["j", "j2", "semi", "anti", "ja", "jb"], seed=10 + d,
+    run_random_stream(bench, path, joins_ref, ["j", "j2", "semi", "anti", "j_nulls", "anti_nulls", "ja", "jb"], seed=10 + d,
                       inputs=(("xs", XS, xs_row_null, 30, False), ("ys", YS, ys_row_null, 25, True)),
                       after_run=after_run,
                       verify_every_run=d == 2)
