@@ -205,8 +205,10 @@ def grace_seconds(env=os.environ) -> float:
     return value if value > 0 else GRACE_SECONDS
 
 
-def _relay(channel: protocol.Channel, folder: str, key: str, grace: float) -> int:
-    """Copy the command's output to this process's stdout and stderr until its exit code."""
+def _relay(channel: protocol.Channel, folder: str, key: str, grace: float) -> int | None:
+    """Copy the command's output to this process's stdout and stderr until its exit code;
+    None when the service, having taken the command, declines it before running anything
+    (its own code changed on disk): the command then runs in this process."""
     import select
     interrupts = _Interrupts(channel)
     previous = signal.signal(signal.SIGINT, interrupts)
@@ -236,6 +238,8 @@ def _relay(channel: protocol.Channel, folder: str, key: str, grace: float) -> in
             elif kind == protocol.EXIT:
                 code = int(protocol.decode(payload).get("code", EXIT_INTERNAL))
                 return EXIT_INTERNAL if broken and code == 0 else code
+            elif kind == protocol.BUSY:
+                return None
     finally:
         signal.signal(signal.SIGINT, previous)
         channel.close()
