@@ -59,8 +59,31 @@ def _reduce(n: Node, cols: Columns) -> Columns | None:
         out[reducer.name] = reducer.output_schema(pa.schema([(named, t)])).field(0).type if numeric else None
     elif isinstance(reducer, (reducers.Min, reducers.Max)):
         out[reducer.name] = cols[named]
+    elif isinstance(reducer, reducers.Agg):
+        out.update(_agg(n, reducer, cols, key, values))
     else:
         return None  # a user's per-key function: its columns come from calling it
+    return out
+
+
+def _agg(n: Node, reducer: "reducers.Agg", cols: Columns, key: list[str], values: list[str]) -> Columns:
+    """The columns of ``agg``: each component's column a value column, its type one the
+    aggregate takes, its name no key column."""
+    out = {}
+    for name, (kind, col) in reducer.components.items():
+        if name in key:
+            raise PipelineError(f"{n.describe()}: aggregate {name!r} has the name of a key column; rename it")
+        if col is not None and col not in values:
+            raise PipelineError(f"{n.describe()}: {name}={kind}({col!r}): {col!r} is not a value column "
+                                f"(value columns: {values})")
+        if col is not None and cols[col] is None:
+            out[name] = None
+            continue
+        one = reducers.Agg({name: reducers.Aggregate(kind, col)})
+        try:
+            out[name] = one.output_schema(pa.schema([] if col is None else [(col, cols[col])])).field(name).type
+        except (TypeError, ValueError) as e:
+            raise PipelineError(f"{n.describe()}: {name}={kind}({col!r}): {e}") from None
     return out
 
 
@@ -105,6 +128,9 @@ def _node(n: Node, ins: list[Columns | None], schemas: dict[str, pa.Schema], exp
         _need(n, ins[0], a["columns"], "select")
         typed = expression_type or (lambda e, cols: None)
         return {**{c: ins[0][c] for c in a["columns"]}, **{name: typed(e, ins[0]) for name, e in a["exprs"].items()}}
+    if n.op == "drop":
+        _need(n, ins[0], a["columns"], "drop")
+        return {c: t for c, t in ins[0].items() if c not in a["columns"]}
     if n.op == "flat_map":
         if a["keep"] is not None:
             _need(n, ins[0], a["keep"], "flat_map keep")

@@ -30,6 +30,8 @@ def summary(n: Node) -> str:
         return f"keeps the rows of {ins[0]} where {_expr(a['condition'])}"
     if op == "flat_map":
         return f"one row of {ins[0]} per element of {_expr(a['expr'])}, as column {a['column']}"
+    if op == "drop":
+        return f"{ins[0]} without {_names(a['columns'])}"
     if op == "concat":
         return f"the sum of {_names(ins)} (multiplicities add)"
     if op == "negate":
@@ -99,7 +101,7 @@ def _reducer(r, key) -> str:
     if isinstance(r, reducers.Max):
         return f"the greatest {r.col} {per}, as {name}"
     if isinstance(r, reducers.TopK):
-        order = f"{_names(r.order_by)}{' descending' if r.descending else ''}"
+        order = ", ".join(f"{c}{' descending' if d == 'descending' else ''}" for c, d in zip(r.order_by, r.directions))
         return f"the first {r.k} rows by {order} {per}"
     if isinstance(r, reducers.PerKey):
         return f"a function of each key's rows {per} ({getattr(r.fn, '__name__', 'user function')})"

@@ -41,10 +41,10 @@ M = "_m"  # the row's multiplicity in the collection at that time
 # depend on the history of their inputs, not on the inputs accumulated at one time
 TIME_DEPENDENT = {"differentiate": "a differentiated collection (differentiate)",
                   "as_of_pending": "an as-of join (as_of_join)", "as_of_join": "an as-of join (as_of_join)"}
-KNOWN = {"input", "output", "arrange", "consolidate", "integrate", "moments", "select", "filter", "flat_map", "concat", "negate",
+KNOWN = {"input", "output", "arrange", "consolidate", "integrate", "moments", "select", "filter", "flat_map", "drop", "concat", "negate",
          "join", "semijoin", "reduce", "distinct", "threshold", "loop", "variable", "enter", "leave",
          "delta_join"}
-REDUCERS = {"Count", "Sum", "Min", "Max", "CountDistinct", "TopK", "PerKey"}
+REDUCERS = {"Count", "Sum", "Min", "Max", "CountDistinct", "TopK", "PerKey", "Agg"}
 
 
 def check_supported(p: Pipeline) -> None:
@@ -131,6 +131,8 @@ class Oracle:
         if n.op == "flat_map":
             keep = a["keep"] if a["keep"] is not None else [c for c in data_columns(ins[0]) if c != a["column"]]
             return ins[0].select(AT, *keep, F.explode(_expr(a["expr"])).alias(a["column"]), M)
+        if n.op == "drop":
+            return ins[0].drop(*a["columns"])
         if n.op == "concat":
             out = ins[0]
             for other in ins[1:]:
@@ -251,17 +253,51 @@ class Oracle:
             return present.groupBy(*group).agg(F.count(F.lit(1)).cast("long").alias(reducer.name)) \
                 .select(*group, reducer.name, one)
         if kind == "TopK":
-            order = [F.col(c).desc_nulls_last() if reducer.descending else F.col(c).asc_nulls_last()
-                     for c in reducer.order_by]
+            order = [F.col(c).desc_nulls_last() if d == "descending" else F.col(c).asc_nulls_last()
+                     for c, d in zip(reducer.order_by, reducer.directions)]
             order += [F.col(c).asc_nulls_last() for c in values if c not in reducer.order_by]
             w = Window.partitionBy(*group).orderBy(*order).rowsBetween(Window.unboundedPreceding, -1)
             before = F.coalesce(F.sum(M).over(w), F.lit(0))
             m = F.least(F.col(M), F.greatest(F.lit(reducer.k) - before, F.lit(0)))
             return present.withColumn(M, m.cast("long")).filter(F.col(M) > 0)
+        if kind == "Agg":
+            return self._agg(df, group, reducer).select(*group, *reducer.components, one)
         if kind == "PerKey":
             return self._per_key(present_or_all=df, group=group, values=values, fn=reducer.fn,
                                  declared=getattr(reducer, "schema", None))
         raise PipelineError(f"{n.describe()}: verify does not support the reducer {kind} yet")
+
+    def _agg(self, df: DataFrame, group: list[str], reducer) -> DataFrame:
+        """Each component by a group-by of its own (SQL's aggregates over the rows whose
+        column is not null, multiplicities as weights), left-joined to every key present."""
+        out = df.select(*group).distinct()
+        types = dict(df.dtypes)
+        for name, (kind, col) in reducer.components.items():
+            rows = df if col is None else df.filter(F.col(col).isNotNull())
+            present = rows.filter(F.col(M) > 0)
+            if kind == "count":
+                value, fill = F.sum(M), 0
+            elif kind in ("sum", "avg"):
+                t = types[col]
+                x = F.col(col) if t.startswith("decimal") else F.col(col).cast("double" if t in ("float", "double") else "long")
+                value, fill = F.sum(x * F.col(M)), None
+                if kind == "avg":
+                    n = F.sum(M)
+                    value = F.when(n != 0, value.cast("double") / n.cast("double"))
+            elif kind == "count_distinct":
+                value, fill, rows = F.countDistinct(col), 0, present
+            else:
+                value, fill, rows = (F.min if kind == "min" else F.max)(col), None, present
+            part = rows.groupBy(*group).agg(value.alias(name))
+            part = part.select(*[F.col(c).alias(f"_p{c}") for c in group], name)
+            cond = None
+            for c in group:
+                eq = F.col(c).eqNullSafe(F.col(f"_p{c}"))
+                cond = eq if cond is None else cond & eq
+            out = out.join(part, cond, "left").drop(*[f"_p{c}" for c in group])
+            if fill is not None:
+                out = out.withColumn(name, F.coalesce(F.col(name), F.lit(fill).cast("long")))
+        return out
 
     def _per_key(self, present_or_all: DataFrame, group: list[str], values: list[str], fn, declared) -> DataFrame:
         """The user's function on each key's rows (its value columns plus ``_count``)."""
