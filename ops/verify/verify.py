@@ -5,7 +5,9 @@ consumed them) and the graph is evaluated on those collections by an independent
 (ops/verify/oracle.py: plain Spark joins, group-bys and a driver loop, sharing no operator code
 with ``ddcli run``); every checked time is one more value of the column ``_at``, so all
 times are evaluated in one Spark plan. The output traces accumulated at ``t`` must hold
-exactly the same rows with the same counts. Every time an output can tell apart is
+the same rows with the same counts; floating-point columns are equal within a relative
+:data:`TOLERANCE` (two evaluations may sum doubles in different orders), so a found row
+whose doubles are that close to an expected row's is paired with it. Every time an output can tell apart is
 checked (the grid of the time coordinates its inputs and outputs hold, within the
 pipeline's frontier and beyond every since), unless ``max_times`` caps them. This is the
 user's audit and the test suite's oracle.
@@ -30,6 +32,9 @@ from storage.layer import update_schema
 from storage.store import Store
 
 DEFAULT_MAX_TIMES = None  # every time
+#: Two floating-point values are equal when ``|a - b| <= TOLERANCE * max(|a|, |b|)`` (or both
+#: are NaN): the last bits of a sum of doubles depend on the order it adds them in.
+TOLERANCE = 1e-9
 
 
 @dataclass
@@ -140,7 +145,7 @@ def verify_pipeline(store: Store, path: str, *, name: str | None = None, at: lis
         data_cols = trace.data_columns if trace else [c for c in expected.columns if c not in (AT, M)]
         parts = [expected.select(AT, *data_cols, F.col(M).alias("_expected"), F.lit(0).cast("long").alias("_found"))]
         if out in actual_frames:
-            actual = accumulate(actual_frames[out], data_cols)
+            actual = _paired_within_tolerance(accumulate(actual_frames[out], data_cols), expected, data_cols)
             parts.append(actual.select(AT, *data_cols, F.lit(0).cast("long").alias("_expected"), F.col(M).alias("_found")))
         both = parts[0]
         for x in parts[1:]:
@@ -151,6 +156,32 @@ def verify_pipeline(store: Store, path: str, *, name: str | None = None, at: lis
             result.differences.append(Difference(out, times[r[AT]], {c: r[c] for c in data_cols}, r["_expected"], r["_found"]))
     result.differences.sort(key=lambda x: x.time)
     return result
+
+
+def _paired_within_tolerance(actual, expected, data_cols: list[str]):
+    """``actual`` with each row's floating-point values replaced by those of an expected row
+    at the same time that equals it elsewhere and is within :data:`TOLERANCE` there (the
+    least such row, so the choice is deterministic); rows without one are left as they are."""
+    types = dict(actual.dtypes)
+    floats = [c for c in data_cols if types[c] in ("double", "float")]
+    if not floats:
+        return actual
+    exact = [AT] + [c for c in data_cols if c not in floats]
+    e = expected.select(*[F.col(c).alias(f"_e{c}") for c in exact + floats]).distinct()
+    a = actual.withColumn("_row", F.monotonically_increasing_id())
+    cond = None
+    for c in exact:
+        x = F.col(c).eqNullSafe(F.col(f"_e{c}"))
+        cond = x if cond is None else cond & x
+    for c in floats:
+        v, w = F.col(c), F.col(f"_e{c}")
+        close = (F.abs(v - w) <= F.lit(TOLERANCE) * F.greatest(F.abs(v), F.abs(w))) | v.eqNullSafe(w) \
+            | (F.isnan(v) & F.isnan(w))
+        cond = cond & F.coalesce(close, F.lit(False))
+    best = a.join(e, cond).groupBy("_row").agg(F.min(F.struct(*[F.col(f"_e{c}") for c in floats])).alias("_best"))
+    snapped = a.join(best, "_row", "left")
+    return snapped.select(*[F.coalesce(F.col(f"_best._e{c}"), F.col(c)).alias(c) if c in floats else F.col(c)
+                            for c in [AT, *data_cols, M]])
 
 
 def _default_times(frames: list, d: int, frontier: Frontier, sinces: list[Frontier],
