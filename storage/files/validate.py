@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from storage.errors import TimeSyntaxError
 from storage.files import limits
+from storage.files.column_types import type_text
 from storage.files.messages import first_failure, first_index, show
 from storage.files.sources import JsonSource, Source
 from storage.lake.types import lake_type
@@ -43,7 +44,7 @@ class UpdateBatch:
         return self.data.num_rows
 
 
-def validate(src: Source, table: pa.Table, digest: str, *, schema, d, time) -> UpdateBatch:
+def validate(src: Source, table: pa.Table, digest: str, *, schema, d, time, types=None) -> UpdateBatch:
     names = table.column_names
     if not names:
         raise src.fail("empty file (no rows)")
@@ -113,6 +114,11 @@ def validate(src: Source, table: pa.Table, digest: str, *, schema, d, time) -> U
     if not data_names:
         raise src.fail("no data columns; an update needs at least one column besides time and diff")
 
+    types = dict(types or {})
+    for c in types:
+        if c not in data_names:
+            raise src.fail(f"--type names column {c!r}, which the file does not have (columns: {', '.join(data_names)})")
+
     # ---- data columns against the trace's schema
     if schema is not None:
         want = list(schema.names)
@@ -150,7 +156,7 @@ def validate(src: Source, table: pa.Table, digest: str, *, schema, d, time) -> U
             fields.append(pa.field(f.name, f.type))
     else:
         for n in data_names:
-            col = _infer(src, table, n)
+            col = _convert_to(src, table, n, types[n]) if n in types else _infer(src, table, n)
             if lake_type(col.type) != col.type:  # a type a Delta Lake table holds (storage/lake/types.py)
                 col = _convert_to(src, table, n, lake_type(col.type))
             cols.append(col)
@@ -383,6 +389,8 @@ def _convert_to(src: Source, table: pa.Table, name: str, target: pa.DataType):
                 why = " (out of range)"
             elif isinstance(v, float) and not math.isnan(v) and v == math.floor(v):
                 why = " (out of range)"
+        if pa.types.is_decimal(target):
+            raise src.fail(f"{show(v)} is not a valid {type_text(target)}", row=i + 1, column=name) from None
         raise src.fail(f"{show(v)} is not a valid {target}{why}", row=i + 1, column=name) from None
 
 
