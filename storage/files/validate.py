@@ -114,10 +114,7 @@ def validate(src: Source, table: pa.Table, digest: str, *, schema, d, time, type
     if not data_names:
         raise src.fail("no data columns; an update needs at least one column besides time and diff")
 
-    types = dict(types or {})
-    for c in types:
-        if c not in data_names:
-            raise src.fail(f"--type names column {c!r}, which the file does not have (columns: {', '.join(data_names)})")
+    types = _requested_types(src, types, data_names)
 
     # ---- data columns against the trace's schema
     if schema is not None:
@@ -151,8 +148,7 @@ def validate(src: Source, table: pa.Table, digest: str, *, schema, d, time, type
     fields = []
     if schema is not None:
         for f in schema:
-            col = _convert_to(src, table, f.name, f.type)
-            cols.append(col)
+            cols.append(_convert_to(src, table, f.name, f.type))
             fields.append(pa.field(f.name, f.type))
     else:
         for n in data_names:
@@ -168,6 +164,14 @@ def validate(src: Source, table: pa.Table, digest: str, *, schema, d, time, type
         _check_nan(src, table, f.name, col)
     data = pa.Table.from_arrays(cols, schema=pa.schema(fields))
     return UpdateBatch(path=src.path, data=data, times=times, diff=diff, d=fd, sha256=digest)
+
+
+def _requested_types(src: Source, types: dict | None, data_names: list[str]) -> dict:
+    """The column types asked for (``--type``), each naming a column of the file."""
+    for c in types or {}:
+        if c not in data_names:
+            raise src.fail(f"--type names column {c!r}, which the file does not have (columns: {', '.join(data_names)})")
+    return dict(types or {})
 
 
 def _check_time_option(src: Source, time, d) -> tuple[int, ...]:

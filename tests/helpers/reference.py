@@ -209,7 +209,8 @@ def _extreme(c, by, column, name, pick):
     def f(vals, values):
         i = values.index(column)
         present = [v[i] for v, m in vals.items() if m > 0]
-        return {(pick(present),): 1} if present else {}
+        values_ = [x for x in present if x is not None]  # nulls only when every row present is null
+        return ({(pick(values_),): 1} if values_ else {(None,): 1}) if present else {}
     return reduce(c, by, f, [name])
 
 

@@ -5,6 +5,8 @@ and d = 2, and ``verify`` after the last run."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pyarrow as pa
 import pytest
 
@@ -87,3 +89,47 @@ def test_top_k_refuses_a_malformed_order_when_declared(order_by, descending):
     xs = Pipeline().input("xs")
     with pytest.raises(PipelineError, match="top_k"):
         xs.top_k(by="k", k=2, order_by=order_by, descending=descending)
+
+
+DECIMALS = pa.schema([("k", pa.int64()), ("p", pa.decimal128(9, 2)), ("w", pa.int64())])
+
+
+def decimal_row(rng):
+    p = None if rng.random() < 0.15 else Decimal(rng.randrange(-300, 300)) / 100
+    return (rng.randrange(3), p, rng.randrange(4))
+
+
+DECIMAL_PIPELINE = '''
+from ops.dataflow import aggregates as A
+
+
+def pipeline(p):
+    xs = p.input("xs")
+    p.output("lo", xs.min(by="k", column="p"))
+    p.output("hi", xs.max(by="k", column="p"))
+    p.output("both", xs.agg("k", low=A.min("p"), high=A.max("p"), n=A.count("p")))
+    p.output("top", xs.top_k(by="k", k=2, order_by=[("p", "desc")]))
+    # a fixed point of agg inside a loop: the largest w per key, then unchanged
+    p.output("loop", xs.select("k", "w").iterate(lambda x: x.agg("k", w=A.max("w"))))
+'''
+
+
+def decimals_ref(i):
+    xs = i["xs"]
+    return {
+        "lo": R.min_(xs, "k", "p"),
+        "hi": R.max_(xs, "k", "p"),
+        "both": R.agg(xs, "k", low=("min", "p"), high=("max", "p"), n=("count", "p")),
+        "top": R.top_k(xs, "k", 2, [("p", "desc")]),
+        "loop": R.agg(R.select(xs, "k", "w"), "k", w=("max", "w")),
+    }
+
+
+def test_min_max_and_top_k_of_decimals_keep_the_type_and_agg_runs_in_a_loop(spark, tmp_path):
+    bench = Bench(tmp_path, 1)
+    path = bench.pipeline("decimals", DECIMAL_PIPELINE)
+    run_random_stream(bench, path, decimals_ref, ["lo", "hi", "both", "top", "loop"], seed=7, runs=2,
+                      inputs=(("xs", DECIMALS, decimal_row, 30, False),), verify_every_run=False)
+    types = {out: bench.store.trace(out).schema for out in ("lo", "hi", "both", "top")}
+    assert types["lo"].field("min").type == types["hi"].field("max").type == pa.decimal128(9, 2)
+    assert types["both"].field("low").type == types["top"].field("p").type == pa.decimal128(9, 2)
