@@ -145,43 +145,58 @@ def verify_pipeline(store: Store, path: str, *, name: str | None = None, at: lis
         data_cols = trace.data_columns if trace else [c for c in expected.columns if c not in (AT, M)]
         parts = [expected.select(AT, *data_cols, F.col(M).alias("_expected"), F.lit(0).cast("long").alias("_found"))]
         if out in actual_frames:
-            actual = _paired_within_tolerance(accumulate(actual_frames[out], data_cols), expected, data_cols)
+            actual = accumulate(actual_frames[out], data_cols)
             parts.append(actual.select(AT, *data_cols, F.lit(0).cast("long").alias("_expected"), F.col(M).alias("_found")))
         both = parts[0]
         for x in parts[1:]:
             both = both.unionByName(x)
-        bad = (both.groupBy(AT, *data_cols).agg(F.sum("_expected").alias("_expected"), F.sum("_found").alias("_found"))
-               .filter("_expected != _found").orderBy(AT, *data_cols).limit(5).collect())
+        bad = _paired_within_tolerance(_differing(both, data_cols), data_cols).orderBy(AT, *data_cols).limit(5).collect()
         for r in bad:
             result.differences.append(Difference(out, times[r[AT]], {c: r[c] for c in data_cols}, r["_expected"], r["_found"]))
     result.differences.sort(key=lambda x: x.time)
     return result
 
 
-def _paired_within_tolerance(actual, expected, data_cols: list[str]):
-    """``actual`` with each row's floating-point values replaced by those of an expected row
-    at the same time that equals it elsewhere and is within :data:`TOLERANCE` there (the
-    least such row, so the choice is deterministic); rows without one are left as they are."""
-    types = dict(actual.dtypes)
+def _differing(rows, data_cols: list[str]):
+    """The rows (``AT``, data columns) whose expected and found counts differ, with both."""
+    return (rows.groupBy(AT, *data_cols).agg(F.sum("_expected").alias("_expected"), F.sum("_found").alias("_found"))
+            .filter("_expected != _found"))
+
+
+def _paired_within_tolerance(diffs, data_cols: list[str]):
+    """``diffs`` (:func:`_differing`) with each row found too often paired with a row found
+    too rarely at the same time that equals it elsewhere and whose floating-point values
+    are within :data:`TOLERANCE` (the least such row, so the choice is deterministic): it
+    takes that row's values, and the rows differing only in their last bits cancel. Only
+    the differing rows are compared, so a check that finds none costs nothing more."""
+    types = dict(diffs.dtypes)
     floats = [c for c in data_cols if types[c] in ("double", "float")]
     if not floats:
-        return actual
+        return diffs
     exact = [AT] + [c for c in data_cols if c not in floats]
-    e = expected.select(*[F.col(c).alias(f"_e{c}") for c in exact + floats]).distinct()
-    a = actual.withColumn("_row", F.monotonically_increasing_id())
+    extra = diffs.filter(F.col("_found") > F.col("_expected"))
+    missing = diffs.filter(F.col("_found") < F.col("_expected"))
+    e = missing.select(*[F.col(c).alias(f"_e{c}") for c in exact + floats])
     cond = None
     for c in exact:
         x = F.col(c).eqNullSafe(F.col(f"_e{c}"))
         cond = x if cond is None else cond & x
     for c in floats:
         v, w = F.col(c), F.col(f"_e{c}")
-        close = (F.abs(v - w) <= F.lit(TOLERANCE) * F.greatest(F.abs(v), F.abs(w))) | v.eqNullSafe(w) \
-            | (F.isnan(v) & F.isnan(w))
+        close = (F.abs(v - w) <= F.lit(TOLERANCE) * F.greatest(F.abs(v), F.abs(w))) | v.eqNullSafe(w)
         cond = cond & F.coalesce(close, F.lit(False))
-    best = a.join(e, cond).groupBy("_row").agg(F.min(F.struct(*[F.col(f"_e{c}") for c in floats])).alias("_best"))
-    snapped = a.join(best, "_row", "left")
-    return snapped.select(*[F.coalesce(F.col(f"_best._e{c}"), F.col(c)).alias(c) if c in floats else F.col(c)
-                            for c in [AT, *data_cols, M]])
+    rows = [AT, *data_cols]
+    best = extra.select(*rows).join(e, cond).groupBy(*rows) \
+        .agg(F.min(F.struct(*[F.col(f"_e{c}") for c in floats])).alias("_best"))
+    best = best.select(*[F.col(c).alias(f"_b{c}") for c in rows], "_best")
+    same = None
+    for c in rows:
+        x = F.col(c).eqNullSafe(F.col(f"_b{c}"))
+        same = x if same is None else same & x
+    snapped = extra.join(best, same, "left").select(
+        *[F.coalesce(F.col(f"_best._e{c}"), F.col(c)).alias(c) if c in floats else F.col(c) for c in rows],
+        "_expected", "_found")
+    return _differing(snapped.unionByName(missing), data_cols)
 
 
 def _default_times(frames: list, d: int, frontier: Frontier, sinces: list[Frontier],

@@ -134,14 +134,16 @@ def test_doubles_compare_within_a_relative_tolerance_so_the_first_real_differenc
 
 
 def test_doubles_further_apart_than_the_tolerance_are_not_paired(spark):
-    from ops.verify.oracle import AT, M
+    from ops.verify.oracle import AT
     from ops.verify.verify import TOLERANCE, _paired_within_tolerance
 
-    def frame(rows):
-        return spark.createDataFrame(rows, f"{AT} long, k string, x double, {M} long")
-    expected = frame([(0, "a", 1.0, 1), (0, "b", 3.0, 1), (0, "c", None, 1), (1, "a", 1.0, 1)])
-    actual = frame([(0, "a", 1.0 + TOLERANCE / 10, 1), (0, "b", 3.0 * (1 + TOLERANCE * 10), 1), (0, "c", None, 1),
-                    (1, "b", 1.0, 1), (1, "a", 1.0 + TOLERANCE / 10, 2)])
-    got = {(r[AT], r["k"], r["x"], r[M]) for r in _paired_within_tolerance(actual, expected, ["k", "x"]).collect()}
-    assert got == {(0, "a", 1.0, 1), (0, "b", 3.0 * (1 + TOLERANCE * 10), 1), (0, "c", None, 1),
-                   (1, "b", 1.0, 1), (1, "a", 1.0, 2)}
+    def frame(rows):  # (time, k, x, expected count, found count)
+        return spark.createDataFrame(rows, f"{AT} long, k string, x double, _expected long, _found long")
+    close, far = 1.0 + TOLERANCE / 10, 3.0 * (1 + TOLERANCE * 10)
+    diffs = frame([(0, "a", 1.0, 1, 0), (0, "a", close, 0, 1),  # paired: they cancel
+                   (0, "b", 3.0, 1, 0), (0, "b", far, 0, 1),  # too far apart: both stay
+                   (1, "a", 1.0, 1, 0), (1, "c", close, 0, 1),  # another k: both stay
+                   (2, "a", 1.0, 1, 0), (2, "a", close, 0, 3)])  # paired, two more found
+    got = {tuple(r) for r in _paired_within_tolerance(diffs, ["k", "x"]).collect()}
+    assert got == {(0, "b", 3.0, 1, 0), (0, "b", far, 0, 1), (1, "a", 1.0, 1, 0), (1, "c", close, 0, 1),
+                   (2, "a", 1.0, 1, 3)}
