@@ -22,9 +22,6 @@ from ops.dataflow.reducers import Agg, Count, CountDistinct, Max, Min, PerKey, R
 from ops.errors import PipelineError
 from storage.state.trace import NAME_RE
 
-#: The constant key column of a reduce over the whole collection (``by=[]``).
-ALL = "__all"
-
 
 class Collection:
     """A collection that changes over time: the result of an operator in a pipeline."""
@@ -74,12 +71,6 @@ class Collection:
         """The sum of this collection and ``others`` (same columns): multiplicities add."""
         return self._new("concat", [self, *others])
 
-    def drop(self, *columns: str) -> "Collection":
-        """Every column but ``columns``."""
-        if not columns:
-            raise PipelineError(f"drop ({declared_at()}): give at least one column")
-        return self._new("drop", [self], columns=[_name("drop", c, "a column") for c in columns])
-
     def negate(self) -> "Collection":
         """Every multiplicity negated: ``c.concat(d.negate())`` is ``c - d``."""
         return self._new("negate", [self])
@@ -103,17 +94,11 @@ class Collection:
 
     # ---- reduce family
     def reduce(self, by, reducer: Reducer) -> "Collection":
-        """Per key: output ``reducer(input accumulated at t)`` at every time where it changes.
-
-        ``by=[]`` (or None) reduces the whole collection as one group: a constant key
-        column, ``__all``, is added for the reduce and dropped after it."""
+        """Per key: output ``reducer(input accumulated at t)`` at every time where it changes
+        (``by=[]`` or None: the whole collection as one group)."""
         if not isinstance(reducer, Reducer):
             raise PipelineError(f"reduce ({declared_at()}): expects a reducer (Count(), Sum(col), ...), got {reducer!r}")
-        key = [] if by is None else _names("reduce", by, "by")
-        if not key:
-            keyed = self.flat_map(ALL, "array(0)")
-            return keyed._new("reduce", [keyed], key=[ALL], reducer=reducer).drop(ALL)
-        return self._new("reduce", [self], key=key, reducer=reducer)
+        return self._new("reduce", [self], key=[] if by is None else _names("reduce", by, "by"), reducer=reducer)
 
     def agg(self, by, **aggregates) -> "Collection":
         """Per key, several aggregates in one reduce: ``agg("k", n=count(), total=sum("x"),

@@ -128,9 +128,6 @@ def _node(n: Node, ins: list[Columns | None], schemas: dict[str, pa.Schema], exp
         _need(n, ins[0], a["columns"], "select")
         typed = expression_type or (lambda e, cols: None)
         return {**{c: ins[0][c] for c in a["columns"]}, **{name: typed(e, ins[0]) for name, e in a["exprs"].items()}}
-    if n.op == "drop":
-        _need(n, ins[0], a["columns"], "drop")
-        return {c: t for c, t in ins[0].items() if c not in a["columns"]}
     if n.op == "flat_map":
         if a["keep"] is not None:
             _need(n, ins[0], a["keep"], "flat_map keep")

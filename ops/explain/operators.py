@@ -30,8 +30,6 @@ def summary(n: Node) -> str:
         return f"keeps the rows of {ins[0]} where {_expr(a['condition'])}"
     if op == "flat_map":
         return f"one row of {ins[0]} per element of {_expr(a['expr'])}, as column {a['column']}"
-    if op == "drop":
-        return f"{ins[0]} without {_names(a['columns'])}"
     if op == "concat":
         return f"the sum of {_names(ins)} (multiplicities add)"
     if op == "negate":

@@ -201,7 +201,7 @@ def shared_costly(p: Pipeline, arranged: dict[int, Node], uses: dict[int, int]) 
 
 
 #: Operators that compute each change from one change of their inputs, cheaply.
-_LINEAR = {"select", "filter", "flat_map", "drop", "concat", "negate", "consolidate", "output", "arrange"}
+_LINEAR = {"select", "filter", "flat_map", "concat", "negate", "consolidate", "output", "arrange"}
 
 
 def _evaluate_node(n: Node, ctx: EvalContext, frames: dict, runtime: Runtime) -> DataFrame | None:
@@ -283,14 +283,6 @@ def _flat_map(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFra
     if a["keep"] is not None:
         _need_columns(n, df, a["keep"], ctx, "flat_map keep")
     return linear.flat_map(ctx, df, a["column"], a["expr"], a["keep"])
-
-
-def _drop(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame | None:
-    df = ins[0]
-    if df is None:
-        return None
-    _need_columns(n, df, n.args["columns"], ctx, "drop")
-    return df.drop(*n.args["columns"])
 
 
 def _filter(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame | None:
@@ -383,7 +375,6 @@ EVALUATORS: dict[str, Evaluator] = {
     "select": _select,
     "filter": _filter,
     "flat_map": _flat_map,
-    "drop": _drop,
     "concat": _concat,
     "negate": _negate,
     "consolidate": _consolidate,

@@ -28,6 +28,8 @@ are refused in one line, as is any operator this module does not know yet.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -41,7 +43,7 @@ M = "_m"  # the row's multiplicity in the collection at that time
 # depend on the history of their inputs, not on the inputs accumulated at one time
 TIME_DEPENDENT = {"differentiate": "a differentiated collection (differentiate)",
                   "as_of_pending": "an as-of join (as_of_join)", "as_of_join": "an as-of join (as_of_join)"}
-KNOWN = {"input", "output", "arrange", "consolidate", "integrate", "moments", "select", "filter", "flat_map", "drop", "concat", "negate",
+KNOWN = {"input", "output", "arrange", "consolidate", "integrate", "moments", "select", "filter", "flat_map", "concat", "negate",
          "join", "semijoin", "reduce", "distinct", "threshold", "loop", "variable", "enter", "leave",
          "delta_join"}
 REDUCERS = {"Count", "Sum", "Min", "Max", "CountDistinct", "TopK", "PerKey", "Agg"}
@@ -131,8 +133,6 @@ class Oracle:
         if n.op == "flat_map":
             keep = a["keep"] if a["keep"] is not None else [c for c in data_columns(ins[0]) if c != a["column"]]
             return ins[0].select(AT, *keep, F.explode(_expr(a["expr"])).alias(a["column"]), M)
-        if n.op == "drop":
-            return ins[0].drop(*a["columns"])
         if n.op == "concat":
             out = ins[0]
             for other in ins[1:]:
@@ -218,7 +218,7 @@ class Oracle:
                 yield from t.filter(pa.array(m != 0)).to_batches()
         return df.mapInArrow(apply, schema)
 
-    def _sum(self, df: DataFrame, group: list, reducer, one) -> DataFrame:
+    def _sum(self, df: DataFrame, group: list, reducer, *also) -> DataFrame:
         """A sum: long for integers, double for floats, decimal(38, s) for decimals. A
         decimal times the multiplicity keeps its scale (no precision given up for digits
         the product cannot have): the setting is read when the expression is typed."""
@@ -232,7 +232,7 @@ class Oracle:
         try:
             m = F.col(M).cast("decimal(19,0)") if decimal else F.col(M)
             v = F.coalesce(F.col(reducer.col).cast(out_t), F.lit(0).cast(out_t)) * m
-            return df.groupBy(*group).agg(F.sum(v).cast(out_t).alias(reducer.name)).select(*group, reducer.name, one)
+            return df.groupBy(*group).agg(F.sum(v).cast(out_t).alias(reducer.name), *also)
         finally:
             conf.set(key, before)
 
@@ -244,7 +244,7 @@ class Oracle:
         if kind == "Count":
             return df.groupBy(*group).agg(F.sum(M).alias(reducer.name)).select(*group, reducer.name, one)
         if kind == "Sum":
-            return self._sum(df, group, reducer, one)
+            return self._sum(df, group, reducer).select(*group, reducer.name, one)
         present = df.filter(F.col(M) > 0)
         if kind in ("Min", "Max"):
             agg = F.min if kind == "Min" else F.max
@@ -269,26 +269,26 @@ class Oracle:
 
     def _agg(self, df: DataFrame, group: list[str], reducer) -> DataFrame:
         """Each component by a group-by of its own (SQL's aggregates over the rows whose
-        column is not null, multiplicities as weights), left-joined to every key present."""
+        column is not null, multiplicities as weights), left-joined to every key present;
+        a sum as :meth:`_sum` computes it, an average that sum as a double over the count."""
         out = df.select(*group).distinct()
-        types = dict(df.dtypes)
         for name, (kind, col) in reducer.components.items():
             rows = df if col is None else df.filter(F.col(col).isNotNull())
             present = rows.filter(F.col(M) > 0)
-            if kind == "count":
-                value, fill = F.sum(M), 0
-            elif kind in ("sum", "avg"):
-                t = types[col]
-                x = F.col(col) if t.startswith("decimal") else F.col(col).cast("double" if t in ("float", "double") else "long")
-                value, fill = F.sum(x * F.col(M)), None
+            if kind in ("sum", "avg"):
+                part = self._sum(rows, group, SimpleNamespace(col=col, name=name), F.sum(M).alias("_n"))
                 if kind == "avg":
-                    n = F.sum(M)
-                    value = F.when(n != 0, value.cast("double") / n.cast("double"))
-            elif kind == "count_distinct":
-                value, fill, rows = F.countDistinct(col), 0, present
+                    part = part.select(*group, F.when(F.col("_n") != 0, F.col(name).cast("double")
+                                                      / F.col("_n").cast("double")).alias(name))
+                part, fill = part.select(*group, name), None
             else:
-                value, fill, rows = (F.min if kind == "min" else F.max)(col), None, present
-            part = rows.groupBy(*group).agg(value.alias(name))
+                if kind == "count":
+                    value, fill = F.sum(M), 0
+                elif kind == "count_distinct":
+                    value, fill, rows = F.countDistinct(col), 0, present
+                else:
+                    value, fill, rows = (F.min if kind == "min" else F.max)(col), None, present
+                part = rows.groupBy(*group).agg(value.alias(name))
             part = part.select(*[F.col(c).alias(f"_p{c}") for c in group], name)
             cond = None
             for c in group:

@@ -125,10 +125,6 @@ def concat(*cs: Coll) -> Coll:
     return out
 
 
-def drop(c: Coll, *columns: str) -> Coll:
-    return select(c, *[x for x in c.columns if x not in columns])
-
-
 def negate(c: Coll) -> Coll:
     return Coll(c.columns, {r: -m for r, m in c.rows.items()})
 
