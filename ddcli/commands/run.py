@@ -250,9 +250,10 @@ def verify(
     For every checked time t the inputs are accumulated at t and the pipeline's graph is
     evaluated on them by an independent oracle (plain Spark joins, group-bys and a driver
     loop for fixed points, no operator code shared with `run`); every output trace
-    accumulated at t must hold the same rows with the same counts. Every time the inputs
-    and outputs tell apart is checked, and the count is reported. Reports the first
-    differences; exit code 1 if there is one.
+    accumulated at t must hold the same rows with the same counts; floating-point values
+    are equal within a relative 1e-9 (sums of doubles differ in their last bits with the
+    order they add in). Every time the inputs and outputs tell apart is checked, and the
+    count is reported. Reports the first time and row that differ; exit code 1 if one does.
 
     Examples:
 
@@ -266,7 +267,7 @@ def verify(
         say(f"loading {pipeline} and Spark's libraries")
     _announce_at_exit(say)
     _quiet_pyspark_logging()
-    from ops.verify.verify import verify_pipeline
+    from ops.verify.verify import TOLERANCE, verify_pipeline
     from storage.lattice import format_time, parse_time
     st = store_at(store)
     times = [parse_time(t) for t in at] if at else None
@@ -276,7 +277,7 @@ def verify(
               "differences": [d.describe() for d in res.differences]}
     if res.ok:
         msg = (f"pipeline {res.pipeline!r} verified at {len(res.times)} time(s): every output equals "
-               f"the from-scratch evaluation")
+               f"the from-scratch evaluation (doubles within a relative {TOLERANCE:g})")
     else:
         msg = f"pipeline {res.pipeline!r} differs from the from-scratch evaluation: " + res.differences[0].describe()
     render.report(record, msg, out, output)

@@ -37,6 +37,11 @@ def ingest(
     file_format: Annotated[Optional[InputFormat], typer.Option(
         "--file-format", "--input-format", case_sensitive=False,
         help="Format of the update files (default: from the extension).")] = None,
+    column_types: Annotated[Optional[list[str]], typer.Option(
+        "--type", metavar="COL=TYPE",
+        help="Parse column COL as TYPE instead of inferring it (repeatable): int, double, string, boolean, "
+             "date, timestamp or decimal(P,S), e.g. --type 'price=decimal(15,2)'. A decimal is read "
+             "exactly from its text; a value that does not fit is refused.")] = None,
     null: Annotated[Optional[str], typer.Option(
         "--null", metavar="STR",
         help="CSV: the text that means null in every column [default: \\N, and an empty field "
@@ -74,6 +79,8 @@ def ingest(
 
         ddcli ingest airports airports_fix.csv --time 9 --upsert faa
 
+        ddcli ingest orders orders.csv --type 'price=decimal(15,2)' --type day=date
+
         ddcli ingest events 's3://lake/raw/day=*/*.csv.gz'
     """
     out = render.choose_format(fmt, json_, output, store)
@@ -81,6 +88,8 @@ def ingest(
     st = store_at(store)
     t = parse_time(time) if time is not None else None
     keys = [k.strip() for k in key.split(",") if k.strip()] if key is not None else None
+    from storage.files.column_types import parse_column_types
+    types = parse_column_types(column_types)
     from storage.writes.retractions import checker
     negative: list = []
     prepare = checker(st, strict=strict, found=negative)
@@ -92,7 +101,7 @@ def ingest(
     with render.progress(len(sources), f"ingest {trace}") as step:
         res = st.ingest(trace, sources, key=keys, time=t, upper=upper,
                         fmt=file_format.value if file_format else None, progress=step, null=null,
-                        columns=by_key[2] if by_key else None, prepare=prepare)
+                        columns=by_key[2] if by_key else None, types=types, prepare=prepare)
     tr = _trace_after(st, trace, res)
     unmatched = negative[0] if negative and negative[0].rows else None
     if unmatched is not None:

@@ -18,7 +18,7 @@ from typing import Callable
 
 from ops.dataflow.calculus import MOMENTS, ORDINARY, domain, require_domain
 from ops.dataflow.graph import Node, column_list, declared_at
-from ops.dataflow.reducers import Count, CountDistinct, Max, Min, PerKey, Reducer, Sum, TopK
+from ops.dataflow.reducers import Agg, Count, CountDistinct, Max, Min, PerKey, Reducer, Sum, TopK, sort_directions
 from ops.errors import PipelineError
 from storage.state.trace import NAME_RE
 
@@ -98,10 +98,21 @@ class Collection:
 
     # ---- reduce family
     def reduce(self, by, reducer: Reducer) -> "Collection":
-        """Per key: output ``reducer(input accumulated at t)`` at every time where it changes."""
+        """Per key: output ``reducer(input accumulated at t)`` at every time where it changes
+        (``by=[]`` or None: the whole collection as one group)."""
         if not isinstance(reducer, Reducer):
             raise PipelineError(f"reduce ({declared_at()}): expects a reducer (Count(), Sum(col), ...), got {reducer!r}")
-        return self._new("reduce", [self], key=_names("reduce", by, "by"), reducer=reducer)
+        return self._new("reduce", [self], key=[] if by is None else _names("reduce", by, "by"), reducer=reducer)
+
+    def agg(self, by, **aggregates) -> "Collection":
+        """Per key, several aggregates in one reduce: ``agg("k", n=count(), total=sum("x"),
+        mean=avg("x"), low=min("y"), kinds=count_distinct("z"))`` (ops/dataflow/aggregates.py;
+        SQL's null rules, :class:`~ops.dataflow.reducers.Agg`). One output row per key."""
+        try:
+            reducer = Agg(aggregates)
+        except ValueError as e:
+            raise PipelineError(f"agg ({declared_at()}): {e}") from None
+        return self.reduce(by, reducer)
 
     def count(self, by) -> "Collection":
         """Per key (``by``: a column or a list): the number of rows present, column ``count``."""
@@ -150,12 +161,19 @@ class Collection:
         """Every row with multiplicity ``fn(count)`` (``fn`` vectorised over numpy arrays)."""
         return self._new("threshold", [self], fn=_function("threshold", fn))
 
-    def top_k(self, by, k: int, order_by, descending: bool = False) -> "Collection":
-        """Per key: the ``k`` rows first in ``order_by`` (a column or a list; largest first with
-        ``descending=True``), with their multiplicities."""
+    def top_k(self, by, k: int, order_by, descending: bool | list[bool] = False) -> "Collection":
+        """Per key (``by=[]``: over the whole collection): the ``k`` rows first in ``order_by``,
+        with their multiplicities. ``order_by`` is a column or a list of columns, each
+        ascending or, with ``descending=True``, descending; a column may name its own
+        direction: ``order_by=[("revenue", "desc"), "o_orderdate"]`` (``ORDER BY revenue
+        DESC, o_orderdate``). Nulls come last; ties are broken by the other columns, ascending."""
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise PipelineError(f"top_k ({declared_at()}): k must be a positive integer, got {k!r}")
-        return self.reduce(by, TopK(k, _names("top_k", order_by, "order_by"), descending=descending))
+        try:
+            sort_directions(order_by, descending)
+        except ValueError as e:
+            raise PipelineError(f"top_k ({declared_at()}): {e}") from None
+        return self.reduce(by, TopK(k, order_by, descending=descending))
 
     def reduce_per_key(self, by, fn: Callable) -> "Collection":
         """User logic per key: ``fn(pa.Table of the key's rows with _count) -> pa.Table``.

@@ -59,8 +59,31 @@ def _reduce(n: Node, cols: Columns) -> Columns | None:
         out[reducer.name] = reducer.output_schema(pa.schema([(named, t)])).field(0).type if numeric else None
     elif isinstance(reducer, (reducers.Min, reducers.Max)):
         out[reducer.name] = cols[named]
+    elif isinstance(reducer, reducers.Agg):
+        out.update(_agg(n, reducer, cols, key, values))
     else:
         return None  # a user's per-key function: its columns come from calling it
+    return out
+
+
+def _agg(n: Node, reducer: "reducers.Agg", cols: Columns, key: list[str], values: list[str]) -> Columns:
+    """The columns of ``agg``: each component's column a value column, its type one the
+    aggregate takes, its name no key column."""
+    out = {}
+    for name, (kind, col) in reducer.components.items():
+        if name in key:
+            raise PipelineError(f"{n.describe()}: aggregate {name!r} has the name of a key column; rename it")
+        if col is not None and col not in values:
+            raise PipelineError(f"{n.describe()}: {name}={kind}({col!r}): {col!r} is not a value column "
+                                f"(value columns: {values})")
+        if col is not None and cols[col] is None:
+            out[name] = None
+            continue
+        one = reducers.Agg({name: reducers.Aggregate(kind, col)})
+        try:
+            out[name] = one.output_schema(pa.schema([] if col is None else [(col, cols[col])])).field(name).type
+        except (TypeError, ValueError) as e:
+            raise PipelineError(f"{n.describe()}: {name}={kind}({col!r}): {e}") from None
     return out
 
 

@@ -8,7 +8,7 @@ families by class and never call ``__call__``; user reducers and ``d >= 2`` use 
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -172,12 +172,18 @@ class Threshold(Reducer):
 
 class TopK(Reducer):
     """The first ``k`` records (with multiplicity) per key in ``order_by`` order, then the
-    remaining value columns ascending as tie-break; rows with count <= 0 are ignored."""
+    remaining value columns ascending as tie-break; rows with count <= 0 are ignored.
 
-    def __init__(self, k: int, order_by: list[str], descending: bool = False):
+    ``order_by`` items are a column (ascending, or descending with ``descending=True``) or
+    ``(column, "asc" | "desc")``; ``descending`` may also be one bool per column. Nulls
+    come last in either direction. ``directions`` holds ``"ascending"``/``"descending"``
+    per order column."""
+
+    def __init__(self, k: int, order_by: list, descending=False):
         if k < 0:
             raise ValueError("TopK: k must be >= 0")
-        self.k, self.order_by, self.descending = int(k), list(order_by), bool(descending)
+        self.k = int(k)
+        self.order_by, self.directions = sort_directions(order_by, descending)
 
     def output_schema(self, values_schema):
         for c in self.order_by:
@@ -186,9 +192,8 @@ class TopK(Reducer):
 
     def __call__(self, rows):
         rest = [c for c in rows.column_names if c not in (GROUP, COUNT) and c not in self.order_by]
-        direction = "descending" if self.descending else "ascending"
         rows = _positive(rows).sort_by(
-            [(GROUP, "ascending")] + [(c, direction) for c in self.order_by] + [(c, "ascending") for c in rest]
+            [(GROUP, "ascending")] + list(zip(self.order_by, self.directions)) + [(c, "ascending") for c in rest]
         )
         g = np_int(rows.column(GROUP))
         c = np_int(rows.column(COUNT))
@@ -201,6 +206,127 @@ class TopK(Reducer):
         m = np.minimum(c, np.maximum(self.k - before, 0))
         rows = rows.set_column(rows.schema.get_field_index(COUNT), COUNT, pa.array(m, pa.int64()))
         return rows.filter(pa.array(m > 0))
+
+
+_DIRECTIONS = {"asc": "ascending", "ascending": "ascending", "desc": "descending", "descending": "descending"}
+
+
+def sort_directions(order_by, descending=False) -> tuple[list[str], list[str]]:
+    """``order_by`` (a column, or a list of columns and ``(column, "asc" | "desc")`` pairs)
+    and ``descending`` (a bool for the plain columns, or one bool per column) as the
+    order columns and their directions; a malformed one is a ``ValueError`` of one line."""
+    pair = isinstance(order_by, tuple) and len(order_by) == 2 and str(order_by[1]).lower() in _DIRECTIONS
+    items = [order_by] if isinstance(order_by, str) or pair else list(order_by)
+    if not items:
+        raise ValueError("order_by: give at least one column")
+    flags = list(descending) if isinstance(descending, (list, tuple)) else [descending] * len(items)
+    if len(flags) != len(items) or not all(isinstance(f, (bool, np.bool_)) for f in flags):
+        raise ValueError(f"descending must be a bool or one bool per order_by column, got {descending!r}")
+    cols, dirs = [], []
+    for item, flag in zip(items, flags):
+        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) and \
+                str(item[1]).lower() in _DIRECTIONS:
+            if isinstance(descending, (list, tuple)):
+                raise ValueError(f"order_by {item!r} names its direction: leave descending out")
+            cols.append(item[0])
+            dirs.append(_DIRECTIONS[str(item[1]).lower()])
+        elif isinstance(item, str) and item:
+            cols.append(item)
+            dirs.append("descending" if flag else "ascending")
+        else:
+            raise ValueError(f"order_by items are a column or (column, 'asc' | 'desc'), got {item!r}")
+    if len(set(cols)) != len(cols):
+        raise ValueError(f"order_by names a column twice: {cols}")
+    return cols, dirs
+
+
+class Aggregate(NamedTuple):
+    """One component of :class:`Agg`: ``kind`` (``count``, ``sum``, ``avg``, ``min``,
+    ``max``, ``count_distinct``) over ``column`` (None: ``count()`` of rows)."""
+
+    kind: str
+    column: str | None = None
+
+
+AGGREGATE_KINDS = ("count", "sum", "avg", "min", "max", "count_distinct")
+
+
+class Agg(Reducer):
+    """Several aggregates of a key's rows in one reduce: one output row per key with a
+    non-empty input, one column per component, with SQL's null rules:
+
+    * ``count()``: the rows (total multiplicity); ``count(col)``: those whose ``col`` is
+      not null (0 when none is);
+    * ``sum(col)``: as :class:`Sum` over the rows whose ``col`` is not null; NULL when
+      none is;
+    * ``avg(col)``: that sum divided by ``count(col)``, a double (as DuckDB's ``avg``,
+      also of decimals); NULL when ``count(col)`` is 0;
+    * ``min(col)``/``max(col)``: over the rows present (count > 0) whose ``col`` is not
+      null; NULL when none is;
+    * ``count_distinct(col)``: the distinct non-null values of ``col`` among the rows
+      present (0 when none is).
+
+    A key whose rows cancel out (multiplicities summing to 0 or less) still has a row:
+    ``count()`` says so, the other components are what the rules give."""
+
+    def __init__(self, components: dict):
+        if not components:
+            raise ValueError("agg: give at least one aggregate, e.g. n=count()")
+        for name, a in components.items():
+            if not isinstance(a, Aggregate) or a.kind not in AGGREGATE_KINDS:
+                raise ValueError(f"agg: {name}= must be one of {', '.join(k + '(...)' for k in AGGREGATE_KINDS)}, "
+                                 f"got {a!r}")
+            if a.column is None and a.kind != "count":
+                raise ValueError(f"agg: {name}={a.kind}() needs a column")
+        self.components = dict(components)
+
+    def output_schema(self, values_schema):
+        fields = []
+        for name, (kind, col) in self.components.items():
+            t = None if col is None else _check_col(values_schema, col).type
+            if kind in ("count", "count_distinct"):
+                t = pa.int64()
+            elif kind == "sum":
+                t = Sum(col, name).output_schema(values_schema).field(name).type
+            elif kind == "avg":
+                Sum(col, name).output_schema(values_schema)  # numeric, or one line saying not
+                t = pa.float64()
+            fields.append(pa.field(name, t))
+        return pa.schema(fields)
+
+    def __call__(self, rows):
+        ug, _ = groups_of(rows)
+        schema = self.output_schema(pa.schema([f for f in rows.schema if f.name not in (GROUP, COUNT)]))
+        cols = {f.name: self._component(rows, ug, f.name, f.type) for f in schema}
+        return _out(ug, cols)
+
+    def _component(self, rows: pa.Table, ug: np.ndarray, name: str, out_t: pa.DataType) -> pa.Array:
+        """One component's value for every group ``ug`` of ``rows``."""
+        kind, col = self.components[name]
+        if col is not None:
+            rows = rows.filter(pc.is_valid(rows.column(col)))
+        if kind == "count":
+            return _aligned(ug, Count(name)(rows), name, fill=0)
+        if kind == "sum":
+            return _aligned(ug, Sum(col, name)(rows), name)
+        if kind == "avg":
+            total = _aligned(ug, Sum(col, "s")(rows), "s").cast(pa.float64())
+            n = _aligned(ug, Count("n")(rows), "n", fill=0).cast(pa.float64())
+            return pc.if_else(pc.equal(n, 0.0), pa.scalar(None, pa.float64()), pc.divide(total, n))
+        if kind in ("min", "max"):
+            return _aligned(ug, (Min if kind == "min" else Max)(col, name)(rows), name).cast(out_t)
+        present = _positive(rows).select([GROUP, col]).group_by([GROUP, col]).aggregate([])
+        return _aligned(ug, Count(name)(present.append_column(COUNT, pa.array(np.ones(present.num_rows, np.int64)))),
+                        name, fill=0)
+
+
+def _aligned(ug: np.ndarray, part: pa.Table, name: str, fill=None) -> pa.Array:
+    """Column ``name`` of a reducer's output ``part`` for every group of ``ug`` (``fill``,
+    or null, where ``part`` has no row for it)."""
+    idx = pc.index_in(pa.array(ug, pa.int64()), value_set=part.column(GROUP))
+    out = part.column(name).combine_chunks().take(idx) if part.num_rows else \
+        pa.nulls(len(ug), part.schema.field(name).type)
+    return out if fill is None else pc.fill_null(out, pa.scalar(fill, out.type))
 
 
 def _in_row_order(rows: pa.Table) -> pa.Table:

@@ -99,8 +99,11 @@ def _reducer(r, key) -> str:
     if isinstance(r, reducers.Max):
         return f"the greatest {r.col} {per}, as {name}"
     if isinstance(r, reducers.TopK):
-        order = f"{_names(r.order_by)}{' descending' if r.descending else ''}"
+        order = ", ".join(f"{c}{' descending' if d == 'descending' else ''}" for c, d in zip(r.order_by, r.directions))
         return f"the first {r.k} rows by {order} {per}"
+    if isinstance(r, reducers.Agg):
+        parts = [f"{name} = {kind}({col or ''})" for name, (kind, col) in r.components.items()]
+        return f"{', '.join(parts)} {per}, in one reduce"
     if isinstance(r, reducers.PerKey):
         return f"a function of each key's rows {per} ({getattr(r.fn, '__name__', 'user function')})"
     return f"{type(r).__name__} {per}"

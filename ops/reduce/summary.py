@@ -44,11 +44,11 @@ def summarisable(reducer: Reducer, values_schema: pa.Schema, d: int, extra: bool
     return isinstance(reducer, (Count, Min, Max, TopK))
 
 
-def _order(reducer: Reducer) -> tuple[list[str], str, int]:
-    """The order columns, direction and rank limit of an order reducer."""
+def _order(reducer: Reducer) -> tuple[list[str], list[str], int]:
+    """The order columns, their directions and the rank limit of an order reducer."""
     if isinstance(reducer, TopK):
-        return reducer.order_by, "DESC" if reducer.descending else "ASC", reducer.k
-    return [reducer.col], "DESC" if isinstance(reducer, Max) else "ASC", 1
+        return reducer.order_by, ["DESC" if d == "descending" else "ASC" for d in reducer.directions], reducer.k
+    return [reducer.col], ["DESC" if isinstance(reducer, Max) else "ASC"], 1
 
 
 def accumulate_old_rows(con, old_sql: str, key: list[str], values: list[str]) -> None:
@@ -96,8 +96,9 @@ def old_summary(con, key: list[str], values: list[str], schema: pa.Schema,
         sql = (f"SELECT {k}, CASE WHEN s = 0 THEN 0 ELSE 1 END AS {col}{''.join(', ' + c for c in others)}, "
                f"CASE WHEN s = 0 THEN 1 ELSE s END AS diff FROM ({totals})")
     else:  # the rows holding the first `limit` records, in the kernel's own order
-        cols, direction, limit = _order(reducer)
-        order = [f"{quote(c)} {direction}" for c in cols]
+        cols, directions, limit = _order(reducer)
+        order = [f"{quote(c)} {d}" for c, d in zip(cols, directions)]
+        direction = directions[0]
         if isinstance(reducer, TopK):  # ties broken by the other value columns, ascending
             order += [f"{quote(c)} ASC NULLS LAST" for c in values if c not in cols]
         # every row (or update of it) counts at least once (m > 0), so the first `limit`

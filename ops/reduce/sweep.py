@@ -197,9 +197,8 @@ def _ranks(s: Sweep, reducer) -> np.ndarray:
     cols = {"_key": pa.array(s.kv_key, pa.int64())}
     keys = [("_key", "ascending")]
     if isinstance(reducer, R.TopK):
-        direction = "descending" if reducer.descending else "ascending"
         rest = [c for c in s.values if c not in reducer.order_by]
-        for i, c in enumerate(reducer.order_by):
+        for i, (c, direction) in enumerate(zip(reducer.order_by, reducer.directions)):
             cols[f"_o{i}"] = reps.column(c)
             keys.append((f"_o{i}", direction))
         for i, c in enumerate(rest):

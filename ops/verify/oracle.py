@@ -29,6 +29,8 @@ are refused in one line, as is any operator this module does not know yet.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -45,7 +47,7 @@ TIME_DEPENDENT = {"differentiate": "a differentiated collection (differentiate)"
 KNOWN = {"input", "output", "arrange", "consolidate", "integrate", "moments", "select", "filter", "flat_map", "concat", "negate",
          "join", "semijoin", "reduce", "distinct", "threshold", "loop", "variable", "enter", "leave",
          "delta_join"}
-REDUCERS = {"Count", "Sum", "Min", "Max", "CountDistinct", "TopK", "PerKey"}
+REDUCERS = {"Count", "Sum", "Min", "Max", "CountDistinct", "TopK", "PerKey", "Agg"}
 
 
 def check_supported(p: Pipeline) -> None:
@@ -209,7 +211,7 @@ class Oracle:
                 yield from t.filter(pa.array(m != 0)).to_batches()
         return df.mapInArrow(apply, schema)
 
-    def _sum(self, df: DataFrame, group: list, reducer, one) -> DataFrame:
+    def _sum(self, df: DataFrame, group: list, reducer, *also) -> DataFrame:
         """A sum: long for integers, double for floats, decimal(38, s) for decimals. A
         decimal times the multiplicity keeps its scale (no precision given up for digits
         the product cannot have): the setting is read when the expression is typed."""
@@ -223,7 +225,7 @@ class Oracle:
         try:
             m = F.col(M).cast("decimal(19,0)") if decimal else F.col(M)
             v = F.coalesce(F.col(reducer.col).cast(out_t), F.lit(0).cast(out_t)) * m
-            return df.groupBy(*group).agg(F.sum(v).cast(out_t).alias(reducer.name)).select(*group, reducer.name, one)
+            return df.groupBy(*group).agg(F.sum(v).cast(out_t).alias(reducer.name), *also)
         finally:
             conf.set(key, before)
 
@@ -235,7 +237,7 @@ class Oracle:
         if kind == "Count":
             return df.groupBy(*group).agg(F.sum(M).alias(reducer.name)).select(*group, reducer.name, one)
         if kind == "Sum":
-            return self._sum(df, group, reducer, one)
+            return self._sum(df, group, reducer).select(*group, reducer.name, one)
         present = df.filter(F.col(M) > 0)
         if kind in ("Min", "Max"):
             agg = F.min if kind == "Min" else F.max
@@ -244,17 +246,51 @@ class Oracle:
             return present.groupBy(*group).agg(F.count(F.lit(1)).cast("long").alias(reducer.name)) \
                 .select(*group, reducer.name, one)
         if kind == "TopK":
-            order = [F.col(c).desc_nulls_last() if reducer.descending else F.col(c).asc_nulls_last()
-                     for c in reducer.order_by]
+            order = [F.col(c).desc_nulls_last() if d == "descending" else F.col(c).asc_nulls_last()
+                     for c, d in zip(reducer.order_by, reducer.directions)]
             order += [F.col(c).asc_nulls_last() for c in values if c not in reducer.order_by]
             w = Window.partitionBy(*group).orderBy(*order).rowsBetween(Window.unboundedPreceding, -1)
             before = F.coalesce(F.sum(M).over(w), F.lit(0))
             m = F.least(F.col(M), F.greatest(F.lit(reducer.k) - before, F.lit(0)))
             return present.withColumn(M, m.cast("long")).filter(F.col(M) > 0)
+        if kind == "Agg":
+            return self._agg(df, group, reducer).select(*group, *reducer.components, one)
         if kind == "PerKey":
             return self._per_key(present_or_all=df, group=group, values=values, fn=reducer.fn,
                                  declared=getattr(reducer, "schema", None))
         raise PipelineError(f"{n.describe()}: verify does not support the reducer {kind} yet")
+
+    def _agg(self, df: DataFrame, group: list[str], reducer) -> DataFrame:
+        """Each component by a group-by of its own (SQL's aggregates over the rows whose
+        column is not null, multiplicities as weights), left-joined to every key present;
+        a sum as :meth:`_sum` computes it, an average that sum as a double over the count."""
+        out = df.select(*group).distinct()
+        for name, (kind, col) in reducer.components.items():
+            rows = df if col is None else df.filter(F.col(col).isNotNull())
+            present = rows.filter(F.col(M) > 0)
+            if kind in ("sum", "avg"):
+                part = self._sum(rows, group, SimpleNamespace(col=col, name=name), F.sum(M).alias("_n"))
+                if kind == "avg":
+                    part = part.select(*group, F.when(F.col("_n") != 0, F.col(name).cast("double")
+                                                      / F.col("_n").cast("double")).alias(name))
+                part, fill = part.select(*group, name), None
+            else:
+                if kind == "count":
+                    value, fill = F.sum(M), 0
+                elif kind == "count_distinct":
+                    value, fill, rows = F.countDistinct(col), 0, present
+                else:
+                    value, fill, rows = (F.min if kind == "min" else F.max)(col), None, present
+                part = rows.groupBy(*group).agg(value.alias(name))
+            part = part.select(*[F.col(c).alias(f"_p{c}") for c in group], name)
+            cond = None
+            for c in group:
+                eq = F.col(c).eqNullSafe(F.col(f"_p{c}"))
+                cond = eq if cond is None else cond & eq
+            out = out.join(part, cond, "left").drop(*[f"_p{c}" for c in group])
+            if fill is not None:
+                out = out.withColumn(name, F.coalesce(F.col(name), F.lit(fill).cast("long")))
+        return out
 
     def _per_key(self, present_or_all: DataFrame, group: list[str], values: list[str], fn, declared) -> DataFrame:
         """The user's function on each key's rows (its value columns plus ``_count``)."""

@@ -44,6 +44,7 @@ def read_update_file(
     time: tuple[int, ...] | str | None = None,
     null: str | None = None,
     budget: limits.ReadBudget | None = None,
+    types: dict[str, pa.DataType] | None = None,
 ) -> UpdateBatch:
     """Read and validate one update file; raise ``UpdateFileError`` on any problem.
 
@@ -51,6 +52,7 @@ def read_update_file(
     the types and the time dimension are inferred. ``time`` stamps every row of a file that
     has no time column. ``null`` is the text a CSV file writes for null (see storage/files/nulls.py).
     ``budget`` is the memory the updates of the whole ingest may take (one per file if not given).
+    ``types`` (column -> type, storage/files/column_types.py) are parsed as asked, not inferred.
     """
     obj = source if isinstance(source, UpdateObject) else UpdateObject(os.fspath(source))
     fmt = choose_format(obj.url, fmt)
@@ -61,13 +63,13 @@ def read_update_file(
     if d is not None and (not isinstance(d, int) or d < 1):
         raise ValueError(f"d must be a positive integer, got {d!r}")
     budget = budget or limits.ReadBudget()
-    src = _SOURCES[fmt](obj, budget)
+    src = _SOURCES[fmt](obj, budget, types)
     table = src.read()
     held = table.nbytes
     if fmt == "csv":
         from storage.files.nulls import apply_null_marker
         table = apply_null_marker(table, null)
-    batch = validate(src, table, src.sha256, schema=schema, d=d, time=time)
+    batch = validate(src, table, src.sha256, schema=schema, d=d, time=time, types=types)
     del table
     budget.give_back(held)
     budget.take(batch.data.nbytes + 8 * batch.num_rows * (batch.d + 1), obj.url)

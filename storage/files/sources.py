@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from storage.errors import UpdateFileError, one_line
 from storage.files import limits
+from storage.files.column_types import type_text
 from storage.files.locations import UpdateObject
 from storage.files.messages import first_index, show
 from storage.files.streams import ByteStream, local_parquet, open_stream, without_compression
@@ -73,10 +74,11 @@ class Source:
     fmt = ""
     text = False  # every column arrives as text (CSV)
 
-    def __init__(self, obj: UpdateObject, budget: limits.ReadBudget):
+    def __init__(self, obj: UpdateObject, budget: limits.ReadBudget, types: dict | None = None):
         self.obj = obj
         self.path = obj.url
         self.budget = budget
+        self.types = dict(types or {})  # column -> the type asked for (storage/files/column_types.py)
         self.line_limit = limits.max_line_bytes()
         self.sha256 = ""  # of the file's stored bytes, once read
 
@@ -250,8 +252,8 @@ class CsvSource(Source):
 class JsonSource(Source):
     fmt = "jsonl"
 
-    def __init__(self, obj: UpdateObject, budget: limits.ReadBudget):
-        super().__init__(obj, budget)
+    def __init__(self, obj: UpdateObject, budget: limits.ReadBudget, types: dict | None = None):
+        super().__init__(obj, budget, types)
         self._lines: list[tuple[int, bytes]] | None = None
 
     def read(self) -> pa.Table:
@@ -263,7 +265,7 @@ class JsonSource(Source):
             self._check_width(head)
             for line, piece in self._pieces(stream):
                 self._check_nesting(piece, line)
-                table = self._parse(piece)
+                table = self._parse(piece, sum(t.num_rows for t in tables))
                 if table is not None:
                     self.budget.take(table.nbytes, self.path)
                     tables.append(table)
@@ -324,13 +326,22 @@ class JsonSource(Source):
         return self.fail(f"line {lineno}: values nested too deeply to read; data columns must be flat "
                          f"(numbers, text, booleans, dates, times)")
 
-    def _parse(self, piece: bytes) -> pa.Table | None:
+    def _parse(self, piece: bytes, rows_before: int) -> pa.Table | None:
         block = 1 << 22
+        # decimals asked for are parsed from the numbers' text, never through a double
+        decimals = pa.schema([(c, t) for c, t in self.types.items() if pa.types.is_decimal(t)])
+        parse = pajson.ParseOptions(explicit_schema=decimals) if len(decimals) else None
         while True:
             try:
-                return pajson.read_json(pa.py_buffer(piece), read_options=pajson.ReadOptions(block_size=block))
+                table = pajson.read_json(pa.py_buffer(piece), read_options=pajson.ReadOptions(block_size=block),
+                                         parse_options=parse)
+                return table if parse is None else self._in_file_order(table, piece)
             except pa.ArrowInvalid as e:
                 msg = str(e)
+                if parse is not None and "straddl" not in msg:
+                    bad = self._bad_decimal(piece, decimals, rows_before)
+                    if bad is not None:
+                        raise bad from None
                 if "straddl" in msg and block < len(piece) + 1:
                     block *= 4  # a line longer than a block: retry with bigger blocks
                     continue
@@ -339,6 +350,39 @@ class JsonSource(Source):
                 raise (self._locate() or self.fail(f"not valid JSON Lines: {msg}")) from None
             except UnicodeDecodeError:
                 raise (self.utf8_error() or self.fail("invalid UTF-8")) from None
+
+    @staticmethod
+    def _in_file_order(table: pa.Table, piece: bytes) -> pa.Table:
+        """The columns in the order the first record writes them (an explicit schema puts
+        its columns first; the first column is the default key)."""
+        first = next((line for line in piece.split(b"\n") if line.strip()), b"{}")
+        try:
+            keys = list(json.loads(first, parse_float=str, parse_int=str))
+        except (ValueError, RecursionError, TypeError):
+            return table
+        order = [k for k in keys if k in table.column_names]
+        return table.select(order + [c for c in table.column_names if c not in order])
+
+    def _bad_decimal(self, piece: bytes, decimals: pa.Schema, rows_before: int) -> UpdateFileError | None:
+        """The first value of a decimal column asked for that does not fit it (error path)."""
+        row = rows_before
+        for line in piece.split(b"\n"):
+            if not line.strip():
+                continue
+            row += 1
+            try:
+                obj = json.loads(line, parse_int=_RawNumber, parse_float=_RawNumber, parse_constant=_RawNumber)
+            except (ValueError, RecursionError):
+                return None  # not JSON: the parser's own message says so
+            for f in decimals:
+                v = obj.get(f.name) if isinstance(obj, dict) else None
+                if v is None:
+                    continue
+                try:
+                    pc.cast(pa.array([str(v)]), f.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    return self.fail(f"{show(v)} is not a valid {type_text(f.type)}", row=row, column=f.name)
+        return None
 
     def _check_width(self, head: bytes) -> None:
         """Count the keys of the first record before pyarrow parses them all."""

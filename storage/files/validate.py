@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from storage.errors import TimeSyntaxError
 from storage.files import limits
+from storage.files.column_types import type_text
 from storage.files.messages import first_failure, first_index, show
 from storage.files.sources import JsonSource, Source
 from storage.lake.types import lake_type
@@ -43,7 +44,7 @@ class UpdateBatch:
         return self.data.num_rows
 
 
-def validate(src: Source, table: pa.Table, digest: str, *, schema, d, time) -> UpdateBatch:
+def validate(src: Source, table: pa.Table, digest: str, *, schema, d, time, types=None) -> UpdateBatch:
     names = table.column_names
     if not names:
         raise src.fail("empty file (no rows)")
@@ -113,6 +114,8 @@ def validate(src: Source, table: pa.Table, digest: str, *, schema, d, time) -> U
     if not data_names:
         raise src.fail("no data columns; an update needs at least one column besides time and diff")
 
+    types = _requested_types(src, types, data_names)
+
     # ---- data columns against the trace's schema
     if schema is not None:
         want = list(schema.names)
@@ -145,12 +148,11 @@ def validate(src: Source, table: pa.Table, digest: str, *, schema, d, time) -> U
     fields = []
     if schema is not None:
         for f in schema:
-            col = _convert_to(src, table, f.name, f.type)
-            cols.append(col)
+            cols.append(_convert_to(src, table, f.name, f.type))
             fields.append(pa.field(f.name, f.type))
     else:
         for n in data_names:
-            col = _infer(src, table, n)
+            col = _convert_to(src, table, n, types[n]) if n in types else _infer(src, table, n)
             if lake_type(col.type) != col.type:  # a type a Delta Lake table holds (storage/lake/types.py)
                 col = _convert_to(src, table, n, lake_type(col.type))
             cols.append(col)
@@ -162,6 +164,14 @@ def validate(src: Source, table: pa.Table, digest: str, *, schema, d, time) -> U
         _check_nan(src, table, f.name, col)
     data = pa.Table.from_arrays(cols, schema=pa.schema(fields))
     return UpdateBatch(path=src.path, data=data, times=times, diff=diff, d=fd, sha256=digest)
+
+
+def _requested_types(src: Source, types: dict | None, data_names: list[str]) -> dict:
+    """The column types asked for (``--type``), each naming a column of the file."""
+    for c in types or {}:
+        if c not in data_names:
+            raise src.fail(f"--type names column {c!r}, which the file does not have (columns: {', '.join(data_names)})")
+    return dict(types or {})
 
 
 def _check_time_option(src: Source, time, d) -> tuple[int, ...]:
@@ -391,6 +401,8 @@ def _convert_to(src: Source, table: pa.Table, name: str, target: pa.DataType):
                 why = " (out of range)"
             elif isinstance(v, float) and not math.isnan(v) and v == math.floor(v):
                 why = " (out of range)"
+        if pa.types.is_decimal(target):
+            raise src.fail(f"{show(v)} is not a valid {type_text(target)}", row=i + 1, column=name) from None
         raise src.fail(f"{show(v)} is not a valid {target}{why}", row=i + 1, column=name) from None
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from storage.errors import DiffOverflow, StoreError
+from storage.files.column_types import describe
 from storage.files.limits import ReadBudget
 from storage.files.locations import expand_sources
 from storage.lattice import Frontier, beyond_mask, format_frontier, format_time, parse_frontier, time_columns
@@ -47,12 +48,14 @@ def ingest(store, name: str, paths: list, *, key: list[str] | None = None,
            time: tuple[int, ...] | None = None, upper: str | Frontier | None = None,
            fmt: str | None = None, progress: Callable[[str], None] | None = None,
            null: str | None = None, columns: list[str] | None = None,
+           types: dict[str, pa.DataType] | None = None,
            prepare: Callable[[Trace | None, pa.Table], pa.Table] | None = None) -> IngestResult:
     """Validate every file, then write one layer and commit it; or change nothing.
 
     ``paths`` are sources: local paths, globs, ``s3://`` URLs and globs, or
     :class:`~storage.files.locations.UpdateObject` items. ``null`` is the CSV null marker (storage/files/nulls.py); ``columns`` the data columns the
-    files hold when not all of the trace's (a delete by key). ``prepare(existing, updates)``
+    files hold when not all of the trace's (a delete by key). ``types`` (column -> type,
+    storage/files/column_types.py) are parsed as asked instead of inferred. ``prepare(existing, updates)``
     sees the validated new updates before anything is written and returns the updates
     to write (an upsert adds its retractions, storage/writes/upsert.py) or raises a user error.
     """
@@ -72,7 +75,8 @@ def ingest(store, name: str, paths: list, *, key: list[str] | None = None,
     tag = "" if time is None else "@" + format_time(time)
 
     fresh, files, skipped, schema, d = _read_new(name, existing, expand_sources(paths, store.path), tag, fmt=fmt,
-                                                 time=time, null=null, columns=columns, progress=progress)
+                                                 time=time, null=null, columns=columns, types=types,
+                                                 progress=progress)
     key = _key(name, existing, key, schema, [b.path for b in fresh])
     cur_upper = existing.upper if existing else Frontier.minimum(d)
     if isinstance(upper, str):
@@ -109,7 +113,7 @@ def ingest(store, name: str, paths: list, *, key: list[str] | None = None,
                         store.committed.traces.get(name))
 
 
-def _read_new(name: str, existing: Trace | None, objects: list, tag: str, *, fmt, time, null, columns,
+def _read_new(name: str, existing: Trace | None, objects: list, tag: str, *, fmt, time, null, columns, types,
               progress) -> tuple[list, dict[str, str], list[str], pa.Schema, int]:
     """The files the trace has not taken, each once, read and validated against the
     trace's schema (the first file's, for a new trace): the batches, their signatures
@@ -126,6 +130,11 @@ def _read_new(name: str, existing: Trace | None, objects: list, tag: str, *, fmt
             raise StoreError(f"{missing[0]!r} is not a column of trace {name!r} "
                              f"(columns: {', '.join(existing.schema.names)})")
         schema = pa.schema([existing.schema.field(c) for c in columns])
+    if existing is not None:
+        for c, t in (types or {}).items():
+            if c in existing.schema.names and existing.schema.field(c).type != t:
+                raise StoreError(f"--type {c}={describe(t)}: trace {name!r} holds column {c!r} as "
+                                 f"{describe(existing.schema.field(c).type)}")
     budget = ReadBudget()
     seen = ingested.keys(existing.ingested if existing else {})
     fresh, files, skipped = [], {}, []
@@ -136,7 +145,7 @@ def _read_new(name: str, existing: Trace | None, objects: list, tag: str, *, fmt
             continue
         if progress:
             progress(o.url)
-        b = read_update_file(o, fmt=fmt, schema=schema, d=d, time=time, null=null, budget=budget)
+        b = read_update_file(o, fmt=fmt, schema=schema, d=d, time=time, null=null, budget=budget, types=types)
         if schema is None:
             schema, d = b.data.schema, b.d
         elif b.data.schema != schema:

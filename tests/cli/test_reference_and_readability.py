@@ -23,7 +23,7 @@ EXPECTED = {
     "c.select": "**exprs", "c.filter": "condition", "c.flat_map": "keep", "c.join": "on",
     "c.semijoin": "on", "c.antijoin": "on", "c.count": "by", "c.sum": "name", "c.min": "column",
     "c.max": "name", "c.count_distinct": "name", "c.avg": "column", "c.mean": "name",
-    "c.distinct": "()", "c.threshold": "fn", "c.top_k": "descending: bool = False",
+    "c.distinct": "()", "c.threshold": "fn", "c.top_k": "descending: bool | list[bool] = False", "c.agg": "**aggregates",
     "c.reduce_per_key": "fn", "c.iterate": "max_rounds", "c.arrange": "by", "c.concat": "*others",
     "c.negate": "()",
 }

@@ -214,7 +214,8 @@ def _extreme(c, by, column, name, pick):
     def f(vals, values):
         i = values.index(column)
         present = [v[i] for v, m in vals.items() if m > 0]
-        return {(pick(present),): 1} if present else {}
+        values_ = [x for x in present if x is not None]  # nulls only when every row present is null
+        return ({(pick(values_),): 1} if values_ else {(None,): 1}) if present else {}
     return reduce(c, by, f, [name])
 
 
@@ -244,17 +245,25 @@ def threshold(c: Coll, fn: Callable[[int], int]) -> Coll:
     return Coll(c.columns, {r: int(fn(m)) for r, m in c.rows.items()})
 
 
-def top_k(c: Coll, by, k: int, order_by, descending: bool = False) -> Coll:
+def top_k(c: Coll, by, k: int, order_by, descending=False) -> Coll:
     """Per key the first ``k`` records counting multiplicities, in ``order_by`` order
-    (``descending`` applies to it), ties broken by the other value columns ascending;
-    rows with multiplicity <= 0 are not records."""
-    order_by = _cols(order_by)
+    (columns, or ``(column, "asc" | "desc")``; ``descending``: a bool, or one per column),
+    nulls last either way, ties broken by the other value columns ascending; rows with
+    multiplicity <= 0 are not records. ``by=[]``: the whole collection."""
+    items = [order_by] if isinstance(order_by, str) else list(order_by)
+    flags = list(descending) if isinstance(descending, (list, tuple)) else [descending] * len(items)
+    order = [(i[0], i[1] == "desc") if isinstance(i, tuple) else (i, f) for i, f in zip(items, flags)]
+    order_cols = [col for col, _ in order]
+
+    def nulls_last(x, desc):
+        return (x is not None, x) if desc else (x is None, x)
 
     def f(vals, values):
-        rest = [x for x in values if x not in order_by]
+        rest = [x for x in values if x not in order_cols]
         rows = [(dict(zip(values, v)), v, m) for v, m in vals.items() if m > 0]
-        rows.sort(key=lambda x: _key(x[0], rest))  # stable sorts: least significant first
-        rows.sort(key=lambda x: _key(x[0], order_by), reverse=descending)
+        rows.sort(key=lambda x: tuple(nulls_last(x[0][col], False) for col in rest))  # stable: least significant first
+        for col, desc in reversed(order):
+            rows.sort(key=lambda x: nulls_last(x[0][col], desc), reverse=desc)
         out, left = {}, k
         for _, v, m in rows:
             if left <= 0:
@@ -265,6 +274,29 @@ def top_k(c: Coll, by, k: int, order_by, descending: bool = False) -> Coll:
 
     by_ = _cols(by)
     return reduce(c, by, f, [x for x in c.columns if x not in by_])
+
+
+def agg(c: Coll, by, **aggregates: tuple) -> Coll:
+    """Several aggregates per key, one row per key with a non-empty input: each
+    ``name=(kind, column)`` with SQL's null rules -- ``count`` (column None: every row's
+    multiplicity; else rows whose column is not null), ``sum`` (NULL without a non-null
+    value), ``avg`` (sum / count(column), NULL when that count is 0), ``min``/``max`` and
+    ``count_distinct`` (non-null values of rows with multiplicity > 0)."""
+    def f(vals, values):
+        row = []
+        for kind, col in aggregates.values():
+            rows = [(v[values.index(col)] if col else 1, m) for v, m in vals.items()]
+            rows = [(x, m) for x, m in rows if x is not None]
+            present = [x for x, m in rows if m > 0]
+            n = sum(m for _, m in rows)
+            total = sum(x * m for x, m in rows) if rows and kind in ("sum", "avg") else None
+            value = {"count": lambda: n, "sum": lambda: total, "avg": lambda: None if n == 0 else total / n,
+                     "min": lambda: min(present) if present else None,
+                     "max": lambda: max(present) if present else None,
+                     "count_distinct": lambda: len(set(present))}[kind]
+            row.append(value())
+        return {tuple(row): 1}
+    return reduce(c, by, f, list(aggregates))
 
 
 def reduce_per_key(c: Coll, by, fn: Callable[[list[tuple[dict, int]]], dict], out_columns) -> Coll:

@@ -173,3 +173,15 @@ def test_every_sample_pipeline_explains_on_an_empty_store(store_dir):
         ex = explain_json(store_dir, os.path.join(samples, name))
         assert ex["operators"] and ex["next_run"].startswith("refuses to run: input trace"), (name, ex["next_run"])
         assert all(o["where"].startswith(name + ":") for o in ex["operators"]), (name, ex["operators"])
+
+
+def test_agg_and_a_directed_top_k_are_each_one_sentence():
+    from ops.dataflow import aggregates as A
+    from ops.dataflow.builder import Pipeline
+    from ops.explain.operators import summary
+
+    xs = Pipeline("s").input("xs")
+    agg = xs.agg("k", n=A.count(), total=A.sum("w"), low=A.min("v"))
+    top = xs.top_k("k", 2, [("w", "desc"), "v"])
+    assert summary(agg.node) == "n = count(), total = sum(w), low = min(v) per k, in one reduce in input_0 (reads its arrangement)"
+    assert "the first 2 rows by w descending, v per k" in summary(top.node)

@@ -108,3 +108,42 @@ def test_an_operator_the_oracle_does_not_know_is_refused_in_one_line():
     p._add("enter_at", [w.node], {"priority": "n"})
     with pytest.raises(PipelineError, match=r"verify does not support enter_at yet$"):
         check_supported(p)
+
+
+
+def test_doubles_compare_within_a_relative_tolerance_so_the_first_real_difference_is_named(
+        words_store, tmp_path, monkeypatch):
+    from pyspark.sql import functions as F
+
+    from ops.operators import linear
+    path = write(tmp_path / "thirds.py", 'def pipeline(p):\n'
+                                         '    w = p.input("words").select("word", x="length(word) / 3.0D")\n'
+                                         '    p.output("o", w.concat(w.filter("word = \'dd\'").negate()))\n')
+    select = linear.select
+    # the planted faults: every double off in its last bits (as an engine summing in another
+    # order), and a negate that does nothing (a real fault, first at time 9)
+    monkeypatch.setattr(linear, "select", lambda *a: select(*a).withColumn("x", F.col("x") * (1 + 1e-12)))
+    monkeypatch.setattr(linear, "negate", lambda ctx, df: df)
+    ok(cli(words_store, "run", path))
+    v = verify_pipeline(Store(words_store), path)
+    first = v.differences[0]
+    assert first.time == (9,), first.describe()
+    # the close doubles were paired, not reported as one missing and one extra row
+    assert first.row == {"word": "dd", "x": pytest.approx(2 / 3, rel=1e-9)} and (first.expected, first.found) == (0, 2)
+    assert all(d.row["word"] == "dd" for d in v.differences), [d.describe() for d in v.differences]
+
+
+def test_doubles_further_apart_than_the_tolerance_are_not_paired(spark):
+    from ops.verify.oracle import AT
+    from ops.verify.verify import TOLERANCE, _paired_within_tolerance
+
+    def frame(rows):  # (time, k, x, expected count, found count)
+        return spark.createDataFrame(rows, f"{AT} long, k string, x double, _expected long, _found long")
+    close, far = 1.0 + TOLERANCE / 10, 3.0 * (1 + TOLERANCE * 10)
+    diffs = frame([(0, "a", 1.0, 1, 0), (0, "a", close, 0, 1),  # paired: they cancel
+                   (0, "b", 3.0, 1, 0), (0, "b", far, 0, 1),  # too far apart: both stay
+                   (1, "a", 1.0, 1, 0), (1, "c", close, 0, 1),  # another k: both stay
+                   (2, "a", 1.0, 1, 0), (2, "a", close, 0, 3)])  # paired, two more found
+    got = {tuple(r) for r in _paired_within_tolerance(diffs, ["k", "x"]).collect()}
+    assert got == {(0, "b", 3.0, 1, 0), (0, "b", far, 0, 1), (1, "a", 1.0, 1, 0), (1, "c", close, 0, 1),
+                   (2, "a", 1.0, 1, 3)}
