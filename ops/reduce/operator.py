@@ -62,7 +62,7 @@ def two_stage(ctx: EvalContext, reducer: rk.Reducer, df: DataFrame) -> bool:
     limit = int(os.environ.get("DDCLI_REDUCE_SPLIT_ROWS", SPLIT_ROWS))
     if ctx.extra or (ctx.delta_rows or 0) < limit:
         return False
-    return rk.splits(reducer, to_arrow_schema(df.schema))
+    return rk.splits(reducer, arrow_schema(df.schema))
 
 
 def by_key(df: DataFrame, parts: int, key: list[str]) -> DataFrame:
