@@ -34,11 +34,13 @@ def _row_maker(t: ColumnType, side: str):
     return xs_row if side == "xs" else ys_row
 
 
-def bag_updates(rng, make_row, times, n: int, live: list) -> list:
-    """About ``n`` updates at ``times``: insertions (some of multiplicity 2, some repeated),
-    and retractions of rows inserted at a time ``<=`` the retraction's (``live`` holds
-    ``[row, time, count]`` of what is left to retract), so no time sees a negative count."""
-    out = []
+def bag_updates(rng, make_row, times, n: int, live: list, first: tuple) -> list:
+    """``first`` inserted at the first of ``times``, then about ``n`` updates at ``times``:
+    insertions (some of multiplicity 2, some repeated), and retractions of rows inserted at a
+    time ``<=`` the retraction's (``live`` holds ``[row, time, count]`` of what is left to
+    retract), so no time sees a negative count."""
+    out = [(first, times[0], 1)]
+    live.append([first, times[0], 1])
     while len(out) < n:
         t = rng.choice(times)
         ready = [e for e in live if R.leq(e[1], t)]
@@ -74,7 +76,9 @@ def streams(types: list[str], d: int, seed: int) -> Streams:
             live: list = []
             for r in range(RUNS):
                 times, upper = schedule(d, r, lag)
-                out.updates[(f"{side}_{t}", r)] = bag_updates(rng, _row_maker(TYPES[t], side), times, n, live)
+                # a row whose ``c`` is null on both sides in every run: null keys always meet
+                first = (rng.randrange(3), rng.randrange(4), None) if side == "xs" else (None, rng.randrange(4))
+                out.updates[(f"{side}_{t}", r)] = bag_updates(rng, _row_maker(TYPES[t], side), times, n, live, first)
                 out.uppers[(f"{side}_{t}", r)] = upper
     return out
 
