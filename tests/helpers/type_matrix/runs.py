@@ -111,7 +111,8 @@ def _error(e: BaseException, where: str) -> str:
     frames = [f for f in traceback.extract_tb(e.__traceback__)
               if f.filename.startswith(_REPO) and "/.venv/" not in f.filename and "/tests/" not in f.filename]
     at = f" (at {os.path.relpath(frames[-1].filename, _REPO)}:{frames[-1].lineno})" if frames else ""
-    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()]
+    text = " ... ".join(dict.fromkeys(lines[:1] + lines[-1:]))  # a worker's error ends its traceback
     return f"{where}: {type(e).__name__}: {text}{at}"
 
 
