@@ -76,8 +76,9 @@ def streams(types: list[str], d: int, seed: int) -> Streams:
             live: list = []
             for r in range(RUNS):
                 times, upper = schedule(d, r, lag)
-                # a row whose ``c`` is null on both sides in every run: null keys always meet
-                first = (rng.randrange(3), rng.randrange(4), None) if side == "xs" else (None, rng.randrange(4))
+                # a row whose ``c`` is null on both sides in every run (null keys always meet),
+                # in xs under a group of its own (g = 3: a group whose values are all null)
+                first = (3, rng.randrange(4), None) if side == "xs" else (None, rng.randrange(4))
                 out.updates[(f"{side}_{t}", r)] = bag_updates(rng, _row_maker(TYPES[t], side), times, n, live, first)
                 out.uppers[(f"{side}_{t}", r)] = upper
     return out
