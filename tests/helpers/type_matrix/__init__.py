@@ -17,7 +17,7 @@ checks them all. A group runs in ``RUNS`` runs with ``advance --since`` and comp
 between them (tests/helpers/pipeline_bench.py's schedule: several distinct times per run,
 ``ys`` lagging behind ``xs``). When a run fails, the cell whose line the error names is
 left out and the others run again from the start; an error that names no line splits the
-cells in halves, each run on its own, until each failing cell stands alone: one broken
-cell never hides the others. A type whose updates ingest refuses has every cell
+cells by type, then one type's in halves, each run on its own, until each failing cell
+stands alone: one broken cell never hides the others. A type whose updates ingest refuses has every cell
 fail with that error, and is left out of the pipeline.
 """

@@ -135,7 +135,7 @@ def refused_types(root: str, s: Streams, types: list[str]) -> dict[str, str]:
 def run_cells(root: str, s: Streams, cells: list[tuple[str, str]], outcome: Outcome, label: str = "all") -> None:
     """Run ``cells`` as one pipeline in ``RUNS`` runs on a store of their own. On a failure,
     the cell whose line the error names is left out and the others run again; an error
-    that names no line splits the cells in halves, each run on its own."""
+    that names no line splits the cells by type, or one type's in halves, each run on its own."""
     bench = Bench(os.path.join(root, label), s.d)
     source, lines = pipeline_source(cells)
     path = bench.pipeline("matrix", source)
@@ -156,9 +156,13 @@ def run_cells(root: str, s: Streams, cells: list[tuple[str, str]], outcome: Outc
             if rest:
                 run_cells(root, s, rest, outcome, label + "r")
             return
-        half = len(cells) // 2
-        run_cells(root, s, cells[:half], outcome, label + "a")
-        run_cells(root, s, cells[half:], outcome, label + "b")
+        types = sorted({t for t, _ in cells})
+        if len(types) > 1:  # most such errors are a type's (its values, its Spark type)
+            parts = {f"_{t}": [c for c in cells if c[0] == t] for t in types}
+        else:
+            parts = {"a": cells[:len(cells) // 2], "b": cells[len(cells) // 2:]}
+        for suffix, part in parts.items():
+            run_cells(root, s, part, outcome, label + suffix)
         return
     for t, op in cells:
         out = output_name(t, op)
