@@ -35,12 +35,11 @@ def _row_maker(t: ColumnType, side: str):
 
 
 def bag_updates(rng, make_row, times, n: int, live: list, first: tuple) -> list:
-    """``first`` inserted at the first of ``times``, then about ``n`` updates at ``times``:
-    insertions (some of multiplicity 2, some repeated), and retractions of rows inserted at a
-    time ``<=`` the retraction's (``live`` holds ``[row, time, count]`` of what is left to
-    retract), so no time sees a negative count."""
+    """``first`` inserted at the first of ``times`` (never retracted), then about ``n``
+    updates at ``times``: insertions (some of multiplicity 2, some repeated), and retractions
+    of rows inserted at a time ``<=`` the retraction's (``live`` holds ``[row, time, count]``
+    of what is left to retract), so no time sees a negative count."""
     out = [(first, times[0], 1)]
-    live.append([first, times[0], 1])
     while len(out) < n:
         t = rng.choice(times)
         ready = [e for e in live if R.leq(e[1], t)]
