@@ -13,7 +13,12 @@ value row with a non-zero multiplicity), the output at ``t`` is ``f`` of that in
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import fractions
+import functools
 import itertools
+import math
 from collections import Counter, defaultdict
 from typing import Callable, Iterable, Sequence
 
@@ -304,6 +309,295 @@ def reduce_per_key(c: Coll, by, fn: Callable[[list[tuple[dict, int]]], dict], ou
     def f(vals, values):
         return fn([(dict(zip(values, v)), m) for v, m in vals.items()])
     return reduce(c, by, f, out_columns)
+
+
+# ------------------------------------------------------------------ SQL value semantics
+#
+# What DuckDB does with values (checked with DuckDB 2.0, tests/pipelines/test_type_matrix.py):
+# a null key matches nothing in a join, semijoin or antijoin (an antijoin keeps the rows with
+# a null key); GROUP BY and DISTINCT put nulls in one group, NaN in one group (NaN = NaN) and
+# -0.0 with 0.0; ORDER BY puts NaN after every other number and nulls last whether ascending
+# or descending; min and max leave nulls out (null when all are null), max of a group with
+# NaN is NaN; sum and avg leave nulls out (null when all are null), sum of DECIMAL(p, s) is
+# exact, avg is a double. Timestamps with a zone are instants: equal when the instants are.
+
+
+class SqlFloat(float):
+    """A double as SQL compares it: NaN equals NaN and sorts after every other number
+    (-0.0 already equals 0.0 and hashes alike)."""
+
+    def __eq__(self, other):
+        if isinstance(other, float) and math.isnan(self) and math.isnan(other):
+            return True
+        return float.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    def __hash__(self):
+        return hash("NaN") if math.isnan(self) else float.__hash__(self)
+
+    def __lt__(self, other):
+        if math.isnan(self):
+            return False
+        return math.isnan(other) or float.__lt__(self, other)
+
+    def __gt__(self, other):
+        if math.isnan(other):
+            return False
+        return math.isnan(self) or float.__gt__(self, other)
+
+    def __le__(self, other):
+        return not self.__gt__(other)
+
+    def __ge__(self, other):
+        return not self.__lt__(other)
+
+    def __repr__(self):
+        return float.__repr__(self)
+
+
+def canonical(v):
+    """A value as SQL groups and compares it: doubles as :class:`SqlFloat`, timestamps with
+    a zone as UTC instants (Python compares two times of one zone by wall clock, which
+    makes the two 02:30 of a night that turns the clocks back equal)."""
+    if isinstance(v, float):
+        return SqlFloat(v)
+    if isinstance(v, datetime.datetime) and v.tzinfo is not None:
+        return v.astimezone(datetime.timezone.utc)
+    return v
+
+
+def canonical_coll(c: Coll) -> Coll:
+    """The same collection with every value :func:`canonical` (rows SQL finds equal merge)."""
+    out = Coll(c.columns)
+    for r, m in c.rows.items():
+        out.add(tuple(canonical(v) for v in r), m)
+    return out
+
+
+def sql_order(values: list, descending: bool = False) -> list:
+    """``values`` in ORDER BY order: nulls last in both directions, NaN the greatest number."""
+    present = sorted((canonical(v) for v in values if v is not None), reverse=descending)
+    return present + [v for v in values if v is None]
+
+
+def _without_null_keys(c: Coll, on) -> Coll:
+    return filter_(c, lambda r: all(r[x] is not None for x in _cols(on)))
+
+
+def join_sql(a: Coll, b: Coll, on) -> Coll:
+    """:func:`join` where a null key equals nothing."""
+    return join(_without_null_keys(a, on), _without_null_keys(b, on), on)
+
+
+def semijoin_sql(a: Coll, b: Coll, on) -> Coll:
+    """:func:`semijoin` where a null key equals nothing: rows with a null key are dropped."""
+    return semijoin(_without_null_keys(a, on), _without_null_keys(b, on), on)
+
+
+def antijoin_sql(a: Coll, b: Coll, on) -> Coll:
+    """``a`` minus :func:`semijoin_sql`: rows with a null key stay."""
+    return concat(a, negate(semijoin_sql(a, b, on)))
+
+
+def as_of_join_sql(left_updates, left_columns: Sequence[str], right_at: Callable[[Time], Coll], on, t: Time) -> Coll:
+    """Every update ``(row, s, diff)`` of the left side at ``s <= t``, joined (null keys
+    match nothing) with the right side as it was at ``s``: later changes of the right
+    side never change a past result."""
+    out = None
+    for row, s, diff in left_updates:
+        if not leq(tuple(s), tuple(t)):
+            continue
+        one = join_sql(Coll(left_columns, {tuple(row): diff}), right_at(tuple(s)), on)
+        out = one if out is None else concat(out, one)
+    if out is None:
+        right = right_at(tuple(t))
+        out = Coll(list(left_columns) + [x for x in right.columns if x not in _cols(on)])
+    return out
+
+
+def _non_null(vals: dict, i: int) -> list[tuple]:
+    return [(v[i], m) for v, m in vals.items() if v[i] is not None]
+
+
+def _special(floats: list[tuple]):
+    """The sum of doubles when a NaN or an infinity decides it (None when none does)."""
+    if any(math.isnan(v) for v, _ in floats):
+        return math.nan
+    signs = {math.copysign(1, v) * m > 0 for v, m in floats if math.isinf(v)}
+    if signs:
+        return math.nan if len(signs) == 2 else (math.inf if True in signs else -math.inf)
+    return None
+
+
+def _to_float(x: fractions.Fraction) -> float:
+    try:
+        return float(x)
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def exact_sum(pairs: list[tuple]):
+    """The exact sum of ``value * multiplicity``: an int for integers, a Decimal for
+    decimals, the double nearest the exact sum for doubles (NaN with a NaN or with both
+    infinities, an infinity with one); None when there is no value (SQL's sum of nulls)."""
+    if not pairs:
+        return None
+    if all(isinstance(v, int) and not isinstance(v, bool) for v, _ in pairs):
+        return sum(v * m for v, m in pairs)
+    if all(isinstance(v, decimal.Decimal) for v, _ in pairs):
+        with decimal.localcontext() as ctx:
+            ctx.prec = 200
+            return sum((v * m for v, m in pairs), decimal.Decimal(0))
+    floats = [(float(v), m) for v, m in pairs]
+    special = _special(floats)
+    return special if special is not None else _to_float(sum(fractions.Fraction(v) * m for v, m in floats))
+
+
+def sum_exact(c: Coll, by, column: str, name: str = "sum") -> Coll:
+    """Per key: :func:`exact_sum` of ``column`` over the rows whose value is not null."""
+    def f(vals, values):
+        return {(exact_sum(_non_null(vals, values.index(column))),): 1}
+    return reduce(c, by, f, [name])
+
+
+def exact_mean(pairs: list[tuple]):
+    """The double nearest the exact mean of ``value * multiplicity`` over the total
+    multiplicity (NaN or an infinity as :func:`exact_sum` says); None when there is no value."""
+    n = sum(m for _, m in pairs)
+    if not pairs or n == 0:
+        return None
+    special = _special([(float(v), m) for v, m in pairs])
+    return special if special is not None else _to_float(sum(fractions.Fraction(v) * m for v, m in pairs) / n)
+
+
+def avg_exact(c: Coll, by, column: str, name: str = "avg") -> Coll:
+    """Per key: :func:`exact_mean` of ``column`` over the rows whose value is not null."""
+    def f(vals, values):
+        return {(exact_mean(_non_null(vals, values.index(column))),): 1}
+    return reduce(c, by, f, [name])
+
+
+def _extreme_sql(c, by, column, name, last):
+    def f(vals, values):
+        i = values.index(column)
+        present = [v[i] for v, m in vals.items() if m > 0]
+        if not present:
+            return {}
+        ordered = sql_order([x for x in present if x is not None])
+        return {((ordered[-1] if last else ordered[0]) if ordered else None,): 1}
+    return reduce(c, by, f, [name])
+
+
+def min_sql(c: Coll, by, column: str, name: str = "min") -> Coll:
+    """Least non-null value among the rows present (NaN is the greatest number); null when
+    every value is null."""
+    return _extreme_sql(c, by, column, name, last=False)
+
+
+def max_sql(c: Coll, by, column: str, name: str = "max") -> Coll:
+    """Greatest non-null value among the rows present (NaN when there is one)."""
+    return _extreme_sql(c, by, column, name, last=True)
+
+
+def top_k_sql(c: Coll, by, k: int, order_by: str, descending: bool = False) -> Coll:
+    """:func:`top_k` in SQL order: ``order_by`` with nulls last whichever the direction and
+    NaN the greatest number, ties broken by the other value columns ascending (nulls last)."""
+    def sort_key(value, desc):
+        return functools.cmp_to_key(lambda a, b: _sql_compare(a, b, desc))(value)
+
+    def f(vals, values):
+        i = values.index(order_by)
+        rest = [j for j in range(len(values)) if j != i]
+        rows = [(v, m) for v, m in vals.items() if m > 0]
+        rows.sort(key=lambda x: tuple(sort_key(x[0][j], False) for j in rest))
+        rows.sort(key=lambda x: sort_key(x[0][i], descending))  # stable: the tie-break stays
+        out, left = {}, k
+        for v, m in rows:
+            if left <= 0:
+                break
+            out[v] = min(m, left)
+            left -= out[v]
+        return out
+
+    by_ = _cols(by)
+    return reduce(c, by, f, [x for x in c.columns if x not in by_])
+
+
+def _sql_compare(a, b, descending: bool) -> int:
+    if a is None or b is None:
+        return (a is None) - (b is None)  # nulls last in both directions
+    a, b = canonical(a), canonical(b)
+    if a == b:
+        return 0
+    less = a < b
+    return (1 if less else -1) if descending else (-1 if less else 1)
+
+
+def iterate(c: Coll, body: Callable[[Coll], Coll], max_rounds: int = 1000) -> Coll:
+    """The fixed point of ``body`` starting from ``c``."""
+    x = c
+    for _ in range(max_rounds):
+        nxt = body(x)
+        if nxt == x:
+            return x
+        x = nxt
+    raise AssertionError("the reference loop did not reach a fixed point")
+
+
+def close(expected, found, rel: float = 1e-12) -> bool:
+    """Numbers equal within ``rel`` of the larger (exactly when not finite; NaN equals NaN)."""
+    if expected is None or found is None:
+        return expected is None and found is None
+    e, f = float(expected), float(found)
+    if not (math.isfinite(e) and math.isfinite(f)):
+        return canonical(e) == canonical(f)
+    return abs(e - f) <= rel * max(abs(e), abs(f))
+
+
+def approx_difference(expected: Coll, found: Coll, approx: Sequence[str], limit: int = 4) -> str:
+    """'' when the collections agree: exactly on every column but ``approx``, and within
+    :func:`close` on those (rows matched by their other columns, then by value order);
+    otherwise the rows on which they disagree."""
+    expected, found = canonical_coll(expected), canonical_coll(found)
+    if sorted(expected.columns) != sorted(found.columns):
+        return f"columns differ: expected {expected.columns}, found {found.columns}"
+    cols = list(expected.columns)
+    exact = [x for x in cols if x not in approx]
+
+    def groups(c: Coll) -> dict:
+        out = defaultdict(list)
+        for r, m in c.project(cols).items():
+            d = dict(zip(cols, r))
+            out[tuple(d[x] for x in exact)].append((tuple(d[x] for x in approx), m))
+        return out
+
+    def ordered(items):
+        return sorted(items, key=lambda x: functools.cmp_to_key(_approx_compare)(x[0]))
+
+    e, f = groups(expected), groups(found)
+    bad = []
+    for k in sorted(set(e) | set(f), key=repr):
+        a, b = ordered(e.get(k, [])), ordered(f.get(k, []))
+        same = len(a) == len(b) and all(ma == mb and all(close(x, y) for x, y in zip(va, vb))
+                                        for (va, ma), (vb, mb) in zip(a, b))
+        if not same:
+            bad.append(f"{dict(zip(exact, k))}: expected {_show_approx(approx, a)}, found {_show_approx(approx, b)}")
+    shown = "; ".join(bad[:limit])
+    return shown + (f" (+{len(bad) - limit} more)" if len(bad) > limit else "")
+
+
+def _approx_compare(a: tuple, b: tuple) -> int:
+    for x, y in zip(a, b):
+        c = _sql_compare(x, y, False)
+        if c:
+            return c
+    return 0
+
+
+def _show_approx(names, items) -> str:
+    return "{" + ", ".join(f"{dict(zip(names, v))}: {m}" for v, m in items) + "}" if items else "nothing"
 
 
 # ------------------------------------------------------------------ comparing with a trace
