@@ -1,4 +1,4 @@
-"""The type matrix of tests/pipelines/test_type_matrix.py: every column type through every
+"""The type matrix of tests/types/test_type_matrix.py: every column type through every
 operator family, against the reference.
 
 Each column type has two input traces of its own: ``xs_T`` (columns ``g`` int64, ``id``
