@@ -313,7 +313,7 @@ def reduce_per_key(c: Coll, by, fn: Callable[[list[tuple[dict, int]]], dict], ou
 
 # ------------------------------------------------------------------ SQL value semantics
 #
-# What DuckDB does with values (checked with DuckDB 2.0, tests/pipelines/test_type_matrix.py):
+# What DuckDB does with values (checked with DuckDB 2.0, tests/types/test_type_matrix.py):
 # a null key matches nothing in a join, semijoin or antijoin (an antijoin keeps the rows with
 # a null key); GROUP BY and DISTINCT put nulls in one group, NaN in one group (NaN = NaN) and
 # -0.0 with 0.0; ORDER BY puts NaN after every other number and nulls last whether ascending
