@@ -210,3 +210,21 @@ def ranks_within(uid: np.ndarray, U: int, t: np.ndarray) -> tuple[np.ndarray, ..
     r = np.empty(n, np.int64)
     r[order] = np.cumsum(first) - 1 - begin[us]
     return r, count, begin, ts[first]
+
+
+def sql_order(table: pa.Table, sort_keys: list[tuple[str, str]]) -> np.ndarray:
+    """Sort indices of ``table`` by ``sort_keys`` ((column, "ascending"/"descending"), ...)
+    as SQL orders them: nulls last in either direction and NaN the greatest number (DuckDB's
+    order; Arrow puts NaN last in both directions, so ``max`` would miss it). Stable."""
+    cols, keys = {}, []
+    for i, (name, direction) in enumerate(sort_keys):
+        col = table.column(name)
+        if pa.types.is_floating(col.type):
+            nan = pc.fill_null(pc.is_nan(col), False)
+            first, later = (0, 1) if direction == "ascending" else (1, 0)  # numbers, NaN
+            cols[f"_p{i}"] = pc.if_else(pc.is_null(col), 2, pc.if_else(nan, later, first))
+            keys.append((f"_p{i}", "ascending"))
+        cols[f"_c{i}"] = col
+        keys.append((f"_c{i}", direction))
+    return np.asarray(pc.sort_indices(pa.table(cols), sort_keys=keys))
+

@@ -136,16 +136,15 @@ class Collection:
 
     def avg(self, by, column: str, name: str | None = None) -> "Collection":
         """Per key: the mean of ``column`` over the rows present (nulls left out), a double
-        named ``name`` (default ``avg``). Built as a sum and a count joined by key (a null
-        key too: it is a group, as in SQL's GROUP BY)."""
+        named ``name`` (default ``avg``); NULL for a key with no value (all null, or values
+        whose multiplicities cancel), as SQL's AVG. Built as the sum of the values and the
+        sum of a not-null mark, joined by key (a null key too: a group, as in GROUP BY)."""
         keys = _names("avg", by, "by")
         column = _name("avg", column, "column")
         name = name or "avg"
-        values = self.filter(f"`{column}` IS NOT NULL")
-        total = values.sum(keys, column, name="__avg_sum")
-        n = values.reduce(keys, Count(name="__avg_n"))
-        # rows whose multiplicities cancel leave a key present with no values: NULL, as SQL's
-        # mean of no values (not a division by zero)
+        marked = self.select(*keys, column, __avg_n=f"CASE WHEN `{column}` IS NULL THEN 0 ELSE 1 END")
+        total = marked.sum(keys, column, name="__avg_sum")
+        n = marked.sum(keys, "__avg_n", name="__avg_n")
         joined = total.join(n, on=keys, nulls_equal=True)
         return joined.select(*keys, **{name: "try_divide(CAST(__avg_sum AS DOUBLE), __avg_n)"})
 

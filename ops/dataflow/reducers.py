@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ops import exact_sum
-from ops.columnar import COUNT, GROUP, empty_table, groups_of, np_int, seg_cumsum_
+from ops.columnar import COUNT, GROUP, empty_table, groups_of, np_int, seg_cumsum_, sql_order
 
 class Reducer:
     """``f`` for many groups at once: rows ``_group`` + value columns + ``_count`` in,
@@ -118,7 +118,8 @@ class _Extreme(Reducer):
         return pa.schema([pa.field(self.name, _check_col(values_schema, self.col).type)])
 
     def __call__(self, rows):
-        rows = _positive(rows).sort_by([(GROUP, "ascending"), (self.col, self._order)])
+        rows = _positive(rows)
+        rows = rows.take(pa.array(sql_order(rows, [(GROUP, "ascending"), (self.col, self._order)])))
         g = np_int(rows.column(GROUP))
         first = np.ones(len(g), bool)
         first[1:] = g[1:] != g[:-1]
@@ -192,9 +193,9 @@ class TopK(Reducer):
 
     def __call__(self, rows):
         rest = [c for c in rows.column_names if c not in (GROUP, COUNT) and c not in self.order_by]
-        rows = _positive(rows).sort_by(
-            [(GROUP, "ascending")] + list(zip(self.order_by, self.directions)) + [(c, "ascending") for c in rest]
-        )
+        rows = _positive(rows)
+        rows = rows.take(pa.array(sql_order(
+            rows, [(GROUP, "ascending")] + list(zip(self.order_by, self.directions)) + [(c, "ascending") for c in rest])))
         g = np_int(rows.column(GROUP))
         c = np_int(rows.column(COUNT))
         start = np.ones(len(g), bool)

@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ops import exact_sum
 from ops.dataflow import reducers as R
-from ops.columnar import new_flags, np_int, seg_cumsum_, seg_cumsum_any_
+from ops.columnar import new_flags, np_int, seg_cumsum_, seg_cumsum_any_, sql_order
 from storage.row_order import group_sum, lex_order
 
 OLD = 1  # side of the old collection (0: the total collection)
@@ -207,7 +206,7 @@ def _ranks(s: Sweep, reducer) -> np.ndarray:
     else:
         cols["_o0"] = reps.column(reducer.col)
         keys.append(("_o0", reducer._order))
-    order = np.asarray(pc.sort_indices(pa.table(cols), sort_keys=keys))  # nulls last
+    order = sql_order(pa.table(cols), keys)  # nulls last, NaN the greatest number
     rank = np.empty(P, np.int64)
     rank[order] = np.arange(P)
     return rank

@@ -161,7 +161,6 @@ def validate(src: Source, table: pa.Table, digest: str, *, schema, d, time, type
         problem = limits.type_problem(f.type)
         if problem:
             raise src.fail(problem, column=f.name)
-        _check_nan(src, table, f.name, col)
     data = pa.Table.from_arrays(cols, schema=pa.schema(fields))
     return UpdateBatch(path=src.path, data=data, times=times, diff=diff, d=fd, sha256=digest)
 
@@ -428,16 +427,6 @@ def _from_hex(col):
                                            [None, pa.py_buffer((offsets - offsets[0]) // 2),
                                             pa.py_buffer((high * 16 + low).astype(np.uint8).tobytes())])
     return pc.if_else(valid, out, pa.scalar(None, pa.large_binary())).cast(pa.binary())
-
-
-def _check_nan(src: Source, table: pa.Table, name: str, col) -> None:
-    """NaN != NaN, so rows holding it would never consolidate away: refuse them."""
-    if not _is_float(col.type):
-        return
-    i = first_index(pc.is_nan(col))
-    if i is not None:
-        v = table.column(name)[i].as_py()
-        raise src.fail(f"{show(v)} is not a number (NaN); NaN values cannot be consolidated", row=i + 1, column=name)
 
 
 def _is_float(t: pa.DataType) -> bool:

@@ -52,14 +52,14 @@ def _sum(c: R.Coll, column: str, name: str, exact=Fraction, done=float) -> R.Col
 
 
 def _avg(c: R.Coll) -> R.Coll:
-    """The mean over the rows present whose x is not null: the exact sum rounded once, over n."""
+    """SQL's mean per key present: the exact sum of the non-null x rounded once, over their
+    count; NULL when there is none (all null, or multiplicities that cancel)."""
     out = R.Coll(["k", "mean"])
     groups: dict = {}
     for row, m in c.rows.items():
-        if row[1] is not None:
-            s, n = groups.get(row[0], (Fraction(0), 0))
-            groups[row[0]] = (s + Fraction(row[1]) * m, n + m)
-    for k, (s, n) in groups.items():  # multiplicities that cancel: no values, a NULL mean
+        s, n = groups.get(row[0], (Fraction(0), 0))
+        groups[row[0]] = (s, n) if row[1] is None else (s + Fraction(row[1]) * m, n + m)
+    for k, (s, n) in groups.items():
         out.add((k, float(s) / n if n else None), 1)
     return out
 

@@ -106,8 +106,8 @@ def expected(t: ColumnType, op: str, ins: dict, at: Callable, time) -> R.Coll:
         return R.count(xs, "c")
     if op == "count_distinct":
         return R.count_distinct(R.select(xs, "g", "c"), "g")
-    if op == "sum":
-        return R.sum_exact(xs, "g", "c")
+    if op == "sum":  # the Python API's sum: nulls add 0, so a group of nulls sums to 0 (agg's sum is SQL's NULL)
+        return _nulls_as_zero(R.sum_exact(xs, "g", "c"), "sum", t)
     if op == "avg":
         return R.avg_exact(xs, "g", "c")
     if op in ("min", "max"):
@@ -122,6 +122,17 @@ def expected(t: ColumnType, op: str, ins: dict, at: Callable, time) -> R.Coll:
     if op == "agg":
         return agg_reference(t, xs)
     raise KeyError(op)
+
+
+def _nulls_as_zero(c: R.Coll, column: str, t: ColumnType) -> R.Coll:
+    """``c`` with a null in ``column`` (a group without values) as the zero of the sum's type."""
+    import decimal
+    zero = 0.0 if t.floating else decimal.Decimal(0) if pa.types.is_decimal(t.arrow) else 0
+    i = c.columns.index(column)
+    out = R.Coll(c.columns)
+    for row, m in c.rows.items():
+        out.add(tuple(R.canonical(zero) if j == i and v is None else v for j, v in enumerate(row)), m)
+    return out
 
 
 def agg_reference(t: ColumnType, xs: R.Coll) -> R.Coll:
