@@ -16,6 +16,7 @@ from sqlglot import exp
 
 from ops.sql.expressions import spark_sql
 from ops.sql.scope import Col, Rel, Scope, fresh_name
+from storage.state.trace import RESERVED_COLUMNS
 
 
 def plain_column(sql: str) -> str | None:
@@ -130,3 +131,14 @@ def _unmatched(kept: Rel, other: Rel, both: Rel, kept_cols: list[str], names: li
         alone = kept.coll.concat(kept.coll.semijoin(matched, on=kept_cols, nulls_equal=True).negate())
     padded = {c: (f"`{c}`" if c in kept_cols else "NULL") for c in order}
     return alone.select(**padded)
+
+
+def distinct_names(rel: Rel) -> Rel:
+    """``rel`` as a relation of its own: each SQL column in a column of its own, no other
+    columns (a view, a CTE, a set operation's side)."""
+    columns, cols = {}, []
+    for c in rel.cols:
+        internal = fresh_name(set(columns) | RESERVED_COLUMNS, c.name if c.name not in RESERVED_COLUMNS else f"{c.name}_")
+        columns[internal] = f"`{c.internal}`"
+        cols.append(Col(None, c.name, internal))
+    return project(rel, columns, cols)

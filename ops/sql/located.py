@@ -17,6 +17,9 @@ class Located:
 
     def at(self, node: exp.Expression | None, message: str) -> str:
         start = first_offset(node)
+        while start is None and node is not None and node.parent is not None:  # a keyword: its expression's place
+            node = node.parent
+            start = first_offset(node)
         if start is None:
             return f"{self.path}: {message}"
         before = self.text[:start]
