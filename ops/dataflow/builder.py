@@ -283,9 +283,11 @@ class Pipeline:
         self.nodes: list[Node] = []
         self.inputs: dict[str, Node] = {}
         self.outputs: dict[str, Node] = {}
+        # where the nodes being added are declared, when not a line of Python (a SQL model's view)
+        self.declared_here: str | None = None
 
     def _add(self, op: str, inputs: list[Node], args: dict, scope: "Scope | None" = None) -> Collection:
-        node = Node(op, inputs, args, declared_at(), len(self.nodes), scope=scope)
+        node = Node(op, inputs, args, self.declared_here or declared_at(), len(self.nodes), scope=scope)
         node.name = f"{op}_{node.id}"
         self.nodes.append(node)
         return Collection(self, node)

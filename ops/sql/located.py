@@ -28,6 +28,12 @@ class Located:
         return f"{self.path}:{line}:{col}: {message}"
 
 
+    def line_of(self, node: exp.Expression) -> str:
+        """``model.sql:LINE`` of ``node``: where explain and errors say an operator comes from."""
+        start = first_offset(node)
+        return f"{self.path}:{self.text[:start].count(chr(10)) + 1}" if start is not None else self.path
+
+
 def first_offset(node: exp.Expression | None) -> int | None:
     """The text offset of ``node``'s first token the parser placed (None if none)."""
     if node is None:

@@ -37,10 +37,12 @@ class Planner:
             raise PipelineError(self.where.at(node, f"views refer to each other in a circle: {cycle}"))
         self._planning.append(name)
         query, columns = self.views[name]
+        declared, self.p.declared_here = self.p.declared_here, self.where.line_of(query)
         try:
             rel = distinct_names(self.query(query, {}, None))
         finally:
             self._planning.pop()
+            self.p.declared_here = declared
         if columns:
             if len(columns) != len(rel.cols):
                 raise PipelineError(self.where.at(query, f"view {name}: {len(columns)} column names for "
