@@ -109,8 +109,8 @@ def _reducer(r, key) -> str:
         order = ", ".join(f"{c}{' descending' if d == 'descending' else ''}" for c, d in zip(r.order_by, r.directions))
         parts = [f"{name} = {_window_function(f)}" for name, f in r.functions.items()]
         within = f"partition by {_names(key)}" if key else "one partition"
-        return f"every row with {', '.join(parts)} over ({within}, order by {order or '(none)'}); a change recomputes " \
-               f"its partition at the times it touches"
+        return f"every row with {', '.join(parts)} over ({within}, order by {order or '(none)'}), " \
+               f"a changed partition recomputed whole,"
     if isinstance(r, reducers.PerKey):
         return f"a function of each key's rows {per} ({getattr(r.fn, '__name__', 'user function')})"
     return f"{type(r).__name__} {per}"
