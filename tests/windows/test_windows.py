@@ -2,7 +2,8 @@
 own window functions, computed at every time on the accumulated input the test generated:
 random streams with retractions, multiplicities and nulls in the partition and order columns,
 int, double (with NaN), decimal, date and string columns, several runs with compaction between,
-d = 1 and d = 2 (partially ordered times). The reference imports no ddcli code."""
+d = 1 and d = 2 (partially ordered times). The reference imports no ddcli code; ``verify``
+(Spark's window functions, ops/verify/oracle.py) is checked after the last run."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
+from ops.verify.verify import verify_pipeline
 from tests.helpers import reference as R
 from tests.helpers.pipeline_bench import Bench, assert_refused, random_updates, run_since, schedule
 
@@ -127,6 +129,8 @@ def test_windows_equal_duckdb_at_every_time_over_runs(spark, tmp_path, d):
         check_every_time(bench)
         if r < runs - 1:
             bench.advance_and_compact(run_since(d, r), full=r % 2 == 1)
+    v = verify_pipeline(bench.store, path)  # the engine's own from-scratch oracle agrees too
+    assert v.times and v.ok, "\n".join(x.describe() for x in v.differences)
     types = bench.store.trace("by_k").schema
     assert types.field("tot").type == pa.decimal128(38, 2) and types.field("nxt2").type == pa.decimal128(9, 2)
 
