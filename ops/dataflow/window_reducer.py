@@ -62,8 +62,9 @@ class Window(Reducer):
                         [c for c in values if c not in self.order_by])
         at = _Positions(rows, self.order_by)
         cols = {GROUP: rows.column(GROUP), **{c: rows.column(c) for c in values}}
+        prefixes = {}  # a column's prefix sums, shared by the functions over it
         for name, fn in self.functions.items():
-            cols[name] = _evaluate(fn, rows, at, out_schema.field(name).type)
+            cols[name] = _evaluate(fn, rows, at, out_schema.field(name).type, prefixes)
         cols[COUNT] = pa.array(np.ones(rows.num_rows, np.int64))
         return pa.table(cols)
 
@@ -133,7 +134,7 @@ class _Positions:
         return first, last
 
 
-def _evaluate(fn: WindowFunction, rows: pa.Table, at: _Positions, out_t: pa.DataType) -> pa.Array:
+def _evaluate(fn: WindowFunction, rows: pa.Table, at: _Positions, out_t: pa.DataType, prefixes: dict) -> pa.Array:
     """The column of window function ``fn`` for every ordered row."""
     if fn.kind == "row_number":
         return pa.array(at.index - at.first + 1, pa.int64())
@@ -148,10 +149,10 @@ def _evaluate(fn: WindowFunction, rows: pa.Table, at: _Positions, out_t: pa.Data
         col = rows.column(fn.column)
         taken = col.take(pa.array(np.where(inside, src, 0))) if len(src) else col
         return pc.if_else(pa.array(inside), taken, _default("", fn, out_t))
-    return _running(fn, rows, at, out_t)
+    return _running(fn, rows, at, out_t, prefixes)
 
 
-def _running(fn: WindowFunction, rows: pa.Table, at: _Positions, out_t: pa.DataType) -> pa.Array:
+def _running(fn: WindowFunction, rows: pa.Table, at: _Positions, out_t: pa.DataType, prefixes: dict) -> pa.Array:
     """A running ``sum``/``count``/``avg`` over each row's frame ``[lo, hi]``: differences
     of prefix sums over all rows (a frame never leaves its partition). Sums are exact
     integers (ops/exact_sum.py), rounded once."""
@@ -163,18 +164,27 @@ def _running(fn: WindowFunction, rows: pa.Table, at: _Positions, out_t: pa.DataT
     if fn.column is None:
         return pa.array(hi - lo + 1, pa.int64())
     col = rows.column(fn.column)
-    n = _framed(pc.is_valid(col).to_numpy(zero_copy_only=False).astype(np.int64), lo, hi)
+    if ("n", fn.column) not in prefixes:
+        prefixes["n", fn.column] = _prefix(pc.is_valid(col).to_numpy(zero_copy_only=False).astype(np.int64))
+    n = _framed(prefixes["n", fn.column], lo, hi)
     if fn.kind == "count":
         return pa.array(n, pa.int64())
     sum_t = exact_sum.sum_type(col.type)
-    total = exact_sum.values(_framed(exact_sum.weights(col, sum_t, np.ones(len(lo), np.int64)), lo, hi), sum_t)
+    if ("sum", fn.column) not in prefixes:
+        prefixes["sum", fn.column] = _prefix(exact_sum.weights(col, sum_t, np.ones(len(lo), np.int64)))
+    total = exact_sum.values(_framed(prefixes["sum", fn.column], lo, hi), sum_t)
     if fn.kind == "avg":
         total = pc.divide(total.cast(pa.float64()), pa.array(n, pa.float64()))
     return pc.if_else(pa.array(n > 0), total.cast(out_t), pa.scalar(None, out_t))
 
 
-def _framed(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """``x[lo] + ... + x[hi]`` per row (int64 or exact Python ints)."""
+def _prefix(x: np.ndarray) -> np.ndarray:
+    """``0, x[0], x[0] + x[1], ...`` (int64 or exact Python ints)."""
     prefix = np.zeros(len(x) + 1, x.dtype)
     np.cumsum(x, out=prefix[1:])
+    return prefix
+
+
+def _framed(prefix: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``x[lo] + ... + x[hi]`` per row from ``x``'s :func:`_prefix`."""
     return prefix[hi + 1] - prefix[lo]
