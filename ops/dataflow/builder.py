@@ -185,11 +185,12 @@ class Collection:
         ``(PARTITION BY k ORDER BY t)``. A row of multiplicity ``c`` is ``c`` rows; rows
         tied in ``order_by`` are ordered by their other columns. The output's columns are
         the partition columns, the others, then the new ones."""
+        key = [] if partition_by is None else _names("window", partition_by, "partition_by")
         try:
-            reducer = Window(order_by, descending, columns)
+            reducer = Window(order_by, descending, columns, partition_by=key)
         except ValueError as e:
             raise PipelineError(f"window ({declared_at()}): {e}") from None
-        return self.reduce([] if partition_by is None else _names("window", partition_by, "partition_by"), reducer)
+        return self.reduce(key, reducer)
 
     def reduce_per_key(self, by, fn: Callable) -> "Collection":
         """User logic per key: ``fn(pa.Table of the key's rows with _count) -> pa.Table``.

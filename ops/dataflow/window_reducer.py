@@ -29,9 +29,10 @@ from ops.dataflow.windows import WindowFunction, problem
 class Window(Reducer):
     """Each row present (count > 0), as many times as its count, with one column per
     window function, computed over its group's rows in ``order_by`` order (``directions``
-    per column; no order: every row a peer of every other)."""
+    per column; no order: every row a peer of every other). Order columns among
+    ``partition_by`` (the reduce's key, which the reducer never sees) are left out."""
 
-    def __init__(self, order_by, descending, functions: dict):
+    def __init__(self, order_by, descending, functions: dict, partition_by=()):
         if not functions:
             raise ValueError("give at least one window function, e.g. n=row_number()")
         for name, fn in functions.items():
@@ -40,8 +41,10 @@ class Window(Reducer):
                 raise ValueError(f"{name}= {why}")
         if order_by is None or (isinstance(order_by, (list, tuple)) and not order_by and descending in (False, [], ())):
             self.order_by, self.directions = [], []
-        else:
-            self.order_by, self.directions = sort_directions(order_by, descending)
+        else:  # a partition column is constant within a partition: ordering by it changes nothing
+            cols, dirs = sort_directions(order_by, descending)
+            kept = [i for i, c in enumerate(cols) if c not in partition_by]
+            self.order_by, self.directions = [cols[i] for i in kept], [dirs[i] for i in kept]
         self.functions = dict(functions)
 
     def output_schema(self, values_schema):

@@ -54,11 +54,15 @@ def pipeline(p):
                                 pavg=running_avg("p"), after=lead("f"), n3=running_count("p", frame=rows(3))))
     p.output("by_s", xs.window("s", ["p", "dt"], descending=[False, True], rk=rank(), fsum=running_sum("f"),
                                back3=lag("t", 3, 0), same=lag("g", 0)))
+    # no order (or only partition columns): every row a peer, a RANGE frame the whole partition
+    p.output("unordered", xs.window("g", ["g"], n=running_count(), tot=running_sum("p"), rk=dense_rank(),
+                                    nt=running_count("t", frame=rows())))
 '''
 
 # The same windows in DuckDB's SQL. ``row_number``, ``lag``, ``lead`` and ROWS frames order
 # rows tied in the window's order by their other columns, in the collection's column order.
-OTHERS = {"by_k": "g, f, p, dt, s", "by_kg": "t, f, p", "whole": "k, g, t, p, dt, s", "by_s": "k, g, t, f"}
+OTHERS = {"by_k": "g, f, p, dt, s", "by_kg": "t, f, p", "whole": "k, g, t, p, dt, s", "by_s": "k, g, t, f",
+          "unordered": "k, t, f, p, dt, s"}
 SQL = {
     "by_k": """SELECT *, row_number() OVER full_order AS rn, rank() OVER w AS rk, dense_rank() OVER w AS drk,
                  lag(s) OVER full_order AS prev, lead(p, 2, -1.00) OVER full_order AS nxt2, sum(p) OVER w AS tot,
@@ -79,6 +83,10 @@ SQL = {
                  lag(g, 0) OVER full_order AS same
                FROM xs WINDOW w AS (PARTITION BY s ORDER BY p, dt DESC),
                               full_order AS (PARTITION BY s ORDER BY p, dt DESC, {by_s})""",
+    "unordered": """SELECT *, count(*) OVER w AS n, sum(p) OVER w AS tot, dense_rank() OVER (w ORDER BY g) AS rk,
+                      count(t) OVER (PARTITION BY g ORDER BY {unordered}
+                                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS nt
+                    FROM xs WINDOW w AS (PARTITION BY g)""",
 }
 OUTPUTS = list(SQL)
 APPROX = {"by_k": ["mean3"], "whole": ["pavg"]}  # averages: a division DuckDB may round otherwise
