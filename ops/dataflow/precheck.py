@@ -96,6 +96,10 @@ def _window(n: Node, reducer: Window, cols: Columns, key: list[str], values: lis
     for name in reducer.functions:
         if name in key or name in values:
             raise PipelineError(f"{n.describe()}: window column {name!r} has the name of an input column; rename it")
+        f = reducer.functions[name]
+        if f.column in key:
+            raise PipelineError(f"{n.describe()}: {name}={f.kind}({f.column!r}): {f.column!r} is a partition column; "
+                                f"use a copy of it (select(..., {f.column}_copy={f.column!r}))")
     if any(cols[v] is None for v in values):  # a type only Spark knows: names only, Spark checks the rest
         for c in reducer.order_by + [f.column for f in reducer.functions.values() if f.column is not None]:
             if c not in values:

@@ -149,6 +149,7 @@ def test_windows_equal_duckdb_at_every_time_over_runs(spark, tmp_path, d):
     ('xs.window("k", "t", k=rank())', ["'k'", "rename it"]),
     ('xs.window("k", "t", f=rank())', ["'f'", "rename it"]),
     ('xs.window("k", "t", x=lag("zz"))', ["'zz'", "not a value column"]),
+    ('xs.window("k", "t", x=running_sum("k"))', ["x=sum('k')", "partition column"]),
     ('xs.window("k", "t", x=lag("t", 1, "text"))', ["default='text'", "int64"]),
 ])
 def test_window_mistakes_are_one_line_before_spark(spark_jobs, tmp_path, body, words):
