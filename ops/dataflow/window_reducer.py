@@ -47,6 +47,10 @@ class Window(Reducer):
             self.order_by, self.directions = [cols[i] for i in kept], [dirs[i] for i in kept]
         self.functions = dict(functions)
 
+    def __str__(self) -> str:  # how an error names it: as the pipeline wrote it
+        order = ", ".join(c + (" desc" if d == "descending" else "") for c, d in zip(self.order_by, self.directions))
+        return f"window(order by {order or '(none)'}: {', '.join(self.functions)})"
+
     def output_schema(self, values_schema):
         for c in self.order_by:
             if c not in values_schema.names:

@@ -196,3 +196,18 @@ def test_a_partition_keeps_its_rows_multiplicities_and_ties_in_one_order():
     want = con.execute("""SELECT o, x, row_number() OVER w, lag(x) OVER w FROM (VALUES (1, 'b'), (1, 'b'), (1, 'a'),
                           (NULL, 'c')) v(o, x) WINDOW w AS (ORDER BY o, x)""").fetchall()
     assert dict(got) == {r: 1 for r in want}
+
+
+def test_a_partition_over_the_memory_budget_is_refused_naming_the_window():
+    import numpy as np
+
+    from ops.dataflow.window_reducer import Window
+    from ops.dataflow.windows import row_number
+    from ops.errors import KeyTooLarge
+    from ops.reduce.kernel import reduce_delta
+
+    n = 5000  # one partition of 5,000 rows changing at 50 times: 250,000 grid cells
+    t = pa.table({"k": np.zeros(n, np.int64), "t": np.arange(n), "time": np.arange(n) % 50,
+                  "diff": np.ones(n, np.int64)})
+    with pytest.raises(KeyTooLarge, match=r"^window\(order by t desc: rn\): key \{'k': 0\} needs 250,000 cells"):
+        reduce_delta(t, ["k"], ["t"], 1, Window(["t"], [True], {"rn": row_number()}), limit_bytes=120 * 100_000)
