@@ -12,14 +12,9 @@ import datetime
 import decimal
 import random
 
-import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from ops.run.run import run_pipeline
-from storage.store import Store
-from tests.helpers.operations import trace_at
-from tests.workloads.tpch import same_rows
+from tests.sql.harness import check_model
 
 MODEL = """
 -- every construct the SQL front end maintains, one view each
@@ -63,9 +58,6 @@ CREATE MATERIALIZED VIEW reach AS
   SELECT n FROM r;
 """
 
-OUTPUTS = [line.split()[3] for line in MODEL.splitlines() if line.startswith("CREATE MATERIALIZED VIEW")]
-
-
 def _rows_a(rng: random.Random, n: int) -> list[dict]:
     return [{"k": None if rng.random() < 0.1 else rng.randrange(10),
              "g": None if rng.random() < 0.1 else f"g{rng.randrange(4)}",
@@ -86,61 +78,5 @@ SCHEMAS = {"a": pa.schema([("k", pa.int64()), ("g", pa.string()), ("x", pa.float
            "b": pa.schema([("k", pa.int64()), ("y", pa.int64()), ("s", pa.string())])}
 
 
-def _write(path, table: str, rows: list[dict], times: list[int], diffs: list[int]) -> str:
-    schema = SCHEMAS[table].append(pa.field("time", pa.int64())).append(pa.field("diff", pa.int64()))
-    data = [dict(r, time=t, diff=c) for r, t, c in zip(rows, times, diffs)]
-    pq.write_table(pa.Table.from_pylist(data, schema=schema), path)
-    return str(path)
-
-
-def _reference(live: dict[str, list[tuple[dict, int]]]) -> dict[str, list[tuple]]:
-    """Every output's rows from DuckDB on the tables as ``live`` holds them."""
-    con = duckdb.connect()
-    for name, rows in live.items():
-        expanded = [r for r, c in rows for _ in range(c)]
-        con.register(f"{name}_arrow", pa.Table.from_pylist(expanded, schema=SCHEMAS[name]))
-        con.execute(f"CREATE TABLE {name} AS SELECT * FROM {name}_arrow")
-    con.execute(MODEL.replace("MATERIALIZED VIEW", "VIEW"))
-    return {v: con.execute(f"SELECT * FROM {v}").fetchall() for v in OUTPUTS}
-
-
 def test_sql_model_equals_duckdb_at_every_time(tmp_path):
-    rng = random.Random(7)
-    store = Store(str(tmp_path / "store"))
-    model = tmp_path / "model.sql"
-    model.write_text(MODEL)
-    live: dict[str, list[tuple[dict, int]]] = {"a": [], "b": []}
-    answers = {}
-    t = 0
-    for run in range(2):
-        for _ in range(2):  # two times per run
-            for table, make in (("a", _rows_a), ("b", _rows_b)):
-                inserts = make(rng, 25 if t == 0 else 6)
-                retract = rng.sample(live[table], min(len(live[table]), 4)) if t else []
-                rows = inserts + [r for r, _ in retract]
-                diffs = [1] * len(inserts) + [-1] * len(retract)
-                file = _write(tmp_path / f"{table}{t}.parquet", table, rows, [t] * len(rows), diffs)
-                store.ingest(table, [file])
-                for r, _ in retract:
-                    live[table].remove((r, 1))
-                live[table] += [(r, 1) for r in inserts]
-            answers[t] = _reference(live)
-            t += 1
-        run_pipeline(store, str(model))
-        problems = []
-        for view in OUTPUTS:
-            for when in range(t):
-                found = trace_at(store, view, (when,))
-                if any(c < 0 for c in found.values()):
-                    problems.append(f"{view} at {when}: rows of negative count: {found}")
-                    break
-                got = [row for row, c in found.items() for _ in range(c)]
-                diff = same_rows(answers[when][view], got, rel=1e-9)
-                if diff:
-                    problems.append(f"{view} at {when}: {diff}")
-                    break
-        assert not problems, "\n".join(problems)
-        if run == 0:  # compaction between runs
-            for table in ("a", "b"):
-                store.advance(table, since=str(t - 1))
-            store.compact(full=True, grace_seconds=0)
+    check_model(tmp_path, MODEL, SCHEMAS, {"a": _rows_a, "b": _rows_b}, seed=7)
