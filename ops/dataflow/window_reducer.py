@@ -16,6 +16,8 @@ multiplicity ``c`` is ``c`` rows, each with its own ``row_number``.
 
 from __future__ import annotations
 
+import decimal
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -97,8 +99,15 @@ def _default(name: str, fn: WindowFunction, t: pa.DataType) -> pa.Scalar:
     """``lag``/``lead``'s default as a value of the column's type."""
     if fn.default is None:
         return pa.scalar(None, t)
+    value = fn.default
+    if pa.types.is_decimal(t) and isinstance(value, float):
+        value = decimal.Decimal(repr(value))  # the literal as written, not its binary double
     try:
-        return pa.scalar(fn.default).cast(t)
+        return pa.scalar(value, type=t)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
+        pass
+    try:
+        return pa.scalar(value).cast(t)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as e:
         raise ValueError(f"{name}={fn.kind}({fn.column!r}, default={fn.default!r}): the default is no value of "
                          f"the column's type {t} ({e})") from None
