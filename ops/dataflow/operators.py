@@ -38,6 +38,7 @@ class Operator:
     ``keyed_by``: the argument naming the key its output is arranged by (optional when it
     ``carries`` an input); ``read_by``: the argument naming the columns it reads its inputs'
     arrangements by (None: the whole row).
+    ``no_new_rows``: it never has more updates than its one input.
     ``in_task``: a loop's task evaluates it (ops/loops/task.py); ``broadcast_ok``: inside
     such a loop it may read a collection every task holds whole.
     ``reducer``: a reduce-family operator's reducer, from its node.
@@ -49,6 +50,7 @@ class Operator:
     linear: bool = False
     same_columns: bool = False
     carries: int | None = None
+    no_new_rows: bool = False
     keyed_by: str | None = None
     read_by: str | None = None
     in_task: bool = False
@@ -60,17 +62,18 @@ OPERATORS: dict[str, Operator] = {
     "input": Operator(IO, "reads trace {trace}: its new updates, and its history as an arrangement"),
     "output": Operator(IO, "writes {in0} to trace {trace}{detail}", linear=True, same_columns=True, carries=0,
                        keyed_by="key"),
-    "select": Operator(LINEAR, "from {in0}: {detail}", linear=True, in_task=True, broadcast_ok=True),
+    "select": Operator(LINEAR, "from {in0}: {detail}", linear=True, in_task=True, broadcast_ok=True,
+                       no_new_rows=True),
     "filter": Operator(LINEAR, "keeps the rows of {in0} where {condition}", linear=True, same_columns=True,
-                       in_task=True, broadcast_ok=True),
+                       in_task=True, broadcast_ok=True, no_new_rows=True),
     "flat_map": Operator(LINEAR, "one row of {in0} per element of {expr}, as column {column}", linear=True),
     "concat": Operator(LINEAR, "the sum of {ins} (multiplicities add)", linear=True, in_task=True),
     "negate": Operator(LINEAR, "{in0} with every multiplicity negated", linear=True, same_columns=True,
-                       in_task=True, broadcast_ok=True),
+                       in_task=True, broadcast_ok=True, no_new_rows=True),
     "consolidate": Operator(LINEAR, "{in0} with updates of equal row and time summed", linear=True,
-                            same_columns=True, in_task=True),
+                            same_columns=True, in_task=True, no_new_rows=True),
     "arrange": Operator(LINEAR, "one indexed copy of {in0} by {key}, shared by the operators that read it",
-                        linear=True, same_columns=True, keyed_by="key", in_task=True),
+                        linear=True, same_columns=True, keyed_by="key", in_task=True, no_new_rows=True),
     "join": Operator(JOIN, "joins {in0} with {in1} on {on} (reads both sides' arrangements)", stateful=True,
                      keyed_by="on", read_by="on", in_task=True, broadcast_ok=True),
     "semijoin": Operator(JOIN, "the rows of {in0} whose {on} is in {in1} (reads both sides' arrangements)",
@@ -83,7 +86,8 @@ OPERATORS: dict[str, Operator] = {
                           "arrangement)", stateful=True, same_columns=True, in_task=True,
                           reducer=lambda n: Threshold(n.args["fn"])),
     "loop": Operator(LOOP, "loop {loop}: the fixed point of its body, at most {max_rounds:,} rounds"),
-    "enter": Operator(LOOP, "brings {in0} into loop {loop}{detail}", same_columns=True, carries=0, in_task=True),
+    "enter": Operator(LOOP, "brings {in0} into loop {loop}{detail}", same_columns=True, carries=0, in_task=True,
+                      no_new_rows=True),
     "variable": Operator(LOOP, "variable of loop {loop}: starts from {in0}, next value {detail}", same_columns=True,
                          carries=0, in_task=True),
     "leave": Operator(LOOP, "brings {in1} out of loop {loop}", same_columns=True, carries=1),
