@@ -53,10 +53,6 @@ def column_list(v) -> list[str]:
     return [v] if isinstance(v, str) else list(v)
 
 
-# operators that read their inputs' old updates (their inputs are arranged)
-STATEFUL = {op for op, o in OPERATORS.items() if o.stateful}
-
-
 class Graph(Protocol):
     """What the questions below need of a pipeline: its nodes, in declaration order."""
 
