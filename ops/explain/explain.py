@@ -13,8 +13,8 @@ import os
 from ops.dataflow.builder import Pipeline
 from ops.dataflow.changes import PipelineChanges, pipeline_changes, state_names
 from ops.dataflow.graph import Node, arranged_nodes, node_key, read_key
-from ops.dataflow.operators import OPERATORS
 from ops.dataflow.load import load_pipeline
+from ops.dataflow.operators import OPERATORS
 from ops.explain import model
 from ops.explain.loops import engine_for, explain_loop, priorities
 from ops.explain.operators import summary

@@ -40,7 +40,6 @@ from storage.state.trace import Trace
 from storage.state.transitions import State
 
 
-
 @dataclass
 class Identity:
     """A loaded pipeline against the store's record of its last run."""
