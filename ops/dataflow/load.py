@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 import traceback
+from typing import Callable
+
+import pyarrow as pa
 
 from ops.dataflow.builder import Pipeline
 from ops.errors import PipelineError
@@ -15,8 +18,10 @@ def default_name(path: str) -> str:
     return os.path.splitext(os.path.basename(path))[0]
 
 
-def load_pipeline(path: str, name: str | None = None) -> Pipeline:
-    """Build the pipeline declared in ``path``; every mistake is one PipelineError line."""
+def load_pipeline(path: str, name: str | None = None, tables: Callable[[str], pa.Schema | None] | None = None) -> Pipeline:
+    """Build the pipeline declared in ``path``: a Python file's ``pipeline(p)``, or a SQL
+    model's views (a ``.sql`` file, ops/sql/), whose input traces' schemas ``tables(name)``
+    gives. Every mistake is one PipelineError line."""
     name = name or default_name(path)
     if not NAME_RE.match(name) or len(name) > MAX_NAME_LENGTH:
         raise PipelineError(f"bad pipeline name {name!r}: use letters, digits and _, at most {MAX_NAME_LENGTH} characters (or pass --name)")
@@ -25,6 +30,9 @@ def load_pipeline(path: str, name: str | None = None) -> Pipeline:
             source = fh.read()
     except (OSError, UnicodeDecodeError) as e:
         raise PipelineError(f"cannot read pipeline file {path}: {e}") from None
+    if path.lower().endswith(".sql"):
+        from ops.sql.model import load_model
+        return load_model(path, name, source, tables or (lambda n: None))
     try:
         code = compile(source, path, "exec")
     except SyntaxError as e:
@@ -51,6 +59,17 @@ def load_pipeline(path: str, name: str | None = None) -> Pipeline:
     if not p.outputs:
         raise PipelineError(f"{path}: the pipeline declares no output (call p.output(name, collection))")
     return p
+
+
+def trace_schemas(traces) -> Callable[[str], pa.Schema | None]:
+    """``tables`` for :func:`load_pipeline` over a store's traces (name -> Trace): a name
+    as written, else the one trace that matches it without regard to case (SQL's names)."""
+    def schema(name: str):
+        if name in traces:
+            return traces[name].schema
+        hits = [n for n in traces if n.lower() == name.lower()]
+        return (hits[0], traces[hits[0]].schema) if len(hits) == 1 else None
+    return schema
 
 
 class ProcessExit(BaseException):

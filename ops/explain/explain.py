@@ -13,7 +13,7 @@ import os
 from ops.dataflow.builder import Pipeline
 from ops.dataflow.changes import PipelineChanges, pipeline_changes, state_names
 from ops.dataflow.graph import STATEFUL, Node, arranged_nodes, node_key
-from ops.dataflow.load import load_pipeline
+from ops.dataflow.load import load_pipeline, trace_schemas
 from ops.explain import model
 from ops.explain.loops import engine_for, explain_loop, priorities
 from ops.explain.operators import summary
@@ -29,8 +29,8 @@ def explain_pipeline(store, path: str, *, name: str | None = None, master: str |
     """The explanation of the pipeline in ``path`` against ``store`` (see the module's docstring)."""
     from ops.spark.session import master_url
 
-    p = load_pipeline(path, name)
     state = store.state()
+    p = load_pipeline(path, name, trace_schemas(state.traces))
     traces = state.traces
     inputs = {n: traces[n].schema for n in p.inputs if n in traces}
     schemas = planned_schemas(p, inputs)

@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from ops.dataflow.builder import Pipeline
 from ops.dataflow.graph import Node, node_key
-from ops.dataflow.load import load_pipeline
+from ops.dataflow.load import load_pipeline, trace_schemas
 from ops.dataflow.precheck import precheck
 from ops.errors import PipelineError
 from ops.io.read import read_layers
@@ -260,8 +260,8 @@ def plan_run(store: Store, path: str, *, name: str | None = None, rebuild: bool 
     """Load the pipeline and decide what its run reads, writes and may refuse: its inputs'
     old and new layers, its frontiers before and after, the clashes and edits that stop it.
     ``rebuild``: recompute what changed (ops/run/rebuild.py); ``rebuild_all``: everything."""
-    p = load_pipeline(path, name)
     state = store.state(to_write=True)
+    p = load_pipeline(path, name, trace_schemas(state.traces))
     record = state.pipelines.get(p.name)
     ident = identify(p, path, record, state)
     if ident.changes.changed and not (rebuild or rebuild_all):

@@ -23,7 +23,7 @@ from typing import Callable
 import pyarrow as pa
 from pyspark.sql import functions as F
 
-from ops.dataflow.load import load_pipeline
+from ops.dataflow.load import load_pipeline, trace_schemas
 from ops.errors import PipelineError
 from ops.io.read import read_layers
 from ops.verify.oracle import AT, M, Oracle, check_supported, consolidated
@@ -72,9 +72,9 @@ def verify_pipeline(store: Store, path: str, *, name: str | None = None, at: lis
     """Check pipeline ``path``'s outputs at the times ``at`` (default: every time they tell
     apart); ``progress`` receives a line as each long piece of work starts."""
     say = progress or (lambda msg: None)
-    p = load_pipeline(path, name)
-    check_supported(p)
     state = store.state()
+    p = load_pipeline(path, name, trace_schemas(state.traces))
+    check_supported(p)
     record = state.pipelines.get(p.name)
     if not record:
         raise PipelineError(f"pipeline {p.name!r} has not run yet in store {store.path}; nothing to verify")

@@ -1,0 +1,108 @@
+"""An SQL expression written in Spark's dialect over a collection's columns.
+
+Each column reference is resolved in the query's scope (ops/sql/scope.py) and written as
+the collection's column; sqlglot writes the rest (CASE, LIKE, IN lists, BETWEEN, EXTRACT,
+CAST, date +/- INTERVAL, string functions) as Spark SQL, which a ``select`` or ``filter``
+evaluates. Functions whose value changes from one evaluation to the next cannot be
+maintained (a retraction would not cancel what was written) and are refused.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from sqlglot import exp
+
+from ops.errors import PipelineError
+from ops.sql.scope import Scope
+
+INTERNAL = "ddcli_internal"  # marks a column reference that already names a collection column
+
+# functions whose value is not a function of the row: a later run could not retract it
+_VOLATILE = (exp.Rand, exp.CurrentDate, exp.CurrentTimestamp, exp.CurrentTime, exp.Uuid)
+_VOLATILE_NAMES = {"random", "rand", "now", "uuid", "gen_random_uuid", "today", "current_date",
+                   "current_timestamp", "current_time", "localtime", "localtimestamp", "nextval", "setseed"}
+
+
+def internal_column(name: str) -> exp.Column:
+    """A reference to the collection column ``name`` (left as it is by :func:`resolved`)."""
+    col = exp.column(name, quoted=True)
+    col.meta[INTERNAL] = True
+    return col
+
+
+def is_volatile(node: exp.Expression) -> bool:
+    if isinstance(node, _VOLATILE):
+        return True
+    return isinstance(node, exp.Anonymous) and str(node.this).lower() in _VOLATILE_NAMES
+
+
+def resolved(e: exp.Expression, scope: Scope, where, substitute: Callable | None = None,
+             aggregates: bool = False) -> exp.Expression:
+    """A copy of ``e`` whose columns name collection columns; ``substitute(node)`` may give
+    a collection column for a whole subtree (an aggregate, a group key, a subquery).
+    ``aggregates``: aggregate calls may stand in ``e`` (to compare them, not to run them)."""
+    def rewrite(node):
+        if substitute is not None:
+            name = substitute(node)
+            if name is not None:
+                return internal_column(name)
+        if isinstance(node, exp.Column):
+            if node.meta.get(INTERNAL):
+                return node
+            if isinstance(node.this, exp.Star):
+                raise PipelineError(where.at(node, f"{node.sql()} is allowed only as a whole select item"))
+            col = scope.resolve(node)
+            return internal_column(col.internal)
+        if is_volatile(node):
+            raise PipelineError(where.at(node, f"{node.sql(dialect='duckdb')} cannot be maintained: its value changes "
+                                               f"each time it is evaluated, so a later run could not retract it"))
+        if isinstance(node, (exp.Subquery, exp.Exists)) or (isinstance(node, exp.In) and node.args.get("query")):
+            raise PipelineError(where.at(node, "a subquery is supported in WHERE and HAVING conditions joined by AND, "
+                                               "and as a value in SELECT, not here"))
+        if isinstance(node, exp.AggFunc) and not aggregates:
+            raise PipelineError(where.at(node, f"aggregate {node.sql(dialect='duckdb')} is not allowed here"))
+        if isinstance(node, exp.Window):
+            raise PipelineError(where.at(node, "a window function is allowed only in the SELECT list"))
+        return node
+    return e.transform(rewrite)
+
+
+def spark_sql(e: exp.Expression, scope: Scope, where, substitute: Callable | None = None) -> str:
+    """``e`` as a Spark SQL expression over the collection's columns."""
+    return resolved(e, scope, where, substitute).sql(dialect="spark")
+
+
+def expression_key(e: exp.Expression, scope: Scope, where) -> str | None:
+    """A text equal for two expressions that compute the same thing in ``scope`` (columns
+    resolved), to match a SELECT item with a GROUP BY expression; None if ``e`` does not
+    resolve there."""
+    try:
+        return resolved(e, scope, where, aggregates=True).sql(dialect="spark")
+    except PipelineError:
+        return None
+    except Exception:  # a correlated column: not an expression of this scope
+        return None
+
+
+def conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
+    """The conditions of ``e`` that AND joins (parentheses removed)."""
+    if e is None:
+        return []
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if isinstance(e, exp.And):
+        return conjuncts(e.this) + conjuncts(e.expression)
+    return [e]
+
+
+def output_name(e: exp.Expression, i: int) -> str:
+    """The name SQL gives a SELECT item: its alias, its column's name, or one made of its
+    text (letters, digits and _), as ``sum_l_quantity`` for ``sum(l_quantity)``."""
+    if isinstance(e, exp.Alias):
+        return e.alias
+    if isinstance(e, exp.Column):
+        return e.name
+    text = "".join(ch if ch.isalnum() else "_" for ch in e.sql(dialect="duckdb").lower())
+    text = "_".join(part for part in text.split("_") if part)
+    return text[:60] or f"column{i}"

@@ -1,0 +1,90 @@
+"""A model file: ``CREATE MATERIALIZED VIEW name AS SELECT ...`` (an output trace) and
+``CREATE VIEW name AS SELECT ...`` (a view other statements read), planned into a
+pipeline's dataflow graph as a Python pipeline file's ``pipeline(p)`` would build it.
+
+Input traces and views are named as tables; names are case-insensitive as SQL's are. The
+statements may come in any order. Parsing is sqlglot's (DuckDB's dialect: standard SQL as
+DuckDB and Spark SQL accept it); a parse error is one line with its line and column.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+from ops.dataflow.builder import Pipeline
+from ops.errors import PipelineError
+from ops.sql.located import Located
+from ops.sql.query import Planner
+from storage.state.trace import NAME_RE, RESERVED_COLUMNS
+
+
+def load_model(path: str, name: str, text: str, tables: Callable[[str], pa.Schema | None]) -> Pipeline:
+    """The pipeline named ``name`` that the model ``text`` (read from ``path``) declares;
+    ``tables(name)`` gives an input trace's schema (None if there is no such trace)."""
+    where = Located(path, text)
+    statements = _parse(text, where)
+    views, outputs = {}, []
+    for stmt in statements:
+        if not isinstance(stmt, exp.Create) or (stmt.args.get("kind") or "").upper() != "VIEW":
+            raise PipelineError(where.at(stmt, "a model holds CREATE [MATERIALIZED] VIEW name AS SELECT ... "
+                                               f"statements, not {stmt.key.upper()}"))
+        target = stmt.this
+        columns = []
+        if isinstance(target, exp.Schema):
+            columns = [c.name for c in target.expressions]
+            target = target.this
+        view = target.name
+        if not NAME_RE.match(view):
+            raise PipelineError(where.at(target, f"bad view name {view!r}: use letters, digits and _"))
+        if view.lower() in views:
+            raise PipelineError(where.at(target, f"view {view!r} is defined twice"))
+        views[view.lower()] = (stmt.expression, columns)
+        if stmt.find(exp.MaterializedProperty) is not None:
+            outputs.append((view, target))
+    if not outputs:
+        raise PipelineError(where.at(None, "the model declares no CREATE MATERIALIZED VIEW (nothing to write)"))
+    p = Pipeline(name)
+    planner = Planner(p, where, lambda n: _table(tables, n), views)
+    for view, target in outputs:
+        rel = planner.view(view.lower(), target)
+        names = [c.name for c in rel.cols]
+        for n in names:
+            if n in RESERVED_COLUMNS or names.count(n) > 1:
+                why = "a reserved name (a trace's multiplicities use it)" if n in RESERVED_COLUMNS else "used twice"
+                raise PipelineError(where.at(target, f"view {view}: output column {n!r} is {why}: name it with AS"))
+        columns = {c.name: f"`{c.internal}`" for c in rel.cols}
+        p.output(view, rel.coll.select(**columns) if list(columns) != rel.present() or
+                 any(v != f"`{k}`" for k, v in columns.items()) else rel.coll)
+    for view in views:  # views no output reads are checked too, in a pipeline thrown away
+        if view not in planner.planned:
+            Planner(Pipeline(name), where, lambda n: _table(tables, n), views).view(view)
+    return p
+
+
+def _parse(text: str, where: Located) -> list[exp.Expression]:
+    try:
+        statements = [s for s in sqlglot.parse(text, read="duckdb") if s is not None]
+    except (ParseError, TokenError) as e:
+        errors = getattr(e, "errors", None) or []
+        if errors:
+            first = errors[0]
+            raise PipelineError(f"{where.path}:{first.get('line')}:{first.get('col')}: syntax error: "
+                                f"{first.get('description')}") from None
+        raise PipelineError(f"{where.path}: syntax error: {str(e).splitlines()[0]}") from None
+    if not statements:
+        raise PipelineError(f"{where.path}: the model holds no statement")
+    return statements
+
+
+def _table(tables, name: str):
+    """An input trace's schema by SQL's rules: the exact name, else the one trace that
+    matches it without regard to case."""
+    found = tables(name)
+    if found is None:
+        return None
+    return found if isinstance(found, tuple) else (name, found)
