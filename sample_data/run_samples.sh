@@ -33,8 +33,8 @@ dd advance strings --upper "(2,0)"
 dd advance words --since 3
 
 # 3. run the pipelines: each processes every input update not yet processed, one after
-#    the other in one Spark session (each its own commit)
-dd run "$here/pipelines/"{wordcount,length_count,join_example,reach}.py
+#    the other in one Spark session (each its own commit); a .sql file is a SQL model
+dd run "$here/pipelines/"{wordcount,length_count,join_example,reach}.py "$here/models/regions.sql"
 
 # 4. compact: merge layers, advance times to each trace's since, collect garbage
 dd compact
@@ -47,4 +47,6 @@ dd history length_counts
 dd query revenue --as-of 4
 dd query revenue --as-of 5
 dd query reach --where "root = 'a'"
+dd query region_revenue
+dd query largest_orders
 dd status

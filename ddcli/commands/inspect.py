@@ -25,7 +25,7 @@ MasterOpt = Annotated[Optional[str], typer.Option(
 @app.command(epilog=EXIT_CODES_HELP)
 def explain(
     pipelines: Annotated[list[str], typer.Argument(
-        metavar="PIPELINE.py...", help="Pipeline files defining pipeline(p).")],
+        metavar="PIPELINE...", help="Pipeline files (a .py defining pipeline(p), or a .sql model of views).")],
     name: Annotated[Optional[str], typer.Option(
         "--name", "-n", metavar="N", help="The pipeline's name, as given to ddcli run (default: the file name).")] = None,
     master: MasterOpt = None,
@@ -54,7 +54,7 @@ def explain(
     if out not in ("table", "jsonl"):
         raise render.RenderError(f"explain prints sections or JSON Lines, not {out}: use --json or no --format")
     if name is not None and len(pipelines) > 1:
-        raise typer.BadParameter("--name names one pipeline: give one PIPELINE.py with it", param_hint="--name")
+        raise typer.BadParameter("--name names one pipeline: give one PIPELINE with it", param_hint="--name")
     import dataclasses
 
     from ops.explain.explain import explain_pipeline

@@ -140,7 +140,7 @@ def _report_all(records: list[dict], messages: list[str], out: str, output: str 
 @app.command(epilog=EXIT_CODES_HELP)
 def run(
     pipelines: Annotated[list[str], typer.Argument(
-        metavar="PIPELINE.py...", help="Pipeline files defining pipeline(p), run in this order.")],
+        metavar="PIPELINE...", help="Pipeline files (a .py defining pipeline(p), or a .sql model of views), run in this order.")],
     name: NameOpt = None,
     master: MasterOpt = None,
     strict_noop: StrictNoopOpt = False,
@@ -188,7 +188,7 @@ def run(
 
     out = render.choose_format(fmt, json_, output, store)
     if name is not None and len(pipelines) > 1:
-        raise typer.BadParameter("--name names one pipeline: give one PIPELINE.py with it", param_hint="--name")
+        raise typer.BadParameter("--name names one pipeline: give one PIPELINE with it", param_hint="--name")
     _quiet_pyspark_logging()
     from ops.run import lineage
     from ops.run.progress import RunProgress
@@ -233,7 +233,7 @@ def run(
 
 @app.command(epilog=EXIT_CODES_HELP)
 def verify(
-    pipeline: Annotated[str, typer.Argument(metavar="PIPELINE.py", help="A pipeline file that has run.")],
+    pipeline: Annotated[str, typer.Argument(metavar="PIPELINE", help="A pipeline file (.py or .sql) that has run.")],
     at: Annotated[Optional[list[str]], typer.Option(
         "--at", metavar="T", help="A time to check (repeatable; default: every time the inputs and outputs distinguish).")] = None,
     max_times: Annotated[Optional[int], typer.Option(

@@ -19,6 +19,7 @@ from typing import Callable
 from ops.dataflow.calculus import MOMENTS, ORDINARY, domain, require_domain
 from ops.dataflow.graph import Node, column_list, declared_at
 from ops.dataflow.reducers import Agg, Count, CountDistinct, Max, Min, PerKey, Reducer, Sum, TopK, sort_directions
+from ops.dataflow.window_reducer import Window
 from ops.errors import PipelineError
 from storage.state.trace import NAME_RE
 
@@ -174,6 +175,23 @@ class Collection:
             raise PipelineError(f"top_k ({declared_at()}): {e}") from None
         return self.reduce(by, TopK(k, order_by, descending=descending))
 
+    def window(self, partition_by, order_by=None, descending: bool | list[bool] = False, **columns) -> "Collection":
+        """SQL's window functions: every row with new columns, each a function of its
+        partition (the rows equal on ``partition_by``; ``[]``: one partition) in
+        ``order_by`` order (as ``top_k`` takes it; nulls last). The columns are window
+        functions of ops/dataflow/windows.py: ``xs.window("k", "t", n=row_number(),
+        prev=lag("x"), total=running_sum("x", frame=rows(2)))`` is ``ROW_NUMBER() OVER w,
+        LAG(x) OVER w, SUM(x) OVER (w ROWS BETWEEN 2 PRECEDING AND CURRENT ROW)`` with ``w``
+        ``(PARTITION BY k ORDER BY t)``. A row of multiplicity ``c`` is ``c`` rows; rows
+        tied in ``order_by`` are ordered by their other columns. The output's columns are
+        the partition columns, the others, then the new ones."""
+        key = [] if partition_by is None else _names("window", partition_by, "partition_by")
+        try:
+            reducer = Window(order_by, descending, columns, partition_by=key)
+        except ValueError as e:
+            raise PipelineError(f"window ({declared_at()}): {e}") from None
+        return self.reduce(key, reducer)
+
     def reduce_per_key(self, by, fn: Callable) -> "Collection":
         """User logic per key: ``fn(pa.Table of the key's rows with _count) -> pa.Table``.
 
@@ -283,9 +301,11 @@ class Pipeline:
         self.nodes: list[Node] = []
         self.inputs: dict[str, Node] = {}
         self.outputs: dict[str, Node] = {}
+        # where the nodes being added are declared, when not a line of Python (a SQL model's view)
+        self.declared_here: str | None = None
 
     def _add(self, op: str, inputs: list[Node], args: dict, scope: "Scope | None" = None) -> Collection:
-        node = Node(op, inputs, args, declared_at(), len(self.nodes), scope=scope)
+        node = Node(op, inputs, args, self.declared_here or declared_at(), len(self.nodes), scope=scope)
         node.name = f"{op}_{node.id}"
         self.nodes.append(node)
         return Collection(self, node)

@@ -19,6 +19,7 @@ import pyarrow as pa
 from ops.dataflow import reducers
 from ops.dataflow.builder import Pipeline
 from ops.dataflow.graph import Node
+from ops.dataflow.window_reducer import Window
 from ops.errors import PipelineError
 
 Columns = dict  # column name -> pa.DataType, or None when only the name is known
@@ -61,6 +62,8 @@ def _reduce(n: Node, cols: Columns) -> Columns | None:
         out[reducer.name] = cols[named]
     elif isinstance(reducer, reducers.Agg):
         out.update(_agg(n, reducer, cols, key, values))
+    elif isinstance(reducer, Window):
+        out.update(_window(n, reducer, cols, key, values))
     else:
         return None  # a user's per-key function: its columns come from calling it
     return out
@@ -85,6 +88,28 @@ def _agg(n: Node, reducer: "reducers.Agg", cols: Columns, key: list[str], values
         except (TypeError, ValueError) as e:
             raise PipelineError(f"{n.describe()}: {name}={kind}({col!r}): {e}") from None
     return out
+
+
+def _window(n: Node, reducer: Window, cols: Columns, key: list[str], values: list[str]) -> Columns:
+    """The columns of ``window``: the value columns and one per window function, each
+    named by no input column and over a value column of a type it takes."""
+    for name in reducer.functions:
+        if name in key or name in values:
+            raise PipelineError(f"{n.describe()}: window column {name!r} has the name of an input column; rename it")
+        f = reducer.functions[name]
+        if f.column in key:
+            raise PipelineError(f"{n.describe()}: {name}={f.kind}({f.column!r}): {f.column!r} is a partition column; "
+                                f"use a copy of it (select(..., {f.column}_copy={f.column!r}))")
+    if any(cols[v] is None for v in values):  # a type only Spark knows: names only, Spark checks the rest
+        for c in reducer.order_by + [f.column for f in reducer.functions.values() if f.column is not None]:
+            if c not in values:
+                raise PipelineError(f"{n.describe()}: column {c!r} is not a value column (value columns: {values})")
+        return {**{v: cols[v] for v in values}, **{name: None for name in reducer.functions}}
+    try:
+        schema = reducer.output_schema(pa.schema([(v, cols[v]) for v in values]))
+    except (TypeError, ValueError) as e:
+        raise PipelineError(f"{n.describe()}: {e}") from None
+    return {f.name: f.type for f in schema}
 
 
 def _join(n: Node, left: Columns, right: Columns) -> Columns:

@@ -9,6 +9,7 @@ a run's report) use too.
 from __future__ import annotations
 
 from ops.dataflow import reducers
+from ops.dataflow.window_reducer import Window
 from ops.dataflow.graph import Node, node_priority
 
 
@@ -104,9 +105,27 @@ def _reducer(r, key) -> str:
     if isinstance(r, reducers.Agg):
         parts = [f"{name} = {kind}({col or ''})" for name, (kind, col) in r.components.items()]
         return f"{', '.join(parts)} {per}, in one reduce"
+    if isinstance(r, Window):
+        order = ", ".join(f"{c}{' descending' if d == 'descending' else ''}" for c, d in zip(r.order_by, r.directions))
+        parts = [f"{name} = {_window_function(f)}" for name, f in r.functions.items()]
+        within = f"partition by {_names(key)}" if key else "one partition"
+        return f"every row with {', '.join(parts)} over ({within}, order by {order or '(none)'}), " \
+               f"a changed partition recomputed whole,"
     if isinstance(r, reducers.PerKey):
         return f"a function of each key's rows {per} ({getattr(r.fn, '__name__', 'user function')})"
     return f"{type(r).__name__} {per}"
+
+
+def _window_function(f) -> str:
+    """A window function as SQL writes it: ``lag(x, 1, 0)``, ``sum(x) rows 2 preceding``."""
+    args = [f.column or ("*" if f.kind == "count" else "")]
+    if f.kind in ("lag", "lead"):
+        args += [str(f.offset)] + ([repr(f.default)] if f.default is not None else [])
+        return f"{f.kind}({', '.join(args)})"
+    if f.kind in ("row_number", "rank", "dense_rank"):
+        return f"{f.kind}()"
+    start = "unbounded" if f.frame.preceding is None else str(f.frame.preceding)
+    return f"{f.kind}({args[0]}) {f.frame.unit} {start} preceding"
 
 
 def _names(cols) -> str:

@@ -42,6 +42,11 @@ def resolved(e: exp.Expression, scope: Scope, where, substitute: Callable | None
     """A copy of ``e`` whose columns name collection columns; ``substitute(node)`` may give
     a collection column for a whole subtree (an aggregate, a group key, a subquery).
     ``aggregates``: aggregate calls may stand in ``e`` (to compare them, not to run them)."""
+    for node in e.walk():  # on the file's own tree, where a keyword finds its expression's place
+        if is_volatile(node):
+            raise PipelineError(where.at(node, f"{node.sql(dialect='duckdb')} cannot be maintained: its value "
+                                               f"changes each time it is evaluated, so a later run could not retract it"))
+
     def rewrite(node):
         if substitute is not None:
             name = substitute(node)
@@ -54,9 +59,6 @@ def resolved(e: exp.Expression, scope: Scope, where, substitute: Callable | None
                 raise PipelineError(where.at(node, f"{node.sql()} is allowed only as a whole select item"))
             col = scope.resolve(node)
             return internal_column(col.internal)
-        if is_volatile(node):
-            raise PipelineError(where.at(node, f"{node.sql(dialect='duckdb')} cannot be maintained: its value changes "
-                                               f"each time it is evaluated, so a later run could not retract it"))
         if isinstance(node, (exp.Subquery, exp.Exists)) or (isinstance(node, exp.In) and node.args.get("query")):
             raise PipelineError(where.at(node, "a subquery is supported in WHERE and HAVING conditions joined by AND, "
                                                "and as a value in SELECT, not here"))

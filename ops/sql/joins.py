@@ -16,6 +16,7 @@ from sqlglot import exp
 
 from ops.sql.expressions import spark_sql
 from ops.sql.scope import Col, Rel, Scope, fresh_name
+from storage.state.trace import RESERVED_COLUMNS
 
 
 def plain_column(sql: str) -> str | None:
@@ -39,54 +40,49 @@ def with_columns(rel: Rel, exprs: dict[str, str]) -> Rel:
     return Rel(rel.coll.select(**keep, **exprs), list(rel.cols), list(keep) + list(exprs))
 
 
-def renamed_apart(rel: Rel, taken: set[str]) -> Rel:
-    """``rel`` with each column whose name is in ``taken`` renamed ``table__name`` (or a
-    fresh variant), so that it can sit beside a relation that owns ``taken``."""
-    mapping, used = {}, set(taken) | set(rel.present())
-    for col in rel.cols:
-        if col.internal in taken and col.internal not in mapping:
-            mapping[col.internal] = fresh_name(used, f"{col.table or 'r'}__{col.name}")
-            used.add(mapping[col.internal])
-    if not mapping:
-        return rel
-    columns = {mapping.get(c, c): f"`{c}`" for c in rel.present()}
-    return Rel(rel.coll.select(**columns), [Col(c.table, c.name, mapping.get(c.internal, c.internal)) for c in rel.cols],
-               list(columns))
-
-
-def keyed_pair(left: Rel, right: Rel, pairs, where, *, share: bool = True) -> tuple[Rel, Rel, list[str]]:
-    """``left`` and ``right`` (renamed apart) each with its keys in columns of one name.
-    ``share``: a key column may hold both sides' SQL columns (an inner join, where they are
-    equal); an outer join keeps both sides' columns apart (one of them may be null)."""
-    right = renamed_apart(right, set(left.present()))
+def keyed_pair(left: Rel, right: Rel, pairs, where, *, side: str = "inner") -> tuple[Rel, Rel, list[str]]:
+    """``left`` and ``right`` each with its keys in columns of one name, and the right
+    side's other columns renamed apart from the left's (one ``select`` a side at most).
+    In an inner join a key column may hold both sides' SQL columns (they are equal there);
+    an outer join keeps them apart (one may be null), and a key column may be a plain column
+    only of the side whose every row is in the result (LEFT: the left's; RIGHT: the right's)."""
+    share = side == "inner"
     lscope, rscope = Scope(left.cols, None, where), Scope(right.cols, None, where)
+    taken, rtaken = set(left.present()), set(right.present())
     lexprs, rexprs, renames, names = {}, {}, {}, []
-    taken = set(left.present()) | set(right.present())
     for a, b in pairs:
         lk, rk = spark_sql(a, lscope, where), spark_sql(b, rscope, where)
-        lcol, rcol = (plain_column(lk), plain_column(rk)) if share else (None, None)
-        if lcol is not None and lcol not in names and rcol is not None and rcol not in renames and rcol not in names:
+        lcol = plain_column(lk) if side in ("inner", "left") else None
+        rcol = plain_column(rk) if side in ("inner", "right") else None
+        if share and lcol is not None and lcol not in names and rcol is not None and rcol not in renames:
             name = lcol
             renames[rcol] = name
         elif lcol is not None and lcol not in names:
             name = lcol
             rexprs[name] = rk
-        elif rcol is not None and rcol not in renames and rcol not in names:
+        elif rcol is not None and rcol not in renames and rcol not in taken and rcol not in names:
             name = rcol
+            renames[rcol] = name
             lexprs[name] = lk
         else:
-            name = fresh_name(taken | set(names), "__key")
+            name = fresh_name(taken | rtaken | set(names), "__key")
             lexprs[name], rexprs[name] = lk, rk
         names.append(name)
     if not pairs:  # a cross join: every row meets every row under one constant key
-        name = fresh_name(taken, "__key")
+        name = fresh_name(taken | rtaken, "__key")
         lexprs[name] = rexprs[name] = "1"
         names.append(name)
     left = with_columns(left, lexprs)
-    if renames or rexprs:
-        columns = {renames.get(c, c): f"`{c}`" for c in right.present()}
+    used = set(left.present()) | rtaken | set(names)
+    mapping = dict(renames)
+    for c in right.present():
+        if c not in mapping and (c in taken or c in names):
+            mapping[c] = fresh_name(used, f"{next((x.table for x in right.cols if x.internal == c), None) or 'r'}__{c}")
+            used.add(mapping[c])
+    if rexprs or any(k != v for k, v in mapping.items()):
+        columns = {mapping.get(c, c): f"`{c}`" for c in right.present()}
         columns.update(rexprs)
-        right = Rel(right.coll.select(**columns), [Col(c.table, c.name, renames.get(c.internal, c.internal))
+        right = Rel(right.coll.select(**columns), [Col(c.table, c.name, mapping.get(c.internal, c.internal))
                                                    for c in right.cols], list(columns))
     return left, right, names
 
@@ -103,7 +99,7 @@ def inner_join(left: Rel, right: Rel, pairs: list[tuple[exp.Expression, exp.Expr
 def outer_join(left: Rel, right: Rel, pairs, residual: exp.Expression | None, side: str, where) -> Rel:
     """The ``side`` ("left", "right" or "full") outer join of ``left`` and ``right`` on the
     equalities ``pairs`` and the further condition ``residual``."""
-    lk, rk, names = keyed_pair(left, right, pairs, where, share=False)
+    lk, rk, names = keyed_pair(left, right, pairs, where, side=side)
     lcols = lk.present()
     rcols = [c for c in rk.present() if c not in names]
     both = Rel(lk.coll.join(rk.coll, on=names), lk.cols + rk.cols, lcols + rcols)
@@ -130,3 +126,14 @@ def _unmatched(kept: Rel, other: Rel, both: Rel, kept_cols: list[str], names: li
         alone = kept.coll.concat(kept.coll.semijoin(matched, on=kept_cols, nulls_equal=True).negate())
     padded = {c: (f"`{c}`" if c in kept_cols else "NULL") for c in order}
     return alone.select(**padded)
+
+
+def distinct_names(rel: Rel) -> Rel:
+    """``rel`` as a relation of its own: each SQL column in a column of its own, no other
+    columns (a view, a CTE, a set operation's side)."""
+    columns, cols = {}, []
+    for c in rel.cols:
+        internal = fresh_name(set(columns) | RESERVED_COLUMNS, c.name if c.name not in RESERVED_COLUMNS else f"{c.name}_")
+        columns[internal] = f"`{c.internal}`"
+        cols.append(Col(None, c.name, internal))
+    return project(rel, columns, cols)

@@ -17,12 +17,21 @@ class Located:
 
     def at(self, node: exp.Expression | None, message: str) -> str:
         start = first_offset(node)
+        while start is None and node is not None and node.parent is not None:  # a keyword: its expression's place
+            node = node.parent
+            start = first_offset(node)
         if start is None:
             return f"{self.path}: {message}"
         before = self.text[:start]
         line = before.count("\n") + 1
         col = start - (before.rfind("\n") + 1) + 1
         return f"{self.path}:{line}:{col}: {message}"
+
+
+    def line_of(self, node: exp.Expression) -> str:
+        """``model.sql:LINE`` of ``node``: where explain and errors say an operator comes from."""
+        start = first_offset(node)
+        return f"{self.path}:{self.text[:start].count(chr(10)) + 1}" if start is not None else self.path
 
 
 def first_offset(node: exp.Expression | None) -> int | None:

@@ -58,8 +58,10 @@ def load_model(path: str, name: str, text: str, tables: Callable[[str], pa.Schem
                 why = "a reserved name (a trace's multiplicities use it)" if n in RESERVED_COLUMNS else "used twice"
                 raise PipelineError(where.at(target, f"view {view}: output column {n!r} is {why}: name it with AS"))
         columns = {c.name: f"`{c.internal}`" for c in rel.cols}
+        p.declared_here = where.line_of(target)
         p.output(view, rel.coll.select(**columns) if list(columns) != rel.present() or
                  any(v != f"`{k}`" for k, v in columns.items()) else rel.coll)
+    p.declared_here = None
     for view in views:  # views no output reads are checked too, in a pipeline thrown away
         if view not in planner.planned:
             Planner(Pipeline(name), where, lambda n: _table(tables, n), views).view(view)

@@ -12,8 +12,8 @@ from ops.dataflow.builder import Pipeline
 from ops.errors import PipelineError
 from ops.sql.from_clause import plan_from
 from ops.sql.located import Located
-from ops.sql.scope import Col, Rel, Scope, fresh_name
-from storage.state.trace import RESERVED_COLUMNS
+from ops.sql.joins import distinct_names
+from ops.sql.scope import Col, Rel, Scope
 
 
 class Planner:
@@ -37,10 +37,12 @@ class Planner:
             raise PipelineError(self.where.at(node, f"views refer to each other in a circle: {cycle}"))
         self._planning.append(name)
         query, columns = self.views[name]
+        declared, self.p.declared_here = self.p.declared_here, self.where.line_of(query)
         try:
             rel = distinct_names(self.query(query, {}, None))
         finally:
             self._planning.pop()
+            self.p.declared_here = declared
         if columns:
             if len(columns) != len(rel.cols):
                 raise PipelineError(self.where.at(query, f"view {name}: {len(columns)} column names for "
@@ -118,15 +120,3 @@ class Planner:
 
 def _refers_to(q: exp.Expression, name: str) -> bool:
     return any(t.name.lower() == name for t in q.find_all(exp.Table))
-
-
-def distinct_names(rel: Rel) -> Rel:
-    """``rel`` as a relation of its own: each SQL column in a column of its own, no other
-    columns (a view, a CTE, a set operation's side)."""
-    columns, cols = {}, []
-    for c in rel.cols:
-        internal = fresh_name(set(columns) | RESERVED_COLUMNS, c.name if c.name not in RESERVED_COLUMNS else f"{c.name}_")
-        columns[internal] = f"`{c.internal}`"
-        cols.append(Col(None, c.name, internal))
-    from ops.sql.joins import project
-    return project(rel, columns, cols)

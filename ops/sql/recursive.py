@@ -8,11 +8,11 @@ from __future__ import annotations
 from sqlglot import exp
 
 from ops.errors import PipelineError
+from ops.sql.joins import distinct_names
 from ops.sql.scope import Col, Rel
 
 
 def plan_recursive(pl, cte: exp.CTE, name: str, columns: list[str], env: dict, outer) -> Rel:
-    from ops.sql.query import distinct_names
     where = pl.where
     body = cte.this
     if not isinstance(body, exp.Union) or body.args.get("order") or body.args.get("limit"):

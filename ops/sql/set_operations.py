@@ -7,11 +7,11 @@ from __future__ import annotations
 from sqlglot import exp
 
 from ops.errors import PipelineError
+from ops.sql.joins import distinct_names
 from ops.sql.scope import Rel
 
 
 def plan_set_operation(pl, q: exp.Expression, env: dict, outer) -> Rel:
-    from ops.sql.query import distinct_names
     where = pl.where
     left = distinct_names(pl.query(q.this, env, outer))
     right = distinct_names(pl.query(q.expression, env, outer))

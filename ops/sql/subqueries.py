@@ -44,7 +44,9 @@ def apply_condition(pl, rel: Rel, cond: exp.Expression, env: dict, outer: Scope 
     if isinstance(inner, exp.In) and inner.args.get("query") is not None:
         return in_subquery(pl, rel, inner, env, outer, negated, substitute)
     scalars = [n for n in cond.find_all(exp.Subquery) if not _inside_other(n, cond)]
-    if scalars and not any(isinstance(n, (exp.Exists, exp.In)) for n in cond.walk() if n is not cond):
+    nested = [n for n in cond.walk() if n is not cond and not _inside_other(n, cond) and
+              (isinstance(n, exp.Exists) or (isinstance(n, exp.In) and n.args.get("query") is not None))]
+    if scalars and not nested:
         rel, names = attach_scalars(pl, rel, scalars, env, outer, left=False, substitute=substitute)
         scope = Scope(rel.cols, outer, where)
         sql = spark_sql(cond, scope, where, _substitute_with(names, substitute))

@@ -47,7 +47,7 @@ TIME_DEPENDENT = {"differentiate": "a differentiated collection (differentiate)"
 KNOWN = {"input", "output", "arrange", "consolidate", "integrate", "moments", "select", "filter", "flat_map", "concat", "negate",
          "join", "semijoin", "reduce", "distinct", "threshold", "loop", "variable", "enter", "leave",
          "delta_join"}
-REDUCERS = {"Count", "Sum", "Min", "Max", "CountDistinct", "TopK", "PerKey", "Agg"}
+REDUCERS = {"Count", "Sum", "Min", "Max", "CountDistinct", "TopK", "PerKey", "Agg", "Window"}
 
 
 def check_supported(p: Pipeline) -> None:
@@ -255,6 +255,8 @@ class Oracle:
             return present.withColumn(M, m.cast("long")).filter(F.col(M) > 0)
         if kind == "Agg":
             return self._agg(df, group, reducer).select(*group, *reducer.components, one)
+        if kind == "Window":
+            return self._window(present, group, values, reducer)
         if kind == "PerKey":
             return self._per_key(present_or_all=df, group=group, values=values, fn=reducer.fn,
                                  declared=getattr(reducer, "schema", None))
@@ -291,6 +293,47 @@ class Oracle:
             if fill is not None:
                 out = out.withColumn(name, F.coalesce(F.col(name), F.lit(fill).cast("long")))
         return out
+
+    def _window(self, present: DataFrame, group: list[str], values: list[str], reducer) -> DataFrame:
+        """Every row present, once per unit of its multiplicity, with Spark's window functions
+        over its key's rows: nulls last in either direction, rows tied in the order by the
+        other columns ascending (``row_number``, ``lag``, ``lead``, ROWS frames), a RANGE
+        frame to the current row's last peer, sums of decimals as decimal(38, s)."""
+        rows = present.withColumn("_copy", F.explode(F.sequence(F.lit(1), F.col(M)))).drop("_copy", M)
+        order = [F.col(c).desc_nulls_last() if d == "descending" else F.col(c).asc_nulls_last()
+                 for c, d in zip(reducer.order_by, reducer.directions)]
+        full = order + [F.col(c).asc_nulls_last() for c in values if c not in reducer.order_by]
+        part = Window.partitionBy(*group)
+        peers, by_row = (part.orderBy(*order) if order else part), part.orderBy(*full)
+        types = dict(rows.dtypes)
+        new = []
+        for name, f in reducer.functions.items():
+            if f.kind == "row_number":
+                value = F.row_number().over(by_row)
+            elif f.kind in ("rank", "dense_rank"):
+                fn = F.rank() if f.kind == "rank" else F.dense_rank()
+                value = fn.over(peers) if order else F.lit(1)
+            elif f.kind in ("lag", "lead"):
+                shift = F.lag if f.kind == "lag" else F.lead
+                value = shift(f.column, f.offset).over(by_row)
+                if f.default is not None:  # where no row is that far: not a null value's row
+                    value = F.when(shift(F.lit(1), f.offset).over(by_row).isNull(),
+                                   F.lit(f.default).cast(types[f.column])).otherwise(value)
+            else:
+                frame = peers if f.frame.unit == "range" else by_row.rowsBetween(
+                    Window.unboundedPreceding if f.frame.preceding is None else -f.frame.preceding, 0)
+                t = types.get(f.column, "")
+                if f.kind == "count":
+                    value = F.count(F.lit(1) if f.column is None else F.col(f.column)).over(frame)
+                elif f.kind == "avg":
+                    value = F.avg(F.col(f.column).cast("double")).over(frame)
+                else:
+                    out_t = f"decimal(38,{t.split(',')[1]}" if t.startswith("decimal") else \
+                        "double" if t in ("float", "double") else "long"
+                    value = F.sum(F.col(f.column).cast(out_t)).over(frame).cast(out_t)
+            new.append(value.cast("long").alias(name) if f.kind in ("row_number", "rank", "dense_rank", "count")
+                       else value.alias(name))
+        return consolidated(rows.select(*group, *values, *new, F.lit(1).cast("long").alias(M)))
 
     def _per_key(self, present_or_all: DataFrame, group: list[str], values: list[str], fn, declared) -> DataFrame:
         """The user's function on each key's rows (its value columns plus ``_count``)."""

@@ -185,3 +185,17 @@ def test_agg_and_a_directed_top_k_are_each_one_sentence():
     top = xs.top_k("k", 2, [("w", "desc"), "v"])
     assert summary(agg.node) == "n = count(), total = sum(w), low = min(v) per k, in one reduce in input_0 (reads its arrangement)"
     assert "the first 2 rows by w descending, v per k" in summary(top.node)
+
+
+def test_a_window_is_one_sentence_naming_its_functions_and_frames():
+    from ops.dataflow import windows as W
+    from ops.dataflow.builder import Pipeline
+    from ops.explain.operators import summary
+
+    xs = Pipeline("s").input("xs")
+    win = xs.window("k", [("t", "desc")], n=W.row_number(), prev=W.lag("x", 2, 0),
+                    s=W.running_sum("x", frame=W.rows(3)), c=W.running_count())
+    assert summary(win.node).startswith(
+        "every row with n = row_number(), prev = lag(x, 2, 0), s = sum(x) rows 3 preceding, "
+        "c = count(*) range unbounded preceding over (partition by k, order by t descending)")
+    assert "one partition, order by (none)" in summary(xs.window([], None, m=W.running_avg("x")).node)

@@ -24,6 +24,8 @@ EVERY_OPERATOR = '''
 import numpy as np
 import pyarrow as pa
 
+from ops.dataflow.windows import lag, row_number, running_sum
+
 
 def firsts(rows):
     words = rows.column("word").to_pylist()
@@ -50,6 +52,7 @@ def pipeline(p):
     p.output("o_cd", letters.count_distinct(by="letter"))
     p.output("o_top", w.top_k(by="n", k=1, order_by="word", descending=True))
     p.output("o_perkey", w.reduce_per_key(by="n", fn=firsts))
+    p.output("o_window", w.window([], "word", r=row_number(), prev=lag("n"), run=running_sum("n")))
     p.output("o_distinct", letters.select("letter").distinct())
     p.output("o_threshold", letters.select("letter").threshold(lambda c: np.minimum(c, 1)))
     p.output("o_delta", p.delta_join([(w, "word", "n"), (lengths, "n", "label")]))

@@ -1,0 +1,206 @@
+"""The ``window`` reducer: every row of a partition with its window functions' values.
+
+A reduce keyed by the partition columns whose ``f`` is the whole partition, each row
+with new columns (ops/dataflow/windows.py says what they mean). It is evaluated like
+any reducer on the grid of times (ops/reduce/grid.py): one call for many (partition,
+time) groups at once, here one sort of all their rows and prefix sums over it, no Python
+per row or per partition. A change recomputes its whole partition at the times it
+touches; the output changes are the rows whose values moved.
+
+Rows are ordered as SQL (DuckDB) orders them: by the order columns in their directions,
+nulls last in either direction, NaN the greatest number; rows tied there follow their
+other columns ascending, so ``row_number``, ``lag``, ``lead`` and ROWS frames are a
+function of the collection, never of the order its history was stored in. A row of
+multiplicity ``c`` is ``c`` rows, each with its own ``row_number``.
+"""
+
+from __future__ import annotations
+
+import decimal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ops import exact_sum
+from ops.columnar import COUNT, GROUP, np_int, row_ids, sql_order
+from ops.dataflow.reducers import Reducer, sort_directions
+from ops.dataflow.windows import WindowFunction, problem
+
+
+class Window(Reducer):
+    """Each row present (count > 0), as many times as its count, with one column per
+    window function, computed over its group's rows in ``order_by`` order (``directions``
+    per column; no order: every row a peer of every other). Order columns among
+    ``partition_by`` (the reduce's key, which the reducer never sees) are left out."""
+
+    def __init__(self, order_by, descending, functions: dict, partition_by=()):
+        if not functions:
+            raise ValueError("give at least one window function, e.g. n=row_number()")
+        for name, fn in functions.items():
+            why = problem(fn)
+            if why:
+                raise ValueError(f"{name}= {why}")
+        if order_by is None or (isinstance(order_by, (list, tuple)) and not order_by and descending in (False, [], ())):
+            self.order_by, self.directions = [], []
+        else:  # a partition column is constant within a partition: ordering by it changes nothing
+            cols, dirs = sort_directions(order_by, descending)
+            kept = [i for i, c in enumerate(cols) if c not in partition_by]
+            self.order_by, self.directions = [cols[i] for i in kept], [dirs[i] for i in kept]
+        self.functions = dict(functions)
+
+    def __str__(self) -> str:  # how an error names it: as the pipeline wrote it
+        order = ", ".join(c + (" desc" if d == "descending" else "") for c, d in zip(self.order_by, self.directions))
+        return f"window(order by {order or '(none)'}: {', '.join(self.functions)})"
+
+    def output_schema(self, values_schema):
+        for c in self.order_by:
+            if c not in values_schema.names:
+                raise ValueError(f"order_by column {c!r} is not a value column (value columns: {values_schema.names})")
+        fields = list(values_schema)
+        for name, fn in self.functions.items():
+            if name in values_schema.names:
+                raise ValueError(f"window column {name!r} has the name of an input column; rename it")
+            fields.append(pa.field(name, _type(name, fn, values_schema)))
+        return pa.schema(fields)
+
+    def __call__(self, rows):
+        values = [c for c in rows.column_names if c not in (GROUP, COUNT)]
+        out_schema = self.output_schema(rows.select(values).schema)
+        rows = _ordered(_expanded(rows), self.order_by, self.directions,
+                        [c for c in values if c not in self.order_by])
+        at = _Positions(rows, self.order_by)
+        cols = {GROUP: rows.column(GROUP), **{c: rows.column(c) for c in values}}
+        prefixes = {}  # a column's prefix sums, shared by the functions over it
+        for name, fn in self.functions.items():
+            cols[name] = _evaluate(fn, rows, at, out_schema.field(name).type, prefixes)
+        cols[COUNT] = pa.array(np.ones(rows.num_rows, np.int64))
+        return pa.table(cols)
+
+
+def _type(name: str, fn: WindowFunction, values_schema: pa.Schema) -> pa.DataType:
+    """The type of window column ``name``; a column it cannot take is a ``ValueError``."""
+    if fn.column is not None and fn.column not in values_schema.names:
+        raise ValueError(f"{name}={fn.kind}({fn.column!r}): {fn.column!r} is not a value column "
+                         f"(value columns: {values_schema.names})")
+    if fn.kind in ("row_number", "rank", "dense_rank", "count"):
+        return pa.int64()
+    t = values_schema.field(fn.column).type
+    if fn.kind in ("lag", "lead"):
+        _default(name, fn, t)
+        return t
+    out = exact_sum.sum_type(t)
+    if out is None:
+        raise ValueError(f"{name}={fn.kind}({fn.column!r}): column type {t} is not numeric")
+    return out if fn.kind == "sum" else pa.float64()
+
+
+def _default(name: str, fn: WindowFunction, t: pa.DataType) -> pa.Scalar:
+    """``lag``/``lead``'s default as a value of the column's type."""
+    if fn.default is None:
+        return pa.scalar(None, t)
+    value = fn.default
+    if pa.types.is_decimal(t) and isinstance(value, float):
+        value = decimal.Decimal(repr(value))  # the literal as written, not its binary double
+    try:
+        return pa.scalar(value, type=t)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
+        pass
+    try:
+        return pa.scalar(value).cast(t)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as e:
+        raise ValueError(f"{name}={fn.kind}({fn.column!r}, default={fn.default!r}): the default is no value of "
+                         f"the column's type {t} ({e})") from None
+
+
+def _expanded(rows: pa.Table) -> pa.Table:
+    """The rows present, a row of count ``c`` repeated ``c`` times."""
+    rows = rows.filter(pc.greater(rows.column(COUNT), 0))
+    c = np_int(rows.column(COUNT))
+    if len(c) and c.max() > 1:
+        rows = rows.take(pa.array(np.repeat(np.arange(len(c), dtype=np.int64), c)))
+    return rows
+
+
+def _ordered(rows: pa.Table, order_by: list[str], directions: list[str], rest: list[str]) -> pa.Table:
+    """Rows by group, then the window's order, then the other columns ascending."""
+    keys = [(GROUP, "ascending"), *zip(order_by, directions), *[(c, "ascending") for c in rest]]
+    return rows.take(pa.array(sql_order(rows, keys)))
+
+
+class _Positions:
+    """Per row of the ordered rows: its index, its partition's first and last index, and
+    its peer group's (the rows equal in the window's order) first and last index."""
+
+    def __init__(self, rows: pa.Table, order_by: list[str]):
+        n = rows.num_rows
+        self.index = np.arange(n, dtype=np.int64)
+        g = np_int(rows.column(GROUP))
+        self.first, self.last = self._runs(np.r_[True, g[1:] != g[:-1]] if n else np.zeros(0, bool))
+        peer = row_ids(rows, [GROUP, *order_by], ordered=False)[0]
+        self.peer_starts = np.r_[True, peer[1:] != peer[:-1]] if n else np.zeros(0, bool)
+        self.peer_first, self.peer_last = self._runs(self.peer_starts)
+
+    def _runs(self, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's run's first and last index, the runs beginning where ``starts``."""
+        n = len(starts)
+        first = np.maximum.accumulate(np.where(starts, self.index, 0)) if n else self.index
+        ends = np.r_[starts[1:], True] if n else starts
+        last = np.minimum.accumulate(np.where(ends, self.index, n)[::-1])[::-1] if n else self.index
+        return first, last
+
+
+def _evaluate(fn: WindowFunction, rows: pa.Table, at: _Positions, out_t: pa.DataType, prefixes: dict) -> pa.Array:
+    """The column of window function ``fn`` for every ordered row."""
+    if fn.kind == "row_number":
+        return pa.array(at.index - at.first + 1, pa.int64())
+    if fn.kind == "rank":
+        return pa.array(at.peer_first - at.first + 1, pa.int64())
+    if fn.kind == "dense_rank":
+        peers = np.cumsum(at.peer_starts)
+        return pa.array(peers - peers[at.first] + 1 if len(peers) else peers, pa.int64())
+    if fn.kind in ("lag", "lead"):
+        src = at.index - fn.offset if fn.kind == "lag" else at.index + fn.offset
+        inside = (src >= at.first) & (src <= at.last)
+        col = rows.column(fn.column)
+        taken = col.take(pa.array(np.where(inside, src, 0))) if len(src) else col
+        return pc.if_else(pa.array(inside), taken, _default("", fn, out_t))
+    return _running(fn, rows, at, out_t, prefixes)
+
+
+def _running(fn: WindowFunction, rows: pa.Table, at: _Positions, out_t: pa.DataType, prefixes: dict) -> pa.Array:
+    """A running ``sum``/``count``/``avg`` over each row's frame ``[lo, hi]``: differences
+    of prefix sums over all rows (a frame never leaves its partition). Sums are exact
+    integers (ops/exact_sum.py), rounded once."""
+    if fn.frame.unit == "range":
+        lo, hi = at.first, at.peer_last
+    else:
+        lo = at.first if fn.frame.preceding is None else np.maximum(at.index - fn.frame.preceding, at.first)
+        hi = at.index
+    if fn.column is None:
+        return pa.array(hi - lo + 1, pa.int64())
+    col = rows.column(fn.column)
+    if ("n", fn.column) not in prefixes:
+        prefixes["n", fn.column] = _prefix(pc.is_valid(col).to_numpy(zero_copy_only=False).astype(np.int64))
+    n = _framed(prefixes["n", fn.column], lo, hi)
+    if fn.kind == "count":
+        return pa.array(n, pa.int64())
+    sum_t = exact_sum.sum_type(col.type)
+    if ("sum", fn.column) not in prefixes:
+        prefixes["sum", fn.column] = _prefix(exact_sum.weights(col, sum_t, np.ones(len(lo), np.int64)))
+    total = exact_sum.values(_framed(prefixes["sum", fn.column], lo, hi), sum_t)
+    if fn.kind == "avg":
+        total = pc.divide(total.cast(pa.float64()), pa.array(n, pa.float64()))
+    return pc.if_else(pa.array(n > 0), total.cast(out_t), pa.scalar(None, out_t))
+
+
+def _prefix(x: np.ndarray) -> np.ndarray:
+    """``0, x[0], x[0] + x[1], ...`` (int64 or exact Python ints)."""
+    prefix = np.zeros(len(x) + 1, x.dtype)
+    np.cumsum(x, out=prefix[1:])
+    return prefix
+
+
+def _framed(prefix: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``x[lo] + ... + x[hi]`` per row from ``x``'s :func:`_prefix`."""
+    return prefix[hi + 1] - prefix[lo]

@@ -1,0 +1,79 @@
+"""What a SQL model cannot maintain is refused before Spark starts: one line naming the
+file, line and column and why, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.helpers.cli import ddcli, ok, one_line_error
+
+# (the query, then where the error points within it: its line, and its column on line 1
+# counted from the query's start; the query follows "CREATE MATERIALIZED VIEW out AS ")
+REFUSED = [
+    ("SELECT k, random() AS r FROM t", 1, 11, "RANDOM() cannot be maintained"),
+    ("SELECT k FROM t\n  WHERE d < current_date", 2, 9, "CURRENT_DATE cannot be maintained"),
+    ("SELECT k FROM t LIMIT 3", 1, 23, "LIMIT without ORDER BY"),
+    ("SELECT k FROM t ORDER BY k LIMIT 2 OFFSET 1", 1, None, "OFFSET is not supported"),
+    ("SELECT k FROM u", 1, 15, "no input trace, view or CTE named 'u'"),
+    ("SELECT nope FROM t", 1, 8, "no column 'nope'"),
+    ("SELECT k, count(*) FROM t GROUP BY k", None, None, "output column 'count' is a reserved name"),
+    ("SELECT k FROM t WHERE k NOT IN (SELECT k FROM t AS t2 WHERE t2.v = t.v)", 1, 23, "NOT IN with a correlated"),
+    ("SELECT stddev(v) AS s FROM t", 1, 8, "aggregate STDDEV(v)"),
+    ("SELECT k FROM t ORDER BY k NULLS FIRST LIMIT 1", 1, 26, "NULLS FIRST"),
+]
+PREFIX = "CREATE MATERIALIZED VIEW out AS "
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("refusals")
+    data = folder / "t.csv"
+    data.write_text("k,v,d,time,diff\n1,2.5,2020-01-01,0,1\n")
+    path = str(folder / "store")
+    ok(ddcli(path, "ingest", "t", str(data), "--type", "d=date"))
+    return path
+
+
+@pytest.mark.parametrize("query,line,col,why", REFUSED)
+def test_refused_in_one_line_with_its_place(tmp_path, store, query, line, col, why):
+    model = tmp_path / "m.sql"
+    model.write_text(f"{PREFIX}{query};\n")
+    before = sorted(os.listdir(store))
+    err = one_line_error(ddcli(store, "run", str(model)))
+    col = col + len(PREFIX) if col and line == 1 else col
+    place = f"m.sql:{line}:{col}: " if col else f"m.sql:{line}:" if line else "m.sql:"
+    assert err.startswith(f"error: {place}") and why in err, err
+    assert sorted(os.listdir(store)) == before
+
+
+def test_syntax_error_names_line_and_column(tmp_path, store):
+    model = tmp_path / "m.sql"
+    model.write_text("CREATE MATERIALIZED VIEW out AS\nSELECT k FROM t WHERE (k > ;\n")
+    err = one_line_error(ddcli(store, "run", str(model)))
+    assert err.startswith("error: m.sql:2:") and "syntax error" in err, err
+
+
+def test_a_model_holds_views_only(tmp_path, store):
+    model = tmp_path / "m.sql"
+    model.write_text("CREATE VIEW v AS SELECT k FROM t;\nINSERT INTO t VALUES (1);\n")
+    err = one_line_error(ddcli(store, "run", str(model)))
+    assert err.startswith("error: m.sql:2:") and "a model holds CREATE [MATERIALIZED] VIEW" in err, err
+
+
+def test_views_in_a_circle(tmp_path, store):
+    model = tmp_path / "m.sql"
+    model.write_text("CREATE VIEW a AS SELECT k FROM b;\nCREATE VIEW b AS SELECT k FROM a;\n"
+                     "CREATE MATERIALIZED VIEW out AS SELECT k FROM a;\n")
+    err = one_line_error(ddcli(store, "run", str(model)))
+    assert "views refer to each other in a circle" in err, err
+
+
+def test_explain_shows_the_operators_of_a_model(tmp_path, store):
+    model = tmp_path / "m.sql"
+    model.write_text("CREATE MATERIALIZED VIEW out AS\n"
+                     "SELECT k, sum(v) AS total FROM t WHERE v > 0 GROUP BY k;\n")
+    res = ok(ddcli(store, "explain", str(model)))
+    for op in ("input", "filter", "reduce", "output"):
+        assert op in res.stdout, res.stdout

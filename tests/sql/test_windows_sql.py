@@ -1,0 +1,51 @@
+"""Window functions in SQL models against DuckDB at every time: ROW_NUMBER, RANK and
+DENSE_RANK (filtered to a top-n per partition, and not), LAG and LEAD, running SUM, COUNT
+and AVG over ROWS and RANGE frames, over random updates of a table with nulls, ties in
+the order (RANK's business) and doubles, decimals and dates."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+
+import pyarrow as pa
+
+from tests.sql.harness import check_model
+
+MODEL = """
+CREATE MATERIALIZED VIEW numbered AS
+  SELECT id, g, v,
+         row_number() OVER (PARTITION BY g ORDER BY day, id) AS rn,
+         rank() OVER (PARTITION BY g ORDER BY day) AS rk,
+         dense_rank() OVER (PARTITION BY g ORDER BY day DESC) AS drk
+  FROM t;
+CREATE MATERIALIZED VIEW first_two AS
+  SELECT id, g, day FROM (
+    SELECT id, g, day, row_number() OVER (PARTITION BY g ORDER BY day DESC, id) AS rn FROM t) ranked
+  WHERE rn <= 2;
+CREATE MATERIALIZED VIEW neighbours AS
+  SELECT id, lag(v) OVER (PARTITION BY g ORDER BY id) AS before,
+         lead(amount, 2, 0) OVER (PARTITION BY g ORDER BY id) AS after2
+  FROM t;
+CREATE MATERIALIZED VIEW running AS
+  SELECT id, g,
+         sum(v) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS s3,
+         sum(amount) OVER (PARTITION BY g ORDER BY day) AS upto,
+         count(*) OVER (PARTITION BY g) AS n,
+         avg(v) OVER (ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS mean
+  FROM t;
+"""
+
+SCHEMAS = {"t": pa.schema([("id", pa.int64()), ("g", pa.string()), ("day", pa.date32()), ("v", pa.float64()),
+                           ("amount", pa.decimal128(10, 2))])}
+
+
+def _rows(rng, n: int) -> list[dict]:
+    return [{"id": rng.randrange(10**9), "g": None if rng.random() < 0.1 else rng.choice("abc"),
+             "day": datetime.date(2024, 1, 1) + datetime.timedelta(days=rng.randrange(6)),
+             "v": None if rng.random() < 0.1 else rng.choice([0.5, 1.25, -3.0, 1024.0, 0.125]) * rng.randrange(1, 9),
+             "amount": decimal.Decimal(rng.randrange(-10**5, 10**5)) / 100} for _ in range(n)]
+
+
+def test_window_functions_equal_duckdb_at_every_time(tmp_path):
+    check_model(tmp_path, MODEL, SCHEMAS, {"t": _rows}, seed=11, first=30, later=8)
