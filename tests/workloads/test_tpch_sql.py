@@ -5,8 +5,10 @@ validation parameters, each a ``CREATE MATERIALIZED VIEW`` (Q15's view a ``CREAT
 Scale factor 0.015 is the smallest where every query has rows (below 0.014 Q17 finds no part
 and Q20 no supplier). After the base load and after each of three refreshes (300 orders
 deleted with their lineitems, 300 inserted, 100 customers moved: most queries' answers change)
-one ``ddcli run`` runs every model, with compaction after the second; then each view, at every
-time so far, must hold the bag of rows DuckDB gets from scratch on the tables as they were then
+one ``ddcli run`` runs every model (the first run takes the base and the first refresh, two
+times at once; a run per file would cost a Spark session each, one model of all 22 queries
+took twice as long), with compaction after the first run; then each view, at every time so far,
+must hold the bag of rows DuckDB gets from scratch on the tables as they were then
 (decimals exactly, doubles within 1e-12 relative). DuckDB runs each file's text with its views
 made plain views, over tables tests/workloads/tpch.py changes as the store's inputs change. The
 answers cut by a LIMIT (Q3, Q10) have no tie at the cut on this data, so DuckDB's are the only ones.
@@ -32,8 +34,20 @@ ORDERS_PER_REFRESH, CUSTOMERS_PER_REFRESH = 300, 100
 MODELS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "tpch_sql", "q*.sql")))
 QUERIES = [os.path.basename(m)[:-len(".sql")] for m in MODELS]
 
-# Queries the SQL front end does not answer yet: the reason quotes its error.
-KNOWN_FAILURES: dict[str, str] = {}
+# Queries the SQL front end does not answer yet, with the error each gave. They are not run
+# (one of them runs for minutes): remove an entry to run its query again.
+KNOWN_FAILURES: dict[str, str] = {
+    # a decimal divided by a decimal is a DOUBLE in DuckDB, a decimal of scale 6 here
+    "q14": "q14 at refresh 0: expected (16.615327141752054,), found (Decimal('16.615327'),)",
+    "q17": "q17 at refresh 0: expected (3408.7885714285717,), found (Decimal('3408.788571'),)",
+    # p_partkey = l_partkey in every branch of the OR is not taken as the join's key: a cross join
+    "q19": "ddcli run at refresh 0: error: internal error: Py4JJavaError: An error occurred while calling "
+           "o37234.collectToPython. : org.apache.spark.SparkException: Job aborted due to stage failure: "
+           "... Python worker exited unexpectedly (crashed)",
+    # an uncorrelated scalar subquery in the WHERE of a FROM subquery
+    "q22": "ddcli run at refresh 0: error: q22.sql:17:17: this subquery is supported only as a condition of its "
+           "own, joined by AND (EXISTS, IN, NOT IN, or a comparison with a scalar subquery)",
+}
 
 
 def outputs(text: str) -> list[str]:
@@ -117,11 +131,13 @@ def tpch_sql_runs(tmp_path_factory) -> Runs:
             for t in set(TABLES) - set(CHANGING):
                 store.advance(t, upper=str(r + 1))
         runs.answers[r] = {v: ref.answer(f"SELECT * FROM {v}") for vs in views.values() for v in vs}
-        active = [m for q, m in zip(QUERIES, MODELS) if q not in runs.problems]
+        if r == 0:
+            continue
+        active = [m for q, m in zip(QUERIES, MODELS) if q not in runs.problems and q not in KNOWN_FAILURES]
         for model, error in run_models(store_dir, active).items():
             runs.problems[os.path.basename(model)[:-len(".sql")]] = f"ddcli run at refresh {r}: {error}"
         for query in QUERIES:
-            for v in views[query] if query not in runs.problems else []:
+            for v in views[query] if query not in runs.problems and query not in KNOWN_FAILURES else []:
                 diff = _compare(store, v, columns[v], runs.answers, r)
                 if diff:
                     runs.problems[query] = f"after the run at refresh {r}: {diff}"
@@ -144,7 +160,7 @@ def test_the_reference_is_not_vacuous(tpch_sql_runs):
 
 
 @pytest.mark.parametrize("query", [
-    pytest.param(q, marks=pytest.mark.xfail(reason=KNOWN_FAILURES[q], strict=False)) if q in KNOWN_FAILURES else q
+    pytest.param(q, marks=pytest.mark.xfail(reason=KNOWN_FAILURES[q], run=False)) if q in KNOWN_FAILURES else q
     for q in QUERIES])
 def test_query_equals_duckdb_at_every_refresh(tpch_sql_runs, query):
     if query in tpch_sql_runs.problems:
