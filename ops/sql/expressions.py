@@ -59,8 +59,6 @@ def resolved(e: exp.Expression, scope: Scope, where, substitute: Callable | None
                 raise PipelineError(where.at(node, f"{node.sql()} is allowed only as a whole select item"))
             col = scope.resolve(node)
             return internal_column(col.internal)
-        if isinstance(node, exp.Div) and not node.meta.get(INTERNAL):
-            return _double_division(node)
         if isinstance(node, (exp.Subquery, exp.Exists)) or (isinstance(node, exp.In) and node.args.get("query")):
             raise PipelineError(where.at(node, "a subquery is supported in WHERE and HAVING conditions joined by AND, "
                                                "and as a value in SELECT, not here"))
@@ -69,16 +67,15 @@ def resolved(e: exp.Expression, scope: Scope, where, substitute: Callable | None
         if isinstance(node, exp.Window):
             raise PipelineError(where.at(node, "a window function is allowed only in the SELECT list"))
         return node
-    return e.transform(rewrite)
+    out = e.transform(rewrite)
+    return out.transform(lambda n: _double_division(n) if isinstance(n, exp.Div) else n)
 
 
 def _double_division(node: exp.Div) -> exp.Div:
     """``a / b`` as DuckDB computes it: a DOUBLE whatever the operands' types (Spark divides
     two decimals into a decimal of a few places; integers already give a double)."""
-    out = exp.Div(this=exp.Cast(this=node.this, to=exp.DataType.build("DOUBLE")),
-                  expression=exp.Cast(this=node.expression, to=exp.DataType.build("DOUBLE")))
-    out.meta[INTERNAL] = True
-    return out
+    return exp.Div(this=exp.Cast(this=node.this, to=exp.DataType.build("DOUBLE")),
+                   expression=exp.Cast(this=node.expression, to=exp.DataType.build("DOUBLE")))
 
 
 def spark_sql(e: exp.Expression, scope: Scope, where, substitute: Callable | None = None) -> str:

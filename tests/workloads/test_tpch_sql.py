@@ -36,18 +36,7 @@ QUERIES = [os.path.basename(m)[:-len(".sql")] for m in MODELS]
 
 # Queries the SQL front end does not answer yet, with the error each gave. They are not run
 # (one of them runs for minutes): remove an entry to run its query again.
-KNOWN_FAILURES: dict[str, str] = {
-    # a decimal divided by a decimal is a DOUBLE in DuckDB, a decimal of scale 6 here
-    "q14": "q14 at refresh 0: expected (16.615327141752054,), found (Decimal('16.615327'),)",
-    "q17": "q17 at refresh 0: expected (3408.7885714285717,), found (Decimal('3408.788571'),)",
-    # p_partkey = l_partkey in every branch of the OR is not taken as the join's key: a cross join
-    "q19": "ddcli run at refresh 0: error: internal error: Py4JJavaError: An error occurred while calling "
-           "o37234.collectToPython. : org.apache.spark.SparkException: Job aborted due to stage failure: "
-           "... Python worker exited unexpectedly (crashed)",
-    # an uncorrelated scalar subquery in the WHERE of a FROM subquery
-    "q22": "ddcli run at refresh 0: error: q22.sql:17:17: this subquery is supported only as a condition of its "
-           "own, joined by AND (EXISTS, IN, NOT IN, or a comparison with a scalar subquery)",
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 def outputs(text: str) -> list[str]:
