@@ -44,9 +44,6 @@ KNOWN_FAILURES: dict[str, str] = {
     "q19": "ddcli run at refresh 0: error: internal error: Py4JJavaError: An error occurred while calling "
            "o37234.collectToPython. : org.apache.spark.SparkException: Job aborted due to stage failure: "
            "... Python worker exited unexpectedly (crashed)",
-    # an uncorrelated scalar subquery in the WHERE of a FROM subquery
-    "q22": "ddcli run at refresh 0: error: q22.sql:17:17: this subquery is supported only as a condition of its "
-           "own, joined by AND (EXISTS, IN, NOT IN, or a comparison with a scalar subquery)",
 }
 
 
