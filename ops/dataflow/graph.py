@@ -14,7 +14,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ops.dataflow.reducers import Reducer, Threshold, presence
+from ops.dataflow.operators import OPERATORS
+from ops.dataflow.reducers import Reducer
 
 
 @dataclass(eq=False)
@@ -58,10 +59,6 @@ class Graph(Protocol):
     nodes: list[Node]
 
 
-# operators that read their inputs' old updates (their inputs are arranged)
-STATEFUL = {"join", "semijoin", "reduce", "distinct", "threshold", "as_of_join", "delta_join"}
-
-
 def arranged_nodes(p: Graph) -> dict[int, Node]:
     """Nodes whose old updates some stateful operator reads (by node id).
 
@@ -78,7 +75,7 @@ def arranged_nodes(p: Graph) -> dict[int, Node]:
             mark(n.inputs[0])
 
     for n in p.nodes:
-        if n.op in STATEFUL:
+        if OPERATORS[n.op].stateful:
             for i in n.inputs:
                 mark(i)
     return out
@@ -118,17 +115,14 @@ def scope_nodes(p: Graph, scope) -> list[Node]:
 
 
 def node_key(n: Node, columns: list[str]) -> list[str]:
-    """The key an operator's output is naturally arranged (and stored) by."""
-    if n.op in ("reduce", "arrange"):
-        return list(n.args["key"])
-    if n.op in ("join", "semijoin"):
-        return list(n.args["on"])
-    if n.op == "output" and n.args.get("key"):
-        return list(n.args["key"])
-    if n.op in ("output", "enter", "variable"):
-        return node_key(n.inputs[0], columns)
-    if n.op == "leave":
-        return node_key(n.inputs[1], columns)
+    """The key an operator's output is naturally arranged (and stored) by: the key it names,
+    else the key of the collection it passes on, else its first column. An operator that
+    passes a collection on names a key of its own only optionally (``output``)."""
+    o = OPERATORS[n.op]
+    if o.keyed_by is not None and (o.carries is None or n.args.get(o.keyed_by)):
+        return list(n.args[o.keyed_by])
+    if o.carries is not None:
+        return node_key(n.inputs[o.carries], columns)
     return columns[:1]
 
 
@@ -149,11 +143,14 @@ def state_nodes(p: Graph) -> list[Node]:
     return [n for n in arranged_nodes(p).values() if n.op not in ("input", "enter")]
 
 
+def read_key(n: Node, columns: list[str]) -> list[str]:
+    """The columns a stateful node reads its inputs' arrangements by (``columns``, its
+    input's: the whole row, unless its operator names them)."""
+    o = OPERATORS[n.op]
+    return list(n.args[o.read_by]) if o.read_by is not None else list(columns)
+
+
 def reduce_spec(n: Node, columns: list[str]) -> tuple[list[str], Reducer]:
     """The key and the reducer of a reduce-family node (``distinct`` and ``threshold`` are
     reduces keyed by the whole row)."""
-    if n.op == "reduce":
-        return list(n.args["key"]), n.args["reducer"]
-    if n.op == "distinct":
-        return columns, Threshold(presence)
-    return columns, Threshold(n.args["fn"])
+    return read_key(n, columns), OPERATORS[n.op].reducer(n)

@@ -20,6 +20,7 @@ from ops.dataflow import reducers
 from ops.dataflow.builder import Pipeline
 from ops.dataflow.graph import Node
 from ops.dataflow.window_reducer import Window
+from ops.dataflow.operators import JOIN, LOOP, OPERATORS
 from ops.errors import PipelineError
 
 Columns = dict  # column name -> pa.DataType, or None when only the name is known
@@ -143,13 +144,12 @@ def _node(n: Node, ins: list[Columns | None], schemas: dict[str, pa.Schema], exp
                                     f"which Spark cannot read (it keeps timestamps to the microsecond); "
                                     f"ingest it into a new trace, which stores microseconds")
         return None if s is None else {f.name: f.type for f in s}
-    if n.op == "leave":  # inputs: the loop, and the collection that leaves it
-        ins = ins[1:]
+    o = OPERATORS[n.op]
+    if o.carries is not None:  # the collection it passes on (a leave's first input is its loop)
+        ins = ins[o.carries:]
     if any(c is None for c in ins):
         return None
-    if n.op in ("enter", "variable", "leave"):  # a loop's collections: the columns of what they carry in or out
-        return dict(ins[0])
-    if n.op in ("output", "negate", "consolidate", "filter", "distinct", "threshold", "arrange"):
+    if o.same_columns:
         if n.op == "arrange":
             _need(n, ins[0], a["key"], "arrange key")
         return dict(ins[0])
@@ -169,7 +169,7 @@ def _node(n: Node, ins: list[Columns | None], schemas: dict[str, pa.Schema], exp
         if any(x != names[0] for x in names):
             raise PipelineError(f"{n.describe()}: collections to concat have different columns: {names}")
         return dict(ins[0])
-    if n.op in ("join", "semijoin"):
+    if o.family == JOIN:
         return _join(n, ins[0], ins[1])
     if n.op == "reduce":
         return _reduce(n, ins[0])
@@ -186,7 +186,7 @@ def node_columns(p: Pipeline, schemas: dict[str, pa.Schema], *, in_loops: bool =
     ``expression_type(expression, columns)``: the type of a computed column, or None."""
     cols: dict[int, Columns | None] = {}
     for n in p.nodes:  # declaration order: every node comes after its inputs
-        if n.op == "loop" or (not in_loops and (n.scope is not None or n.op in ("variable", "leave", "enter"))):
+        if n.op == "loop" or (not in_loops and (n.scope is not None or OPERATORS[n.op].family == LOOP)):
             cols[n.id] = None
             continue
         try:

@@ -12,8 +12,9 @@ import os
 
 from ops.dataflow.builder import Pipeline
 from ops.dataflow.changes import PipelineChanges, pipeline_changes, state_names
-from ops.dataflow.graph import STATEFUL, Node, arranged_nodes, node_key
+from ops.dataflow.graph import Node, arranged_nodes, node_key, read_key
 from ops.dataflow.load import load_pipeline, trace_schemas
+from ops.dataflow.operators import OPERATORS
 from ops.explain import model
 from ops.explain.loops import engine_for, explain_loop, priorities
 from ops.explain.operators import summary
@@ -78,26 +79,17 @@ def _operator(n: Node, schemas: dict, arranged: dict, change: str | None) -> mod
                           [i.name for i in n.inputs if i.op != "loop"], cols,
                           n.scope.name if n.scope is not None else None,
                           n.args["scope"].name if n.op == "loop" else None,
-                          stateful=n.op in STATEFUL, arranged=n.id in arranged, change=change)
-
-
-def _read_by(reader: Node, columns: list[str]) -> list[str]:
-    """The columns a stateful operator looks its input's old updates up by."""
-    if reader.op in ("join", "semijoin", "as_of_join"):
-        return list(reader.args["on"])
-    if reader.op == "reduce":
-        return list(reader.args["key"])
-    return list(columns)  # distinct, threshold: the whole row; a delta join: its variables
+                          stateful=OPERATORS[n.op].stateful, arranged=n.id in arranged, change=change)
 
 
 def _arrangements(p: Pipeline, arranged: dict, schemas: dict, traces: dict[str, Trace],
                   names: dict[int, str]) -> list[model.Arrangement]:
     out = []
     for n in arranged.values():
-        readers = [r for r in p.nodes if r.op in STATEFUL and n in r.inputs]
+        readers = [r for r in p.nodes if OPERATORS[r.op].stateful and n in r.inputs]
         readers += [e for e in p.nodes if e.op == "enter" and e.inputs[0] is n and e.id in arranged]
         cols = schemas[n.id].names if n.id in schemas else []
-        shown = [f"{r.name} (by {', '.join(_read_by(r, cols)) or 'its row'})" if r.op != "enter"
+        shown = [f"{r.name} (by {', '.join(read_key(r, cols)) or 'its row'})" if r.op != "enter"
                  else f"{r.name} (into loop {r.scope.name})" for r in readers]
         if n.op == "input":
             kind, trace = "input", n.args["trace"]

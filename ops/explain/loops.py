@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from ops.dataflow.builder import Pipeline
 from ops.dataflow.graph import Node, arranged_nodes, node_priority, scope_nodes
+from ops.dataflow.operators import OPERATORS
 from ops.explain.model import Loop, Priority
 from ops.explain.schemas import unknown_types
 from ops.loops.plan import LoopPlan, loop_path, plan_loop
@@ -110,7 +111,7 @@ def _rows_bound(n: Node, rows_of) -> int | None:
     passed on through operators that never add rows (None: unknown)."""
     if n.op == "input":
         return rows_of(n.args["trace"])
-    if n.op in ("select", "filter", "negate", "consolidate", "arrange", "enter"):
+    if OPERATORS[n.op].no_new_rows:
         return _rows_bound(n.inputs[0], rows_of)
     if n.op == "concat":
         parts = [_rows_bound(i, rows_of) for i in n.inputs]

@@ -11,79 +11,65 @@ from __future__ import annotations
 from ops.dataflow import reducers
 from ops.dataflow.window_reducer import Window
 from ops.dataflow.graph import Node, node_priority
+from ops.dataflow.operators import OPERATORS
 
 
 def summary(n: Node) -> str:
-    """What node ``n`` computes, in one sentence."""
-    a = n.args
+    """What node ``n`` computes, in one sentence: its operator's sentence (ops/dataflow/operators.py)
+    with the node's inputs and arguments filled in."""
     ins = [i.name for i in n.inputs]
-    op = n.op
-    if op == "input":
-        return f"reads trace {a['trace']}: its new updates, and its history as an arrangement"
-    if op == "output":
-        key = f", keyed by {_names(a['key'])}" if a.get("key") else ""
-        return f"writes {ins[0]} to trace {a['trace']}{key}"
-    if op == "select":
-        parts = [f"keeps {_names(a['columns'])}"] if a["columns"] else []
-        parts += [f"{k} = {_expr(e)}" for k, e in a["exprs"].items()]
-        return f"from {ins[0]}: " + "; ".join(parts)
-    if op == "filter":
-        return f"keeps the rows of {ins[0]} where {_expr(a['condition'])}"
-    if op == "flat_map":
-        return f"one row of {ins[0]} per element of {_expr(a['expr'])}, as column {a['column']}"
-    if op == "concat":
-        return f"the sum of {_names(ins)} (multiplicities add)"
-    if op == "negate":
-        return f"{ins[0]} with every multiplicity negated"
-    if op == "consolidate":
-        return f"{ins[0]} with updates of equal row and time summed"
-    if op == "join":
-        return f"joins {ins[0]} with {ins[1]} on {_names(a['on'])} (reads both sides' arrangements)"
-    if op == "semijoin":
-        return f"the rows of {ins[0]} whose {_names(a['on'])} is in {ins[1]} (reads both sides' arrangements)"
-    if op == "reduce":
-        return f"{_reducer(a['reducer'], a['key'])} in {ins[0]} (reads its arrangement)"
-    if op == "distinct":
-        return f"every row of {ins[0]} present, once (reads its arrangement)"
-    if op == "threshold":
-        return f"every row of {ins[0]} with its multiplicity through a function (reads its arrangement)"
-    if op == "arrange":
-        return f"one indexed copy of {ins[0]} by {_names(a['key'])}, shared by the operators that read it"
-    return _loop_summary(n, ins) or _calculus_summary(n, ins) or f"{op} of {_names(ins)}"
+    fields = {k: _show(v) for k, v in n.args.items()}
+    detail = _DETAILS.get(n.op)
+    fields.update(ins=_names(ins), in0=(ins + [""])[0], in1=(ins + ["", ""])[1], loop=_loop_name(n),
+                  detail=detail(n) if detail is not None else "")
+    return OPERATORS[n.op].sentence.format(**fields)
 
 
-def _loop_summary(n: Node, ins: list[str]) -> str | None:
-    a, op = n.args, n.op
-    if op == "loop":
-        return f"loop {a['scope'].name}: the fixed point of its body, at most {a['max_rounds']:,} rounds"
-    if op == "variable":
-        result = a.get("result")
-        pri = f"; enters at iteration {_expr(node_priority(n))}" if node_priority(n) is not None else ""
-        return (f"variable of loop {n.scope.name}: starts from {ins[0]}, next value "
-                f"{result.name if result is not None else '(never set)'}{pri}")
-    if op == "enter":
-        at = f" at iteration {_expr(node_priority(n))}" if node_priority(n) is not None else ""
-        return f"brings {ins[0]} into loop {n.scope.name}{at}"
-    if op == "leave":
-        return f"brings {ins[1]} out of loop {n.inputs[0].args['scope'].name}"
-    return None
+def _show(v):
+    """An argument as a sentence names it: columns as a list, numbers as they are."""
+    if isinstance(v, (list, tuple)):
+        return _names(v)
+    return v if isinstance(v, (int, float)) else _expr(v)
 
 
-def _calculus_summary(n: Node, ins: list[str]) -> str | None:
-    a, op = n.args, n.op
-    if op == "differentiate":
-        return f"the changes of {ins[0]}, each at the moment it happens"
-    if op == "integrate":
-        return f"{ins[0]} back in ordinary time"
-    if op == "moments":
-        return f"{ins[0]} in moment time" + (" (one moment later)" if a.get("neu") else "")
-    if op == "as_of_pending":
-        return f"the updates of {ins[0]} waiting for their as-of join on {_names(a['on'])}"
-    if op == "as_of_join":
-        return f"each update of {ins[0]} joined with {ins[1]} as it was at the update's time, on {_names(a['on'])}"
-    if op == "delta_join":
-        return f"the join of {_names(ins)} on shared variables, keeping no intermediate results"
-    return None
+def _loop_name(n: Node) -> str:
+    """The loop a node is (a ``loop``), leaves (a ``leave`` reads its loop) or lives in."""
+    for m in [n, *n.inputs]:
+        if "scope" in m.args:
+            return m.args["scope"].name
+    return n.scope.name if n.scope is not None else ""
+
+
+def _output_key(n: Node) -> str:
+    return f", keyed by {_names(n.args['key'])}" if n.args.get("key") else ""
+
+
+def _selected(n: Node) -> str:
+    a = n.args
+    parts = [f"keeps {_names(a['columns'])}"] if a["columns"] else []
+    parts += [f"{k} = {_expr(e)}" for k, e in a["exprs"].items()]
+    return "; ".join(parts)
+
+
+def _next_value(n: Node) -> str:
+    result = n.args.get("result")
+    pri = f"; enters at iteration {_expr(node_priority(n))}" if node_priority(n) is not None else ""
+    return f"{result.name if result is not None else '(never set)'}{pri}"
+
+
+def _entered_at(n: Node) -> str:
+    return f" at iteration {_expr(node_priority(n))}" if node_priority(n) is not None else ""
+
+
+#: The part of an operator's sentence its arguments shape beyond naming them (``{detail}``).
+_DETAILS = {
+    "output": _output_key,
+    "select": _selected,
+    "reduce": lambda n: _reducer(n.args["reducer"], n.args["key"]),
+    "variable": _next_value,
+    "enter": _entered_at,
+    "moments": lambda n: " (one moment later)" if n.args.get("neu") else "",
+}
 
 
 def _reducer(r, key) -> str:

@@ -26,6 +26,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
+from ops.dataflow.operators import JOIN, OPERATORS, REDUCE
 from ops.loops.spine import comparable, key_hashes
 
 ABORT = "abort"
@@ -170,13 +171,14 @@ def read_keys(body) -> dict[int, list[str]] | str:
     by_id = {n.id: n for n in body.nodes}
     keys: dict[int, list[str]] = {}
     for n in body.nodes:
-        if n.op in ("join", "semijoin"):
+        family = OPERATORS[n.op].family
+        if family == JOIN:
             reads = [(i, list(n.on)) for i in n.inputs]
             for c in n.on:
                 a, b = (by_id[i].schema.field(c).type for i in n.inputs)
                 if not comparable(a, b):
                     return f"join of node {n.id} on {c}: its sides' types differ ({a}, {b})"
-        elif n.op in ("reduce", "distinct", "threshold"):
+        elif family == REDUCE:
             reads = [(n.inputs[0], list(n.key))]
         else:
             continue

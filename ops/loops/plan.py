@@ -37,11 +37,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from ops.dataflow.builder import Pipeline
-from ops.dataflow.graph import Node, arranged_nodes, scope_nodes
-
-#: operators the in-task evaluator (ops/loops/task.py) knows
-LOCAL_OPS = {"enter", "variable", "select", "filter", "negate", "concat", "consolidate", "arrange",
-             "join", "semijoin", "reduce", "distinct", "threshold"}
+from ops.dataflow.graph import Node, arranged_nodes, read_key, scope_nodes
+from ops.dataflow.operators import JOIN, LINEAR, OPERATORS, REDUCE
 
 
 def loop_path() -> str:
@@ -91,7 +88,7 @@ def plan_loop(p: Pipeline, loop_node: Node, schemas: dict[int, pa.Schema] | None
         return plan
     nodes = scope_nodes(p, scope)
     for n in nodes:
-        if n.op not in LOCAL_OPS:
+        if not OPERATORS[n.op].in_task:
             plan.reason = f"{n.describe()} is not supported inside tasks"
             return plan
         if n.id not in schemas:
@@ -138,13 +135,17 @@ def _place(nodes: list[Node], variables: list[Node], by: list[str], schemas, p: 
                 placed[n.id] = P
             else:
                 placed[n.id] = None
-                bad = [u for u in users[n.id] if u.op not in ("join", "semijoin", "select", "filter", "negate")]
+                bad = [u for u in users[n.id] if not OPERATORS[u.op].broadcast_ok]
                 if bad:
                     return placed, (f"{n.describe()} lacks the partition columns and feeds "
                                     f"{bad[0].describe()}, which needs all of it in every task")
         elif n.op == "variable":
             placed[n.id] = P
-        elif n.op in ("select", "filter", "negate", "consolidate", "arrange"):
+        elif n.op == "concat":
+            if any(x is None for x in ins) or len(set(ins)) != 1:
+                return placed, f"{n.describe()} combines collections dealt to tasks differently"
+            placed[n.id] = ins[0]
+        elif OPERATORS[n.op].family == LINEAR:  # one input, its rows dealt as they come
             src = ins[0]
             if src is None or n.op != "select":
                 placed[n.id] = src
@@ -153,11 +154,7 @@ def _place(nodes: list[Node], variables: list[Node], by: list[str], schemas, p: 
                 if out is None:
                     return placed, f"{n.describe()} does not pass the partition columns {', '.join(src)} through"
                 placed[n.id] = out
-        elif n.op == "concat":
-            if any(x is None for x in ins) or len(set(ins)) != 1:
-                return placed, f"{n.describe()} combines collections dealt to tasks differently"
-            placed[n.id] = ins[0]
-        elif n.op in ("join", "semijoin"):
+        elif OPERATORS[n.op].family == JOIN:
             on = n.args["on"]
             left, right = ins
             if left is not None and right is not None:
@@ -172,9 +169,9 @@ def _place(nodes: list[Node], variables: list[Node], by: list[str], schemas, p: 
                 placed[n.id] = right
             else:
                 return placed, f"{n.describe()} joins two broadcast collections inside the loop"
-        elif n.op in ("reduce", "distinct", "threshold"):
+        elif OPERATORS[n.op].family == REDUCE:
             src = ins[0]
-            key = list(n.args["key"]) if n.op == "reduce" else list(schemas[n.inputs[0].id].names)
+            key = read_key(n, schemas[n.inputs[0].id].names)
             if src is None or not set(src) <= set(key):
                 return placed, f"{n.describe()} groups by {', '.join(key)}, not by the partition columns"
             placed[n.id] = src

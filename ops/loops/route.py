@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from ops.dataflow.builder import Pipeline
 from ops.dataflow.graph import Node, node_priority, reduce_spec, scope_nodes
+from ops.dataflow.operators import JOIN, OPERATORS, REDUCE
 from ops.errors import PipelineError
 from ops.loops.exchange import read_keys
 from ops.loops.plan import LoopPlan, loop_path, portable_sql
@@ -76,9 +77,9 @@ def build_body(p: Pipeline, loop_node: Node, plan: LoopPlan, schemas: dict, arra
             t = linear_task_node(n, schemas, arranged)
             if isinstance(t, str):
                 return t
-        elif n.op in ("join", "semijoin"):
+        elif OPERATORS[n.op].family == JOIN:
             t.on, t.nulls_equal = list(a["on"]), a.get("nulls_equal", False)
-        elif n.op in ("reduce", "distinct", "threshold"):
+        elif OPERATORS[n.op].family == REDUCE:
             t.key, t.reducer = reduce_spec(n, schemas[n.inputs[0].id].names)
         elif n.op == "enter":
             t.at_priority = node_priority(n) is not None  # its updates arrive at their iterations already

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -486,13 +487,11 @@ def _evaluate_round(r: _Round, body: Body, entered: dict[int, pa.Table], pools: 
                 fb = _present(p.filter(at))
                 pending[n.id] = _present(p.filter(pc.invert(at)))
             out = _union([ins[0], fb], r.schemas[n.id])
-        elif n.op in ("join", "semijoin"):
-            if ins[0] is not None or ins[1] is not None:
-                out = r.join(n, ins[0], ins[1])
-        elif n.op == "concat":
-            out = _union(ins, r.schemas[n.id])
-        elif ins[0] is not None:
-            out = _linear_or_reduce(r, n, ins[0])
+        else:
+            evaluator = TASK_EVALUATORS.get(n.op)
+            if evaluator is None:
+                raise ValueError(f"operator {n.op} cannot run inside a task")
+            out = evaluator(r, n, ins)
         out = _present(out if out is None else conform(out, r.schemas[n.id]))
         # routed by every task alike; a collection entered whole has nothing after round 0
         if router is not None and n.id in router.keys and (first or n.op != "enter" or n.id in pools):
@@ -503,19 +502,43 @@ def _evaluate_round(r: _Round, body: Body, entered: dict[int, pa.Table], pools: 
     return fr
 
 
-def _linear_or_reduce(r: _Round, n: TaskNode, t: pa.Table) -> pa.Table | None:
-    """A node of one input with changes ``t``: a linear operator, or a reduce."""
-    if n.op == "select":
-        return r.select(n, t)
-    if n.op == "filter":
-        return r.filter(n, t)
-    if n.op == "negate":
-        return t.set_column(t.schema.get_field_index("diff"), "diff", pc.negate(t.column("diff")))
-    if n.op in ("consolidate", "arrange"):
-        return consolidate(t) if n.op == "consolidate" else t
-    if n.op in ("reduce", "distinct", "threshold"):
-        return r.reduce(n, t)
-    raise ValueError(f"operator {n.op} cannot run inside a task")
+def _join(r: _Round, n: TaskNode, ins: list) -> pa.Table | None:
+    """``join`` and ``semijoin``."""
+    return None if ins[0] is None and ins[1] is None else r.join(n, ins[0], ins[1])
+
+
+def _concat(r: _Round, n: TaskNode, ins: list) -> pa.Table | None:
+    return _union(ins, r.schemas[n.id])
+
+
+def _one_input(fn):
+    """The evaluator of an operator of one input, called only when that input changed."""
+    return lambda r, n, ins: None if ins[0] is None else fn(r, n, ins[0])
+
+
+def _negate(r: _Round, n: TaskNode, t: pa.Table) -> pa.Table:
+    return t.set_column(t.schema.get_field_index("diff"), "diff", pc.negate(t.column("diff")))
+
+
+TaskEvaluator = Callable[["_Round", TaskNode, list], "pa.Table | None"]
+
+#: Every operator a loop's task evaluates besides its own ``enter`` and ``variable``, and the
+#: function that turns its inputs' changes in one round (``None``: no changes) into its own:
+#: the in-task counterpart of ``EVALUATORS`` (ops/run/evaluate.py). Operators marked
+#: ``in_task`` in ops/dataflow/operators.py are the loop planner's promise that they are here.
+TASK_EVALUATORS: dict[str, TaskEvaluator] = {
+    "select": _one_input(lambda r, n, t: r.select(n, t)),
+    "filter": _one_input(lambda r, n, t: r.filter(n, t)),
+    "negate": _one_input(_negate),
+    "consolidate": _one_input(lambda r, n, t: consolidate(t)),
+    "arrange": _one_input(lambda r, n, t: t),
+    "concat": _concat,
+    "join": _join,
+    "semijoin": _join,
+    "reduce": _one_input(lambda r, n, t: r.reduce(n, t)),
+    "distinct": _one_input(lambda r, n, t: r.reduce(n, t)),
+    "threshold": _one_input(lambda r, n, t: r.reduce(n, t)),
+}
 
 
 def _feed_back(r: _Round, body: Body, fr: dict, pending: dict, by_id: dict, last: str) -> int:

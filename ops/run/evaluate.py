@@ -20,7 +20,8 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame
 
 from ops.dataflow.builder import Pipeline
-from ops.dataflow.graph import STATEFUL, Node, arranged_nodes, reduce_spec, scope_nodes, uses
+from ops.dataflow.graph import Node, arranged_nodes, reduce_spec, scope_nodes, uses
+from ops.dataflow.operators import OPERATORS
 from ops.errors import PipelineError
 from ops.loops.plan import plan_loop
 from ops.loops.rounds import entering, evaluate_loop
@@ -161,7 +162,7 @@ def evaluate_scope(p: Pipeline, scope, ctx: EvalContext, frames: dict, runtime: 
             df = frames[n.id] = df.localCheckpoint(eager=False, storageLevel=StorageLevel.DISK_ONLY)
         if df is not None:
             _check_column_names(n, ctx, df)
-            if scope is None and not runtime.planning and n.op in STATEFUL:
+            if scope is None and not runtime.planning and OPERATORS[n.op].stateful:
                 runtime.ran.append(n)  # reported with the writes that compute it (ops/run/progress.py)
     if runtime.planning:
         runtime.planned.update({n.id: frames.get(n.id) for n in nodes if n.op != "loop"})
@@ -187,7 +188,8 @@ def shared_costly(p: Pipeline, arranged: dict[int, Node], uses: dict[int, int]) 
 
     def is_costly(n: Node) -> bool:
         if n.id not in costly:
-            costly[n.id] = n.op in STATEFUL or (n.op in _LINEAR and any(is_costly(i) for i in n.inputs))
+            o = OPERATORS[n.op]
+            costly[n.id] = o.stateful or (o.linear and any(is_costly(i) for i in n.inputs))
         return costly[n.id]
 
     out = set()
@@ -198,10 +200,6 @@ def shared_costly(p: Pipeline, arranged: dict[int, Node], uses: dict[int, int]) 
         if readers > 1:
             out.add(n.id)
     return out
-
-
-#: Operators that compute each change from one change of their inputs, cheaply.
-_LINEAR = {"select", "filter", "flat_map", "concat", "negate", "consolidate", "output", "arrange"}
 
 
 def _evaluate_node(n: Node, ctx: EvalContext, frames: dict, runtime: Runtime) -> DataFrame | None:

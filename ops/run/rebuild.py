@@ -34,13 +34,10 @@ from ops.dataflow.changes import (PipelineChanges, assign_state_names, changes_a
                                   record_operators, recorded_operators)
 from ops.dataflow.fingerprint import dataflow_fingerprint, fingerprints, loop_body
 from ops.dataflow.graph import Node, scope_nodes, state_nodes
+from ops.dataflow.operators import CALCULUS, OPERATORS
 from storage.lattice import Frontier
 from storage.state.trace import Trace
 from storage.state.transitions import State
-
-# operators whose output at a time depends on their input at earlier times: recomputing
-# them from state compacted to the frontier would lose those times
-HISTORY_SENSITIVE = {"differentiate", "integrate", "moments", "as_of_pending", "as_of_join"}
 
 
 @dataclass
@@ -127,7 +124,7 @@ def plan_backfill(p: Pipeline, ident: Identity, state: State, frontier: int | No
         if u.op == "input" or (u.id in exact and (exact[u.id] or not strict)):
             continue
         exact[u.id] = strict
-        strict_in = strict or any(m.op in HISTORY_SENSITIVE for m in [u] + body.get(u.id, []))
+        strict_in = strict or any(_history_sensitive(m) for m in [u] + body.get(u.id, []))
         for i in u.inputs:
             i = unit[i.id]
             if i.op != "input" and not (i.id in stored and not strict_in) and i is not u:
@@ -173,3 +170,10 @@ def _output_floor(o: str, node: Node, out: Backfill, unit: dict[int, Node], stat
     if floor is not None:
         out.floors[o] = floor
     out.reads[o] = sorted(inputs)
+
+
+def _history_sensitive(n: Node) -> bool:
+    """Whether a node's output at a time depends on its input at earlier times (the calculus
+    family: moment time, as-of joins): recomputing it from state compacted to the frontier
+    would lose those times."""
+    return OPERATORS[n.op].family == CALCULUS

@@ -39,6 +39,7 @@ import pyarrow as pa
 from ops.dataflow.builder import Pipeline
 from ops.dataflow.graph import Node, node_key
 from ops.dataflow.load import load_pipeline, trace_schemas
+from ops.dataflow.operators import JOIN, OPERATORS
 from ops.dataflow.precheck import precheck
 from ops.errors import PipelineError
 from ops.io.read import read_layers
@@ -566,7 +567,7 @@ def task_writes(store: Store, plan: RunPlan, runtime: Runtime, schemas: dict[int
     for tname, (node, is_state) in run_targets(plan, runtime).items():
         proto, since, lay = _layout(store, plan, schemas, tname, node, is_state)
         source = node.inputs[0] if node.op == "output" else node  # an output passes its input on
-        if not is_state and (source.op not in ("leave", "join", "semijoin") or proto.pending):
+        if not is_state and (not (source.op == "leave" or OPERATORS[source.op].family == JOIN) or proto.pending):
             continue
         specs.setdefault(("state" if is_state else "output", source.id), []).append(dict(
             trace=tname, directory=lay["directory"], schema=lay["schema"], key=lay["key"], d=lay["d"],

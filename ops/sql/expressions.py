@@ -59,6 +59,8 @@ def resolved(e: exp.Expression, scope: Scope, where, substitute: Callable | None
                 raise PipelineError(where.at(node, f"{node.sql()} is allowed only as a whole select item"))
             col = scope.resolve(node)
             return internal_column(col.internal)
+        if isinstance(node, exp.Div) and not node.meta.get(INTERNAL):
+            return _double_division(node)
         if isinstance(node, (exp.Subquery, exp.Exists)) or (isinstance(node, exp.In) and node.args.get("query")):
             raise PipelineError(where.at(node, "a subquery is supported in WHERE and HAVING conditions joined by AND, "
                                                "and as a value in SELECT, not here"))
@@ -68,6 +70,15 @@ def resolved(e: exp.Expression, scope: Scope, where, substitute: Callable | None
             raise PipelineError(where.at(node, "a window function is allowed only in the SELECT list"))
         return node
     return e.transform(rewrite)
+
+
+def _double_division(node: exp.Div) -> exp.Div:
+    """``a / b`` as DuckDB computes it: a DOUBLE whatever the operands' types (Spark divides
+    two decimals into a decimal of a few places; integers already give a double)."""
+    out = exp.Div(this=exp.Cast(this=node.this, to=exp.DataType.build("DOUBLE")),
+                  expression=exp.Cast(this=node.expression, to=exp.DataType.build("DOUBLE")))
+    out.meta[INTERNAL] = True
+    return out
 
 
 def spark_sql(e: exp.Expression, scope: Scope, where, substitute: Callable | None = None) -> str:
@@ -88,14 +99,45 @@ def expression_key(e: exp.Expression, scope: Scope, where) -> str | None:
 
 
 def conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
-    """The conditions of ``e`` that AND joins (parentheses removed)."""
+    """The conditions of ``e`` that AND joins (parentheses removed). A condition that every
+    branch of an OR holds is taken out of it (``(k = j AND a) OR (k = j AND b)`` is
+    ``k = j AND (a OR b)``), so that it may be a join key or filter one side early."""
     if e is None:
         return []
     while isinstance(e, exp.Paren):
         e = e.this
     if isinstance(e, exp.And):
         return conjuncts(e.this) + conjuncts(e.expression)
+    if isinstance(e, exp.Or):
+        return _factored(e)
     return [e]
+
+
+def _disjuncts(e: exp.Expression) -> list[exp.Expression]:
+    while isinstance(e, exp.Paren):
+        e = e.this
+    return _disjuncts(e.this) + _disjuncts(e.expression) if isinstance(e, exp.Or) else [e]
+
+
+def _same(a: exp.Expression, b: exp.Expression) -> bool:
+    """The same condition (an equality either way round)."""
+    return a == b or (isinstance(a, exp.EQ) and isinstance(b, exp.EQ) and a.this == b.expression
+                      and a.expression == b.this)
+
+
+def _factored(e: exp.Or) -> list[exp.Expression]:
+    branches = [conjuncts(d) for d in _disjuncts(e)]
+    common = [c for c in branches[0] if all(any(_same(c, d) for d in b) for b in branches[1:])]
+    if not common:
+        return [e]
+    rests = [[c for c in b if not any(_same(c, x) for x in common)] for b in branches]
+    if any(not r for r in rests):  # a branch holds nothing more: the OR is true once the common part is
+        return common
+    ors = [exp.and_(*[c.copy() for c in r]) if len(r) > 1 else r[0].copy() for r in rests]
+    rest = ors[0]
+    for o in ors[1:]:
+        rest = exp.Or(this=rest, expression=o)
+    return common + [exp.Paren(this=rest)]
 
 
 def output_name(e: exp.Expression, i: int) -> str:

@@ -1,5 +1,5 @@
-"""SQL models against DuckDB at every time: one model of many views (joins, outer joins,
-GROUP BY with several aggregates and HAVING, subqueries of every kind, set operations,
+"""SQL models against DuckDB at every time: one model of many views (WITH, derived tables,
+USING and CROSS joins, outer joins, GROUP BY with several aggregates and HAVING, subqueries of every kind, set operations,
 DISTINCT, ORDER BY ... LIMIT, WITH RECURSIVE) over two random tables of mixed column types
 (nulls in keys and values, doubles of mixed magnitudes, decimals, dates, strings) changed
 by inserts and retractions over two runs of two times each, with compaction between. After every run,
@@ -50,6 +50,12 @@ CREATE MATERIALIZED VIEW both_sides AS SELECT k FROM a INTERSECT SELECT k FROM b
 CREATE MATERIALIZED VIEW only_a AS SELECT k FROM a EXCEPT SELECT k FROM b;
 CREATE MATERIALIZED VIEW kinds AS SELECT DISTINCT g, k FROM a;
 CREATE MATERIALIZED VIEW top3 AS SELECT k, y, s FROM b ORDER BY y DESC, k, s LIMIT 3;
+CREATE MATERIALIZED VIEW with_cte AS
+  WITH big AS (SELECT k, y FROM b WHERE y > 40)
+  SELECT s.k, s.total, a.g FROM (SELECT k, sum(y) FROM big GROUP BY k) AS s(k, total) JOIN a USING (k);
+CREATE MATERIALIZED VIEW corr_select AS SELECT k, g, (SELECT max(y) FROM b WHERE b.k = a.k) AS top_y FROM a;
+CREATE MATERIALIZED VIEW crossed AS
+  SELECT a.k AS ak, t.n FROM a CROSS JOIN (SELECT count(*) AS n FROM b) t WHERE a.g = 'g1';
 CREATE MATERIALIZED VIEW reach AS
   WITH RECURSIVE r(n) AS (
     SELECT k FROM a WHERE g = 'g0'
