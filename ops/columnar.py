@@ -77,14 +77,14 @@ def densify(x: np.ndarray, ordered: bool = True) -> tuple[np.ndarray, int]:
 
 def leaves(col):
     """The columns whose codes together identify a value: structs by their fields, floats
-    with -0.0 folded into 0.0 (they compare equal)."""
+    with -0.0 folded into 0.0 and every NaN into one (SQL's groups: they compare equal)."""
     t = col.type
     if pa.types.is_struct(t):
         yield pc.is_valid(col)
         for child in col.flatten():
             yield from leaves(child)
     elif pa.types.is_floating(t):
-        yield pc.add(col, pa.scalar(0, t))
+        yield pc.if_else(pc.is_nan(col), pa.scalar(float("nan"), t), pc.add(col, pa.scalar(0, t)))
     elif pa.types.is_dictionary(t):
         yield col.cast(t.value_type)
     else:

@@ -49,15 +49,16 @@ def is_exact(out_type: pa.DataType) -> bool:
     return not pa.types.is_integer(out_type)
 
 
-def weights(column, out_type: pa.DataType, diff: np.ndarray) -> np.ndarray:
-    """``value * diff`` per update, exactly: int64 for integer sums, Python ints otherwise
-    (nulls weigh 0)."""
+def weights(column, out_type: pa.DataType, diff: np.ndarray, wide: bool = False) -> np.ndarray:
+    """``value * diff`` per update, exactly: int64 for integer sums (Python ints with
+    ``wide``, so no product or total wraps), Python ints otherwise (nulls weigh 0)."""
     diff = np.asarray(diff, np.int64)
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     if pa.types.is_integer(out_type):
-        v = pc.fill_null(column.cast(out_type), pa.scalar(0, out_type)).to_numpy(zero_copy_only=False)
-        return np.asarray(v, np.int64) * diff
+        v = np.asarray(pc.fill_null(column.cast(out_type), pa.scalar(0, out_type)).to_numpy(zero_copy_only=False),
+                       np.int64)
+        return v.astype(object) * diff.astype(object) if wide else v * diff
     if pa.types.is_decimal(out_type):
         return _unscaled(column) * diff.astype(object)
     return _scaled_doubles(column) * diff.astype(object)
@@ -99,6 +100,23 @@ def values(total: np.ndarray, out_type: pa.DataType) -> pa.Array:
     if pa.types.is_decimal(out_type):
         return _decimals(total, out_type)
     return pa.array(_doubles(total), pa.float64())
+
+
+def means(total: np.ndarray, n: np.ndarray, sum_type: pa.DataType) -> pa.Array:
+    """Each exact total (``wide`` :func:`weights` summed) over its count ``n`` as the
+    double nearest the exact mean (NaN or an infinity when the values hold them); null
+    where ``n`` is 0. One rounding, so the mean of a multiset is the same in any order."""
+    unit = 1 << SCALE_BITS if pa.types.is_floating(sum_type) else \
+        10 ** sum_type.scale if pa.types.is_decimal(sum_type) else 1
+    total, n = np.asarray(total, object), np.asarray(n, np.int64)
+    out = np.zeros(len(total), np.float64)
+    special = np.abs(total) >= _FINITE_LIMIT if pa.types.is_floating(sum_type) else np.zeros(len(total), bool)
+    plain = ~special & (n != 0)
+    if plain.any():  # Python's int / int: correctly rounded
+        out[plain] = np.true_divide(total[plain], n[plain].astype(object) * unit).astype(np.float64)
+    for i in np.flatnonzero(special):
+        out[i] = _special(int(total[i]))
+    return pa.array(out, pa.float64(), mask=n == 0)
 
 
 def _doubles(total: np.ndarray) -> np.ndarray:

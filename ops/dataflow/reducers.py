@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ops import exact_sum
-from ops.columnar import COUNT, GROUP, empty_table, groups_of, np_int, seg_cumsum_, sql_order
+from ops.columnar import COUNT, GROUP, empty_table, groups_of, np_int, row_ids, seg_cumsum_, sql_order
 
 class Reducer:
     """``f`` for many groups at once: rows ``_group`` + value columns + ``_count`` in,
@@ -311,14 +311,34 @@ class Agg(Reducer):
         if kind == "sum":
             return _aligned(ug, Sum(col, name)(rows), name)
         if kind == "avg":
-            total = _aligned(ug, Sum(col, "s")(rows), "s").cast(pa.float64())
-            n = _aligned(ug, Count("n")(rows), "n", fill=0).cast(pa.float64())
-            return pc.if_else(pc.equal(n, 0.0), pa.scalar(None, pa.float64()), pc.divide(total, n))
+            return _aligned(ug, _mean(rows, col, name), name)
         if kind in ("min", "max"):
             return _aligned(ug, (Min if kind == "min" else Max)(col, name)(rows), name).cast(out_t)
-        present = _positive(rows).select([GROUP, col]).group_by([GROUP, col]).aggregate([])
-        return _aligned(ug, Count(name)(present.append_column(COUNT, pa.array(np.ones(present.num_rows, np.int64)))),
-                        name, fill=0)
+        return _aligned(ug, _distinct_values(rows, col, name), name, fill=0)
+
+
+def _mean(rows: pa.Table, col: str, name: str) -> pa.Table:
+    """Per group of ``rows`` (whose ``col`` is not null): the exact mean of ``col``
+    rounded once to a double (ops/exact_sum.py), so a large int64 or a sum of doubles of
+    mixed magnitudes loses nothing before the division; null where the counts cancel."""
+    sum_t = exact_sum.sum_type(rows.schema.field(col).type)
+    counts = np_int(rows.column(COUNT))
+    w = exact_sum.weights(rows.column(col), sum_t, counts, wide=True)
+    ug, inv = groups_of(rows)
+    total, n = np.zeros(len(ug), object), np.zeros(len(ug), np.int64)
+    np.add.at(total, inv, w)
+    np.add.at(n, inv, counts)
+    return _out(ug, {name: exact_sum.means(total, n, sum_t)})
+
+
+def _distinct_values(rows: pa.Table, col: str, name: str) -> pa.Table:
+    """Per group: how many distinct values of ``col`` its rows present hold, as SQL tells
+    values apart (-0.0 is 0.0, a NaN is every NaN: ``row_ids``)."""
+    present = _positive(rows)
+    ids, _ = row_ids(present, [GROUP, col])
+    _, first = np.unique(ids, return_index=True)
+    groups, n = np.unique(np_int(present.column(GROUP))[first], return_counts=True)
+    return _out(groups, {name: pa.array(n, pa.int64())})
 
 
 def _aligned(ug: np.ndarray, part: pa.Table, name: str, fill=None) -> pa.Array:

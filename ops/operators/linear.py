@@ -19,7 +19,7 @@ def expr(e) -> Column:
 
 def select(ctx: EvalContext, df: DataFrame, columns: list, exprs: dict) -> DataFrame:
     cols = [F.col(c) if isinstance(c, str) else c for c in columns]
-    cols += [expr(e).alias(name) for name, e in exprs.items()]
+    cols += [expr(exact_negations(df, e)).alias(name) for name, e in exprs.items()]
     return df.select(*cols, *ctx.tail())
 
 
@@ -27,6 +27,49 @@ def select(ctx: EvalContext, df: DataFrame, columns: list, exprs: dict) -> DataF
 #: rounds to 34 digits: a decimal of more digits comes out rounded, or refused as out of range.
 EXACT_NEGATION_DIGITS = 34
 _NEGATIONS = ("UnaryMinus", "Abs")
+
+
+def _wide_decimals(df: DataFrame) -> bool:
+    """Whether ``df`` has a decimal column of more than :data:`EXACT_NEGATION_DIGITS` digits."""
+    from pyspark.sql.types import DecimalType
+    return any(isinstance(f.dataType, DecimalType) and f.dataType.precision > EXACT_NEGATION_DIGITS
+               for f in df.schema.fields)
+
+
+def exact_negations(df: DataFrame, e):
+    """SQL expression ``e`` with each ``-x``, ``negative(x)`` and ``abs(x)`` of a decimal
+    ``x`` of more than :data:`EXACT_NEGATION_DIGITS` digits written as an exact negation:
+    ``x``'s digits as text with the sign changed, cast back to ``x``'s type (Spark's casts
+    of a decimal to a string and back are exact). Other expressions come back as they are;
+    a negation left (a Column, a form not recognised) is refused by :func:`inexact_negation`."""
+    if not isinstance(e, str) or not any(m in e.lower() for m in ("-", "abs", "negative")) or \
+            not _wide_decimals(df):
+        return e
+    import sqlglot
+    from pyspark.sql.types import DecimalType
+    from sqlglot import exp
+
+    try:
+        tree = sqlglot.parse_one(e, read="spark")
+    except sqlglot.errors.SqlglotError:
+        return e  # Spark says what is wrong with it
+    changed = False
+    for node in reversed(list(tree.find_all(exp.Neg, exp.Negative, exp.Abs))):  # breadth first: inner ones last
+        x = node.this.sql("spark")
+        try:
+            t = df.select(F.expr(x)).schema.fields[0].dataType
+        except Exception:  # noqa: BLE001 - not an expression of df's columns alone (a lambda's variable)
+            continue
+        if not (isinstance(t, DecimalType) and t.precision > EXACT_NEGATION_DIGITS):
+            continue
+        changed = True
+        text = f"CAST(({x}) AS STRING)"
+        other = text if isinstance(node, exp.Abs) else f"concat('-', {text})"  # x >= 0
+        exact = sqlglot.parse_one(f"CAST(IF(({x}) < 0, substr({text}, 2), {other}) "
+                                  f"AS DECIMAL({t.precision}, {t.scale}))", read="spark")
+        tree = exact if node is tree else tree
+        node.replace(exact)
+    return tree.sql("spark") if changed else e
 
 
 def inexact_negation(df: DataFrame, out: DataFrame) -> str | None:
@@ -54,13 +97,13 @@ def _seq(seq) -> list:
 
 
 def filter_(ctx: EvalContext, df: DataFrame, condition) -> DataFrame:
-    return df.filter(expr(condition))
+    return df.filter(expr(exact_negations(df, condition)))
 
 
 def flat_map(ctx: EvalContext, df: DataFrame, column: str, array_expr, keep: list | None) -> DataFrame:
     if keep is None:
         keep = [c for c in ctx.data_columns(df) if c != column]
-    return df.select(*keep, F.explode(expr(array_expr)).alias(column), *ctx.tail())
+    return df.select(*keep, F.explode(expr(exact_negations(df, array_expr))).alias(column), *ctx.tail())
 
 
 def concat(ctx: EvalContext, frames: list[DataFrame]) -> DataFrame:

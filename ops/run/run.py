@@ -177,19 +177,30 @@ def check_pipeline(spark, p: Pipeline, views: dict[str, InputView], d: int,
 
 
 def _plan_schemas(spark, p: Pipeline, views: dict[str, InputView], d: int) -> dict[int, pa.Schema]:
-    from ops.spark.arrow_types import arrow_schema
+    from ops.spark.arrow_types import arrow_schema, one_zone, zones_of
 
     ctx = EvalContext(spark, d)
     sources = {n: _empty_frame(spark, update_schema(v.trace.schema, d)) for n, v in views.items()}
     runtime = Runtime(p, lambda node: None, planning=True)
     evaluate(p, ctx, sources, runtime)
+    traces = {n: v.trace.schema for n, v in views.items()}
+    zone = one_zone(list(traces.values()))
     schemas = {}
-    for node_id, df in runtime.planned.items():
+    nodes = {n.id: n for n in p.nodes}  # declared after their inputs (a loop's variable may not be)
+    for node_id, df in sorted(runtime.planned.items(), key=lambda item: item[0]):
+        node = nodes.get(node_id)
         if df is None:
             continue
         s = arrow_schema(df.schema)
         skip = {"diff"} | {c for c in df.columns if c == "time" or c.startswith("time_")}
-        schemas[node_id] = pa.schema([s.field(c) for c in df.columns if c not in skip])
+        s = pa.schema([s.field(c) for c in df.columns if c not in skip])
+        if node is None:
+            ins = []
+        elif node.op == "input":
+            ins = [traces[node.args["trace"]]] if node.args.get("trace") in traces else []
+        else:
+            ins = [schemas[i.id] for i in node.inputs if i.id in schemas]
+        schemas[node_id] = zones_of(s, ins, zone)
     return schemas
 
 

@@ -190,7 +190,7 @@ class Bench:
         return run_pipeline(self.store, path, **kw)
 
     def rows(self, out: str) -> list[dict]:
-        return self.store.read_updates(self.store.trace(out)).to_pylist()
+        return python_rows(self.store.read_updates(self.store.trace(out)))
 
     def output_at(self, out: str, t, rows=None) -> R.Coll:
         tr = self.store.trace(out)
@@ -224,7 +224,7 @@ class Bench:
         problems = []
         for out in outputs:
             tr = self.store.trace(out)  # every output exists after a run, even if empty
-            rows = self.store.read_updates(tr).to_pylist()
+            rows = python_rows(self.store.read_updates(tr))
             for t in times:
                 found = R.fold_updates(rows, tr.data_columns, self.tcols, t)
                 if found != expected[t][out]:
@@ -250,3 +250,13 @@ def assert_refused(bench: Bench, path: str, spark_jobs, must_contain, run=None, 
     assert bench.store.state().version == version
     assert jobs_ok or spark_jobs() == jobs
     return msg
+
+
+def python_rows(table: pa.Table) -> list[dict]:
+    """``table``'s rows as Python values, timestamps with a zone as UTC instants: a zone's
+    local time of an instant may be beyond Python's years, and aware datetimes compare as
+    instants whatever their zone."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_timestamp(f.type) and f.type.tz:
+            table = table.set_column(i, f.name, table.column(i).cast(pa.timestamp(f.type.unit, "UTC")))
+    return table.to_pylist()

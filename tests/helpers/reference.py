@@ -252,23 +252,24 @@ def threshold(c: Coll, fn: Callable[[int], int]) -> Coll:
 
 def top_k(c: Coll, by, k: int, order_by, descending=False) -> Coll:
     """Per key the first ``k`` records counting multiplicities, in ``order_by`` order
-    (columns, or ``(column, "asc" | "desc")``; ``descending``: a bool, or one per column),
-    nulls last either way, ties broken by the other value columns ascending; rows with
-    multiplicity <= 0 are not records. ``by=[]``: the whole collection."""
+    (columns, or ``(column, "asc" | "desc")``; ``descending``: a bool, or one per column)
+    as SQL orders values: nulls last either way, NaN the greatest number; ties broken by
+    the other value columns ascending; rows with multiplicity <= 0 are not records.
+    ``by=[]``: the whole collection."""
     items = [order_by] if isinstance(order_by, str) else list(order_by)
     flags = list(descending) if isinstance(descending, (list, tuple)) else [descending] * len(items)
     order = [(i[0], i[1] == "desc") if isinstance(i, tuple) else (i, f) for i, f in zip(items, flags)]
     order_cols = [col for col, _ in order]
 
-    def nulls_last(x, desc):
-        return (x is not None, x) if desc else (x is None, x)
+    def sort_key(value, desc):
+        return functools.cmp_to_key(lambda a, b: _sql_compare(a, b, desc))(value)
 
     def f(vals, values):
         rest = [x for x in values if x not in order_cols]
         rows = [(dict(zip(values, v)), v, m) for v, m in vals.items() if m > 0]
-        rows.sort(key=lambda x: tuple(nulls_last(x[0][col], False) for col in rest))  # stable: least significant first
+        rows.sort(key=lambda x: tuple(sort_key(x[0][col], False) for col in rest))  # stable: least significant first
         for col, desc in reversed(order):
-            rows.sort(key=lambda x: nulls_last(x[0][col], desc), reverse=desc)
+            rows.sort(key=lambda x: sort_key(x[0][col], desc))
         out, left = {}, k
         for _, v, m in rows:
             if left <= 0:
@@ -499,30 +500,6 @@ def min_sql(c: Coll, by, column: str, name: str = "min") -> Coll:
 def max_sql(c: Coll, by, column: str, name: str = "max") -> Coll:
     """Greatest non-null value among the rows present (NaN when there is one)."""
     return _extreme_sql(c, by, column, name, last=True)
-
-
-def top_k_sql(c: Coll, by, k: int, order_by: str, descending: bool = False) -> Coll:
-    """:func:`top_k` in SQL order: ``order_by`` with nulls last whichever the direction and
-    NaN the greatest number, ties broken by the other value columns ascending (nulls last)."""
-    def sort_key(value, desc):
-        return functools.cmp_to_key(lambda a, b: _sql_compare(a, b, desc))(value)
-
-    def f(vals, values):
-        i = values.index(order_by)
-        rest = [j for j in range(len(values)) if j != i]
-        rows = [(v, m) for v, m in vals.items() if m > 0]
-        rows.sort(key=lambda x: tuple(sort_key(x[0][j], False) for j in rest))
-        rows.sort(key=lambda x: sort_key(x[0][i], descending))  # stable: the tie-break stays
-        out, left = {}, k
-        for v, m in rows:
-            if left <= 0:
-                break
-            out[v] = min(m, left)
-            left -= out[v]
-        return out
-
-    by_ = _cols(by)
-    return reduce(c, by, f, [x for x in c.columns if x not in by_])
 
 
 def _sql_compare(a, b, descending: bool) -> int:

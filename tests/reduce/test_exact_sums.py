@@ -119,3 +119,46 @@ def test_a_sum_of_decimals_is_exact_and_past_38_digits_is_refused():
     huge = np.array([10 ** 38], object)
     with pytest.raises(OverflowError, match="38 digits"):
         exact_sum.values(huge, t)
+
+
+def _agg_rows(values, counts, groups, t: pa.DataType) -> pa.Table:
+    return pa.table({"_group": pa.array(groups, pa.int64()), "c": pa.array(values, t),
+                     "_count": pa.array(counts, pa.int64())})
+
+
+@pytest.mark.parametrize("t, values", [
+    (pa.int64(), [2 ** 53 + 1, 2 ** 62, -(2 ** 53 + 1), 7, None, 3]),
+    (pa.float64(), [1e200, 0.1, -1e200, 1.0 / 3, None, -2.5]),
+    (pa.float32(), [3e38, 16777216.0, -1.25, 0.1, None, 1e-30]),
+    (pa.decimal128(38, 10), [Decimal("9999999999999999999999999.9999999999"), Decimal("-0.0000000001"),
+                             Decimal("1234567890123456.0123456789"), None, Decimal("0.1"), Decimal("-3")]),
+])
+def test_agg_sums_and_means_are_exact_rounded_once_in_any_order(t, values):
+    """``agg``'s sum and avg of a group: the exact sum, and the exact mean rounded once
+    to a double (an int64 beyond 2^53 and doubles of mixed magnitudes lose nothing first)."""
+    from ops.dataflow.reducers import Agg, Aggregate
+    reducer = Agg({"total": Aggregate("sum", "c"), "mean": Aggregate("avg", "c")})
+    counts = [1, 2, 3, -1, 1, 2]
+    stored = pa.array(values, t).to_pylist()  # float32 rounds what it holds
+    known = [(v, m) for v, m in zip(stored, counts) if v is not None]
+    exact = sum(Fraction(v) * m for v, m in known)
+    for seed in range(3):
+        order = np.random.default_rng(seed).permutation(len(values))
+        rows = _agg_rows([values[i] for i in order], [counts[i] for i in order], [0] * len(values), t)
+        out = reducer(rows).to_pylist()[0]
+        assert out["mean"] == float(exact / sum(m for _, m in known))
+        assert Fraction(out["total"]) == exact if not pa.types.is_floating(t) else out["total"] == float(exact)
+
+
+def test_agg_counts_distinct_values_as_sql_groups_them():
+    """-0.0 is 0.0 and every NaN is one value, as in ``GROUP BY``; a group whose values
+    cancel has a NULL mean."""
+    from ops.dataflow.reducers import Agg, Aggregate
+    nan, other_nan = float("nan"), -float("nan")
+    rows = _agg_rows([0.0, -0.0, nan, other_nan, 1.0, 2.0, None], [1, 2, 1, 1, 1, 1, -1], [0, 0, 0, 0, 0, 1, 1],
+                     pa.float64())
+    out = Agg({"nd": Aggregate("count_distinct", "c"), "mean": Aggregate("avg", "c")})(rows).to_pylist()
+    assert [r["nd"] for r in out] == [3, 1]
+    assert out[1]["mean"] == 2.0
+    cancel = _agg_rows([5.0, 5.0], [1, -1], [0, 0], pa.float64())
+    assert Agg({"mean": Aggregate("avg", "c")})(cancel).to_pylist()[0]["mean"] is None

@@ -1,8 +1,9 @@
 """Negating a decimal in a pipeline is exact, or refused in one line before any Spark job.
 
 Spark negates decimals (``-x``, ``negative``, ``abs``) through Scala's BigDecimal, which
-rounds to 34 digits: a decimal(38,10) of 38 digits comes out rounded, the largest one is
-refused mid-run as out of range. Up to 34 digits the negation is exact.
+rounds to 34 digits: a decimal(38,10) of 38 digits would come out rounded, the largest one
+refused mid-run as out of range. The engine writes such a negation of an expression string
+exactly; one it cannot rewrite (a Spark Column) is refused before any job.
 """
 
 from __future__ import annotations
@@ -18,7 +19,15 @@ from tests.helpers.pipeline_bench import Bench
 
 NEGATE = '''
 def pipeline(p):
-    p.output("neg", p.input("xs").select("k", m="-d", a="abs(-d)"))
+    p.output("neg", p.input("xs").select("k", m="-d", a="abs(-d)", n="negative(d)").filter("coalesce(-m <> 5, true)"))
+'''
+
+COLUMN = '''
+from pyspark.sql import functions as F
+
+
+def pipeline(p):
+    p.output("neg", p.input("xs").select("k", m=-F.col("d")))
 '''
 
 
@@ -36,19 +45,21 @@ def _bench(tmp_path, precision: int) -> Bench:
     return bench
 
 
-def test_a_negation_of_a_decimal_of_34_digits_is_exact(spark, tmp_path):
-    bench = _bench(tmp_path, 34)
+@pytest.mark.parametrize("precision", [34, 38])
+def test_a_negation_of_a_decimal_is_exact_up_to_38_digits(spark, tmp_path, precision):
+    bench = _bench(tmp_path, precision)
     path = bench.pipeline("neg", NEGATE)
     bench.run(path)
     xs = bench.inputs_at((0,))["xs"]
     want = R.select(xs, "k", m=lambda r: None if r["d"] is None else r["d"].copy_negate(),
-                    a=lambda r: None if r["d"] is None else r["d"].copy_abs())
+                    a=lambda r: None if r["d"] is None else r["d"].copy_abs(),
+                    n=lambda r: None if r["d"] is None else r["d"].copy_negate())
     assert bench.output_at("neg", (0,)) == want
 
 
-def test_a_negation_of_a_decimal_of_more_than_34_digits_is_refused_in_one_line_before_any_job(spark, tmp_path):
+def test_a_negation_it_cannot_write_exactly_is_refused_in_one_line_before_any_job(spark, tmp_path):
     bench = _bench(tmp_path, 38)
-    path = bench.pipeline("neg", NEGATE)
-    with pytest.raises(PipelineError, match=r"select \(neg.py:3\): .*\) negates a decimal of more than 34 digits"):
+    path = bench.pipeline("neg", COLUMN)
+    with pytest.raises(PipelineError, match=r"select \(neg.py:6\): .*\) negates a decimal of more than 34 digits"):
         bench.run(path)
     assert "neg" not in bench.store.state().traces

@@ -113,7 +113,7 @@ def expected(t: ColumnType, op: str, ins: dict, at: Callable, time) -> R.Coll:
     if op in ("min", "max"):
         return (R.min_sql if op == "min" else R.max_sql)(xs, "g", "c")
     if op in ("top_k", "top_k_desc"):
-        return R.top_k_sql(xs, "g", 2, "c", descending=op == "top_k_desc")
+        return R.top_k(xs, "g", 2, "c", descending=op == "top_k_desc")
     if op == "iterate":
         def step(x):
             up = R.select(R.filter_(x, lambda r: r["g"] is not None and r["g"] < 2), "c", g=lambda r: r["g"] + 1)

@@ -57,8 +57,14 @@ class ColumnType:
     floating: bool = False
 
 
+def _negative(v):
+    """``-v``, exact for a decimal too (Python's ``-`` rounds a Decimal to 28 digits)."""
+    return v.copy_negate() if isinstance(v, Decimal) else -v
+
+
 def _numeric(name, arrow, values, *, floating=False, zero="0"):
-    return ColumnType(name, arrow, values, {"y": "-c"}, {"y": lambda r: -r["c"] if r["c"] is not None else None},
+    return ColumnType(name, arrow, values, {"y": "-c"},
+                      {"y": lambda r: _negative(r["c"]) if r["c"] is not None else None},
                       f"c > {zero}", lambda r: r["c"] is not None and R.canonical(r["c"]) > 0,
                       numeric=True, floating=floating)
 
