@@ -18,6 +18,7 @@ from typing import Callable
 
 from ops.dataflow.calculus import MOMENTS, ORDINARY, domain, require_domain
 from ops.dataflow.graph import Node, column_list, declared_at
+from ops.dataflow.outer_joins import aligned, outer_join
 from ops.dataflow.reducers import Agg, Count, CountDistinct, Max, Min, PerKey, Reducer, Sum, TopK, sort_directions
 from ops.dataflow.window_reducer import Window
 from ops.errors import PipelineError
@@ -84,13 +85,36 @@ class Collection:
     def join(self, other: "Collection", on, *, nulls_equal: bool = False) -> "Collection":
         """Inner join on key columns: diffs multiply, times join. As in SQL, a row with a
         null in any key column matches nothing; ``nulls_equal=True`` matches null with null
-        (SQL's ``IS NOT DISTINCT FROM``)."""
+        (SQL's ``IS NOT DISTINCT FROM``). A key named differently on each side is a pair:
+        ``on=[("c_custkey", "o_custkey")]`` (the output keeps the left name)."""
+        other, on = self._keyed("join", other, on)
         return self._new("join", [self, other], **_join_args("join", on, nulls_equal))
 
     def semijoin(self, other: "Collection", on, *, nulls_equal: bool = False) -> "Collection":
         """Rows of ``self`` whose key is in ``other`` (multiplied by its multiplicity there);
         a null key is in nothing unless ``nulls_equal=True`` (as in ``join``)."""
+        other, on = self._keyed("semijoin", other, on)
         return self._new("semijoin", [self, other], **_join_args("semijoin", on, nulls_equal))
+
+    def left_join(self, other: "Collection", on) -> "Collection":
+        """SQL's LEFT OUTER JOIN: the inner join, plus every row of ``self`` whose key
+        ``other`` does not hold, with ``other``'s columns null (ops/dataflow/outer_joins.py)."""
+        return outer_join(self, other, on, "left")
+
+    def right_join(self, other: "Collection", on) -> "Collection":
+        """SQL's RIGHT OUTER JOIN: ``other``'s unmatched rows kept, ``self``'s columns null."""
+        return outer_join(self, other, on, "right")
+
+    def full_join(self, other: "Collection", on) -> "Collection":
+        """SQL's FULL OUTER JOIN: the unmatched rows of both sides, padded with nulls."""
+        return outer_join(self, other, on, "full")
+
+    def _keyed(self, op: str, other, on):
+        """``other`` and ``on`` with key pairs resolved: the right side's keys renamed."""
+        if isinstance(other, Collection) and (isinstance(on, tuple) or (isinstance(on, list) and any(
+                isinstance(x, tuple) for x in on))):
+            return aligned(op, self, other, on)
+        return other, on
 
     def antijoin(self, other: "Collection", on, *, nulls_equal: bool = False) -> "Collection":
         """Rows of ``self`` whose key is not in ``other``: ``self - self.semijoin(other)``, so
@@ -303,6 +327,9 @@ class Pipeline:
         self.outputs: dict[str, Node] = {}
         # where the nodes being added are declared, when not a line of Python (a SQL model's view)
         self.declared_here: str | None = None
+        # input trace -> its schema (ops/dataflow/load.py), for operators that need columns
+        # when declared (ops/dataflow/outer_joins.py); None outside a store
+        self.tables = None
 
     def _add(self, op: str, inputs: list[Node], args: dict, scope: "Scope | None" = None) -> Collection:
         node = Node(op, inputs, args, self.declared_here or declared_at(), len(self.nodes), scope=scope)

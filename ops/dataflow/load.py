@@ -39,6 +39,7 @@ def load_pipeline(path: str, name: str | None = None, tables: Callable[[str], pa
         raise PipelineError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
     namespace: dict = {"__file__": os.path.abspath(path), "__name__": f"ddcli_pipeline_{name}"}
     p = Pipeline(name)
+    p.tables = tables
     try:
         with _exits_refused():
             exec(code, namespace)

@@ -17,8 +17,7 @@ import re
 import pyarrow as pa
 
 from ops.dataflow import reducers
-from ops.dataflow.builder import Pipeline
-from ops.dataflow.graph import Node
+from ops.dataflow.graph import Graph, Node
 from ops.dataflow.window_reducer import Window
 from ops.dataflow.operators import JOIN, LOOP, OPERATORS
 from ops.errors import PipelineError
@@ -176,7 +175,7 @@ def _node(n: Node, ins: list[Columns | None], schemas: dict[str, pa.Schema], exp
     return None  # loops and calculus operators: Spark's check covers them
 
 
-def node_columns(p: Pipeline, schemas: dict[str, pa.Schema], *, in_loops: bool = False,
+def node_columns(p: Graph, schemas: dict[str, pa.Schema], *, in_loops: bool = False,
                  expression_type=None) -> dict[int, Columns | None]:
     """Each node's columns (node id -> name -> type, None where unknown), found from the
     input schemas alone; a column mistake found on the way is a :class:`PipelineError`.
@@ -196,6 +195,6 @@ def node_columns(p: Pipeline, schemas: dict[str, pa.Schema], *, in_loops: bool =
     return cols
 
 
-def precheck(p: Pipeline, schemas: dict[str, pa.Schema]) -> None:
+def precheck(p: Graph, schemas: dict[str, pa.Schema]) -> None:
     """Raise :class:`PipelineError` for a column mistake found from the input schemas alone."""
     node_columns(p, schemas)

@@ -39,13 +39,15 @@ def reference(model: str, schemas: dict[str, pa.Schema], live: dict[str, list[di
 
 def check_model(tmp_path, model: str, schemas: dict[str, pa.Schema], makers: dict[str, Callable],
                 *, seed: int, runs: int = 2, times_per_run: int = 2, first: int = 25, later: int = 6,
-                retractions: int = 4, rel: float = 1e-9) -> None:
+                retractions: int = 4, rel: float = 1e-9, pipeline: str | None = None) -> None:
     """Run ``model`` over random updates (``makers[table](rng, n)`` makes n rows) and
-    assert every output equals DuckDB's at every time after every run."""
+    assert every output equals DuckDB's at every time after every run. With ``pipeline``
+    (a Python pipeline file's text) that pipeline runs, and ``model`` is only DuckDB's
+    reference of its outputs."""
     rng = random.Random(seed)
     store = Store(str(tmp_path / "store"))
-    path = tmp_path / "model.sql"
-    path.write_text(model)
+    path = tmp_path / ("model.sql" if pipeline is None else "model.py")
+    path.write_text(model if pipeline is None else pipeline)
     live: dict[str, list[dict]] = {name: [] for name in schemas}
     answers, t = {}, 0
     for run in range(runs):
