@@ -14,8 +14,8 @@ from sqlglot import exp
 
 from ops.errors import PipelineError
 from ops.sql.expressions import conjuncts, spark_sql
-from ops.sql.joins import inner_join, outer_join
-from ops.sql.scope import Col, Correlated, Rel, Scope
+from ops.sql.joins import inner_join, outer_join, with_columns
+from ops.sql.scope import Col, Correlated, Rel, Scope, fresh_name
 
 
 def has_subquery(e: exp.Expression) -> bool:
@@ -35,21 +35,25 @@ def plan_from(pl, sel: exp.Select, env: dict, outer: Scope | None, *, correlated
     joins = sel.args.get("joins") or []
     sides = [(j.side or "").lower() for j in joins]
     pushable = all(s in ("", "left") for s in sides)  # WHERE may filter an outer join's preserved side first
-    pool, pool_conds = [source(pl, frm.this, env)], []
+    pool, pool_conds, merged = [source(pl, frm.this, env)], [], []
     for j, side in zip(joins, sides):
         kind = (j.kind or "").lower()
         if kind in ("semi", "anti", "asof", "positional") or j.args.get("method"):
             raise PipelineError(where.at(j, f"{kind.upper() or j.args.get('method')} JOIN is not supported"))
         right = source(pl, j.this, env)
-        on = conjuncts(j.args.get("on")) + _using(j, pool, right, where)
+        using, names = _using(j, pool, right, where)
+        on = conjuncts(j.args.get("on")) + using
         if side in ("left", "right", "full"):
             left, rest = join_pool(pl, pool, pool_conds + (plain if pushable else []), outer)
             plain = rest if pushable else plain + rest  # else the WHERE applies after the outer joins
-            pool, pool_conds = [_outer(pl, left, right, on, side)], []
+            left = _merged(left, merged, "inner")
+            pool, pool_conds, merged = [_merged(_outer(pl, left, right, on, side), names, side)], [], []
         else:
             pool.append(right)
             pool_conds += on
+            merged += names
     rel, rest = join_pool(pl, pool, pool_conds + plain, outer)
+    rel = _merged(rel, merged, "inner")
     for c in rest:
         if correlated_out is not None and _names_outside(c, rel, outer):
             correlated_out.append(c)
@@ -81,20 +85,42 @@ def _column_aliases(rel: Rel, alias, where) -> Rel:
     return Rel(rel.coll, [Col(c.table, n, c.internal) for c, n in zip(rel.cols, names)], rel.coll_columns)
 
 
-def _using(j: exp.Join, pool: list[Rel], right: Rel, where) -> list[exp.Expression]:
-    """JOIN ... USING (a, b) as the equalities it stands for."""
-    out = []
+def _using(j: exp.Join, pool: list[Rel], right: Rel, where):
+    """JOIN ... USING (a, b) as the equalities it stands for, and (name, left table, right
+    table) of each column it merges."""
+    out, names = [], []
     for ident in j.args.get("using") or []:
         name = ident.name
-        owners = [r for r in pool if any(c.name.lower() == name.lower() for c in r.cols)]
-        if len(owners) != 1:
+        owners = [c for r in pool for c in r.cols if c.name.lower() == name.lower() and (c.merged or not any(
+            x.merged and x.name.lower() == name.lower() for x in r.cols))]
+        if len({(c.table, c.internal) for c in owners}) != 1:
             raise PipelineError(where.at(ident, f"USING ({name}): the column must be in exactly one source on the left"))
-        ltable = next(c.table for c in owners[0].cols if c.name.lower() == name.lower())
-        rtable = next((c.table for c in right.cols if c.name.lower() == name.lower()), None)
-        if rtable is None and not any(c.name.lower() == name.lower() for c in right.cols):
+        rhits = [c for c in right.cols if c.name.lower() == name.lower()]
+        if len(rhits) != 1:
             raise PipelineError(where.at(ident, f"USING ({name}): no such column on the right"))
-        out.append(exp.EQ(this=exp.column(name, table=ltable), expression=exp.column(name, table=rtable)))
-    return out
+        left_col = exp.column(name, table=owners[0].table) if owners[0].table else exp.column(name)
+        out.append(exp.EQ(this=left_col, expression=exp.column(name, table=rhits[0].table)))
+        names.append((name, owners[0].table, rhits[0].table))
+    return out, names
+
+
+def _merged(rel: Rel, names, side: str) -> Rel:
+    """``rel`` with the USING columns ``names`` addressed unqualified as one column: the
+    left's value, the right's in a RIGHT join, the one present in a FULL join."""
+    extra = {}
+    cols = list(rel.cols)
+    for name, ltable, rtable in names:
+        lcol = next(c for c in rel.cols if c.name == name and c.table == ltable and not c.merged)
+        rcol = next(c for c in rel.cols if c.name == name and c.table == rtable and not c.merged)
+        internal = {"inner": lcol.internal, "left": lcol.internal, "right": rcol.internal}.get(side)
+        if internal is None:
+            internal = fresh_name(set(rel.present()) | set(extra), name)
+            extra[internal] = f"COALESCE(`{lcol.internal}`, `{rcol.internal}`)"
+        cols.append(Col(None, lcol.name, internal, merged=True))
+    if not names:
+        return rel
+    out = with_columns(rel, extra)
+    return Rel(out.coll, cols, out.coll_columns)
 
 
 def _outer(pl, left: Rel, right: Rel, on: list[exp.Expression], side: str) -> Rel:

@@ -22,6 +22,7 @@ class Col:
     table: str | None
     name: str
     internal: str
+    merged: bool = False  # a JOIN ... USING column: the unqualified name means it (coalesced in a FULL join)
 
 
 @dataclass
@@ -42,7 +43,7 @@ class Rel:
 
     def requalified(self, alias: str | None) -> "Rel":
         """The same relation addressed as ``alias`` (a derived table, a view, a CTE)."""
-        return Rel(self.coll, [Col(alias, c.name, c.internal) for c in self.cols], self.coll_columns)
+        return Rel(self.coll, [Col(alias, c.name, c.internal) for c in self.cols if not c.merged], self.coll_columns)
 
 
 class Correlated(Exception):
@@ -65,6 +66,8 @@ class Scope:
         """The column ``column`` names here (None if it names none); ambiguity is an error."""
         name, table = column.name.lower(), (column.table or "").lower() or None
         hits = [c for c in self.cols if c.name.lower() == name and (table is None or c.table == table)]
+        if table is None and any(c.merged for c in hits):
+            hits = [c for c in hits if c.merged]
         if len({c.internal for c in hits}) > 1:
             raise PipelineError(self.where.at(column, f"column {column.sql()!r} is ambiguous: qualify it "
                                                       f"({', '.join(sorted({f'{c.table}.{c.name}' for c in hits}))})"))

@@ -90,7 +90,11 @@ def _items(sel: exp.Select, rel: Rel, where) -> list[tuple[str, exp.Expression]]
     for i, e in enumerate(sel.expressions):
         if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star)):
             table = e.table.lower() if isinstance(e, exp.Column) and e.table else None
-            chosen = [c for c in rel.cols if table is None or c.table == table]
+            chosen = [c for c in rel.cols if (table is None or c.table == table) and not c.merged]
+            if table is None:  # a USING column once, where its first copy stands
+                merged = {c.name.lower(): c for c in rel.cols if c.merged}
+                chosen = list({(c.name.lower() if c.name.lower() in merged else id(c)): merged.get(c.name.lower(), c)
+                               for c in chosen}.values())
             if not chosen:
                 raise PipelineError(where.at(e, f"{e.sql()}: no such table here"))
             out += [(c.name, exp.column(c.name, table=c.table) if c.table else exp.column(c.name)) for c in chosen]
