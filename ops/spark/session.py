@@ -185,6 +185,10 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         # nested in another) and costs planning time on long plans; ddcli needs none of it
         .config("spark.sql.constraintPropagation.enabled", "false")
         .config("spark.sql.session.timeZone", SESSION_TIME_ZONE)
+        # decimal arithmetic exact or refused, never rounded: by default Spark cuts a
+        # result's scale to fit 38 digits (a decimal(38,10) plus 1 loses its tenth place);
+        # without that a result keeps its scale and one that does not fit fails (ANSI)
+        .config("spark.sql.decimalOperations.allowPrecisionLoss", "false")
         # PySpark's DataFrame debugging records the Python call site of every DataFrame call:
         # a stack walk and three Py4J calls each (a pipeline's planning makes thousands), and
         # an import of IPython on the first (0.6 s); ddcli's errors name the pipeline's line
