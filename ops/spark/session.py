@@ -185,9 +185,7 @@ def get_spark(master: str | None = None, *, memory: str | None = None):
         # nested in another) and costs planning time on long plans; ddcli needs none of it
         .config("spark.sql.constraintPropagation.enabled", "false")
         .config("spark.sql.session.timeZone", SESSION_TIME_ZONE)
-        # decimal arithmetic exact or refused, never rounded: by default Spark cuts a
-        # result's scale to fit 38 digits (a decimal(38,10) plus 1 loses its tenth place);
-        # without that a result keeps its scale and one that does not fit fails (ANSI)
+        # decimal results exact or refused (ANSI), never rounded to fit 38 digits (Spark's default)
         .config("spark.sql.decimalOperations.allowPrecisionLoss", "false")
         # PySpark's DataFrame debugging records the Python call site of every DataFrame call:
         # a stack walk and three Py4J calls each (a pipeline's planning makes thousands), and
