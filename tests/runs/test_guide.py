@@ -16,6 +16,7 @@ The README's fenced blocks are read by their info string:
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shutil
@@ -41,10 +42,23 @@ def blocks() -> list[tuple[str, str, str]]:
 def test_every_fenced_block_is_of_a_known_kind():
     kinds = [(lang, info) for lang, info, _ in blocks()]
     for lang, info in kinds:
-        assert lang in ("sh", "python", "bash", "cron"), f"README block ```{lang} {info}: unknown kind"
+        assert lang in ("sh", "python", "bash", "cron", "sql"), f"README block ```{lang} {info}: unknown kind"
         if lang == "python":
             assert info == "" or re.fullmatch(r"file=[\w.]+", info), info
     assert sum(1 for lang, _ in kinds if lang == "sh") >= 10
+
+
+def test_every_sql_block_shows_views_of_a_sample_model():
+    """A SQL block of the guide is taken from a model that run_samples.sh runs: each view
+    it declares is declared there, word for word up to spacing."""
+    models = " ".join(open(f, encoding="utf-8").read() for f in glob.glob(os.path.join(SAMPLE, "models", "*.sql")))
+    squeeze = lambda text: " ".join(line.split("--")[0] for line in text.splitlines()).split()  # noqa: E731
+    shown = [body for lang, _, body in blocks() if lang == "sql"]
+    assert shown
+    for body in shown:
+        for statement in " ".join(squeeze(body)).split(";"):
+            if statement.strip():
+                assert statement.strip() in " ".join(squeeze(models)), statement
 
 
 def test_the_readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one():
