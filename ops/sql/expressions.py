@@ -95,6 +95,33 @@ def expression_key(e: exp.Expression, scope: Scope, where) -> str | None:
         return None
 
 
+def substituting(kind, names: dict[str, str], substitute: Callable | None):
+    """``substitute`` extended: a node of class ``kind`` (a subquery, a window) whose text is
+    in ``names`` reads that column."""
+    def sub(node):
+        if isinstance(node, kind) and node.sql() in names:
+            return names[node.sql()]
+        return substitute(node) if substitute is not None else None
+    return sub
+
+
+def equality_pairs(conds, first, second) -> tuple[list, list]:
+    """``conds`` split into (x, y) pairs of equalities ``x = y`` (either way round) where
+    ``first(x)`` and ``second(y)`` hold, and the other conditions."""
+    pairs, rest = [], []
+    for c in conds:
+        if isinstance(c, exp.EQ):
+            a, b = c.this, c.expression
+            if first(a) and second(b):
+                pairs.append((a, b))
+                continue
+            if first(b) and second(a):
+                pairs.append((b, a))
+                continue
+        rest.append(c)
+    return pairs, rest
+
+
 def conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
     """The conditions of ``e`` that AND joins (parentheses removed). A condition that every
     branch of an OR holds is taken out of it (``(k = j AND a) OR (k = j AND b)`` is

@@ -13,7 +13,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from ops.errors import PipelineError
-from ops.sql.expressions import conjuncts, spark_sql
+from ops.sql.expressions import conjuncts, equality_pairs, spark_sql
 from ops.sql.joins import inner_join, outer_join, with_columns
 from ops.sql.scope import Col, Correlated, Rel, Scope, fresh_name
 
@@ -128,17 +128,10 @@ def _outer(pl, left: Rel, right: Rel, on: list[exp.Expression], side: str) -> Re
     are the keys; a condition on the side that may be padded filters that side first."""
     where = pl.where
     lscope, rscope = Scope(left.cols, None, where), Scope(right.cols, None, where)
-    pairs, residual = [], []
-    for c in on:
+    pairs, others = equality_pairs(on, lscope.holds, rscope.holds)
+    residual = []
+    for c in others:
         lrefs, rrefs = _refs(c, lscope), _refs(c, rscope)
-        if isinstance(c, exp.EQ):
-            a, b = c.this, c.expression
-            if _only(a, lscope) and _only(b, rscope):
-                pairs.append((a, b))
-                continue
-            if _only(b, lscope) and _only(a, rscope):
-                pairs.append((b, a))
-                continue
         if side == "left" and rrefs and not lrefs:
             right = Rel(right.coll.filter(spark_sql(c, rscope, where)), right.cols, right.coll_columns)
         elif side == "right" and lrefs and not rrefs:
@@ -153,11 +146,6 @@ def _outer(pl, left: Rel, right: Rel, on: list[exp.Expression], side: str) -> Re
 
 def _refs(e: exp.Expression, scope: Scope) -> bool:
     return any(scope.find(c) is not None for c in e.find_all(exp.Column))
-
-
-def _only(e: exp.Expression, scope: Scope) -> bool:
-    cols = list(e.find_all(exp.Column))
-    return bool(cols) and all(scope.find(c) is not None for c in cols)
 
 
 def _names_outside(c: exp.Expression, rel: Rel, outer: Scope | None) -> bool:

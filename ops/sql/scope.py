@@ -88,12 +88,11 @@ class Scope:
             s = s.outer
         raise PipelineError(self.where.at(column, f"no column {column.sql()!r} here"))
 
-    def refers_outside(self, e: exp.Expression) -> bool:
-        """Whether ``e`` names a column of an enclosing query."""
-        for c in e.find_all(exp.Column):
-            if self.find(c) is None and not isinstance(c.this, exp.Star):
-                return True
-        return False
+    def holds(self, e: exp.Expression) -> bool:
+        """Whether ``e`` names columns, all of them columns here."""
+        cols = list(e.find_all(exp.Column))
+        return bool(cols) and all(self.find(c) is not None for c in cols)
+
 
 
 def fresh_name(taken, base: str) -> str:

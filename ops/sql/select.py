@@ -13,7 +13,7 @@ from sqlglot import exp
 
 from ops.dataflow import aggregates as A
 from ops.errors import PipelineError
-from ops.sql.expressions import conjuncts, expression_key, output_name, spark_sql
+from ops.sql.expressions import conjuncts, expression_key, output_name, spark_sql, substituting
 from ops.sql.from_clause import has_subquery, plan_from
 from ops.sql.joins import project
 from ops.sql.scope import Col, Rel, Scope, fresh_name
@@ -60,13 +60,13 @@ def plan_select(pl, sel: exp.Select, env: dict, outer: Scope | None) -> Rel:
     if scalars:
         rel, names = attach_scalars(pl, rel, scalars, env, outer, left=True, substitute=substitute)
         scope = Scope(rel.cols, outer, where)
-        substitute = _with_subqueries(names, substitute)
+        substitute = substituting(exp.Subquery, names, substitute)
     windows = [n for _, e in items for n in e.find_all(exp.Window)]
     if windows:
         from ops.sql.windows import attach_windows
         rel, names = attach_windows(pl, rel, windows, scope, substitute)
         scope = Scope(rel.cols, outer, where)
-        substitute = _with_windows(names, substitute)
+        substitute = substituting(exp.Window, names, substitute)
     columns, cols = {}, []
     for name, e in items:
         internal = fresh_name(set(columns) | RESERVED_COLUMNS, _safe(name))
@@ -235,22 +235,6 @@ def _aggregate_kind(a: exp.AggFunc, where) -> tuple[str, exp.Expression | None]:
 def _spec(kind: str, column: str | None):
     return {"count": A.count, "sum": A.sum, "avg": A.avg, "min": A.min, "max": A.max,
             "count_distinct": A.count_distinct}[kind](*([column] if column is not None else []))
-
-
-def _with_subqueries(names: dict[str, str], substitute):
-    def sub(node):
-        if isinstance(node, exp.Subquery) and node.sql() in names:
-            return names[node.sql()]
-        return substitute(node) if substitute is not None else None
-    return sub
-
-
-def _with_windows(names: dict[str, str], substitute):
-    def sub(node):
-        if isinstance(node, exp.Window) and node.sql() in names:
-            return names[node.sql()]
-        return substitute(node) if substitute is not None else None
-    return sub
 
 
 def _safe(name: str) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from ops.errors import PipelineError
-from ops.sql.expressions import conjuncts, spark_sql
+from ops.sql.expressions import conjuncts, equality_pairs, spark_sql, substituting
 from ops.sql.joins import inner_join, outer_join, with_columns
 from ops.sql.scope import Correlated, Rel, Scope, fresh_name
 
@@ -49,7 +49,7 @@ def apply_condition(pl, rel: Rel, cond: exp.Expression, env: dict, outer: Scope 
     if scalars and not nested:
         rel, names = attach_scalars(pl, rel, scalars, env, outer, left=False, substitute=substitute)
         scope = Scope(rel.cols, outer, where)
-        sql = spark_sql(cond, scope, where, _substitute_with(names, substitute))
+        sql = spark_sql(cond, scope, where, substituting(exp.Subquery, names, substitute))
         return Rel(rel.coll.filter(sql), rel.cols, rel.coll_columns)
     raise PipelineError(where.at(cond, "this subquery is supported only as a condition of its own, joined by AND "
                                        "(EXISTS, IN, NOT IN, or a comparison with a scalar subquery)"))
@@ -62,14 +62,6 @@ def _inside_other(n: exp.Expression, root: exp.Expression) -> bool:
             return True
         p = p.parent
     return False
-
-
-def _substitute_with(names: dict[str, str], substitute):
-    def sub(node):
-        if isinstance(node, exp.Subquery) and node.sql() in names:
-            return names[node.sql()]
-        return substitute(node) if substitute is not None else None
-    return sub
 
 
 def _outer_sql(e: exp.Expression, rel: Rel, outer: Scope | None, where, substitute) -> str:
@@ -122,23 +114,8 @@ def _decorrelated(pl, sel: exp.Expression, env: dict, outer_scope: Scope):
     correlated: list[exp.Expression] = []
     inner = pl.from_where(sel, env, outer_scope, correlated)
     iscope = Scope(inner.cols, None, pl.where)
-    pairs, residual = [], []
-    for c in correlated:
-        if isinstance(c, exp.EQ):
-            a, b = c.this, c.expression
-            if _over(a, iscope) and _outside(b, iscope):
-                pairs.append((b, a))
-                continue
-            if _over(b, iscope) and _outside(a, iscope):
-                pairs.append((a, b))
-                continue
-        residual.append(c)
+    pairs, residual = equality_pairs(correlated, lambda e: _outside(e, iscope), iscope.holds)
     return inner, pairs, residual
-
-
-def _over(e, scope: Scope) -> bool:
-    cols = list(e.find_all(exp.Column))
-    return bool(cols) and all(scope.find(c) is not None for c in cols)
 
 
 def _outside(e, scope: Scope) -> bool:
