@@ -157,13 +157,24 @@ def _special(v: int) -> float:
     return float("inf") if up else float("-inf") if down else _one_double(v)
 
 
+class DecimalOverflow(ArithmeticError):
+    """A sum of decimals that does not fit its type: refused, never rounded or wrapped. The
+    reduce that meets it names the key (ops/reduce/overflow.py)."""
+
+
+def decimal_text(unscaled: int, scale: int) -> str:
+    """An unscaled integer as the decimal it stands for, every digit kept."""
+    sign, digits = ("-" if unscaled < 0 else ""), str(abs(unscaled)).rjust(scale + 1, "0")
+    return sign + (f"{digits[:-scale]}.{digits[-scale:]}" if scale else digits)
+
+
 def _decimals(total: np.ndarray, out_type: pa.Decimal128Type) -> pa.Array:
     """Exact totals as decimal128 values; a total past 38 digits is an error, never wrapped."""
     limit = 10 ** out_type.precision
     over = np.abs(total) >= limit
     if over.any():
-        raise OverflowError(f"a sum of decimals is {total[np.flatnonzero(over)[0]]} * 10^-{out_type.scale}: "
-                            f"more than {out_type.precision} digits")
+        value = decimal_text(int(total[np.flatnonzero(over)[0]]), out_type.scale)
+        raise DecimalOverflow(f"the sum {value} does not fit DECIMAL({out_type.precision},{out_type.scale})")
     words = np.empty((len(total), 2), np.uint64)
     words[:, 0] = (total & ((1 << 64) - 1)).astype(np.uint64)
     words[:, 1] = (total >> 64).astype(np.int64).view(np.uint64)

@@ -40,6 +40,7 @@ from ops.reduce import builtin_grid as lattice
 from ops.reduce import slabs as rf
 from ops.reduce import sweep as sw
 from ops.reduce.grid import grid_cells, grid_delta
+from ops.reduce.overflow import naming_the_key
 from ops.reduce.presence import presence_delta
 from storage.lattice import time_columns
 from storage.layer import strictly_ascending
@@ -88,7 +89,14 @@ def _touched_keys_only(table: pa.Table, key: list[str]) -> pa.Table:
 SWEEPABLE = (Count, Sum, CountDistinct, Distinct, Threshold, Min, Max, TopK)
 
 
-def reduce_delta(
+def reduce_delta(table: pa.Table, key: list[str], values: list[str], d: int, reducer: Reducer,
+                 **budgets) -> pa.Table:
+    """:func:`_reduce_delta`; a sum that outgrows its decimal type is refused naming its key."""
+    return naming_the_key(lambda t: _reduce_delta(t, key, values, d, reducer, **budgets), table, list(key),
+                          f"reduce {reducer!r}")
+
+
+def _reduce_delta(
     table: pa.Table,
     key: list[str],
     values: list[str],
@@ -136,7 +144,7 @@ def reduce_delta(
     if d >= 2:  # keys whose slabs cost less than their grid: one dimension lower
         chunks, table = rf.split(table, key, d, grid_cells=_grid_cells(reducer, values, d))
         if chunks is not None:
-            lows = [reduce_delta(c, key + list(rf.slab_key(d)), values, d - 1, reducer, max_cells=max_cells,
+            lows = [_reduce_delta(c, key + list(rf.slab_key(d)), values, d - 1, reducer, max_cells=max_cells,
                                  max_rows=max_rows, limit_bytes=limit_bytes) for c in chunks]
             lows = [t for t in lows if t.num_rows]
             if lows:

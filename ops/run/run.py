@@ -53,6 +53,7 @@ from ops.run.deferred import DeferredFrame
 from ops.run.evaluate import Runtime, evaluate
 from ops.run.progress import RunProgress, cone_of, updates
 from ops.run.rebuild import Backfill, Identity, identify, plan_backfill, state_reusable
+from ops.spark.errors import failed_on_data
 from ops.spark.session import check_interrupt, get_spark, no_interrupts, partitions, size_partitions
 from ops.spark.user_code import user_code_status
 from storage.errors import Conflict
@@ -366,14 +367,20 @@ def _execute(store: Store, plan: RunPlan, master: str | None, progress: RunProgr
                                lambda s, w: _run_change(store, plan, {}, w, _figures(plan, started, progress, 0, w))(s),
                                guard=_committing)
         return RunResult(plan.p.name, False, plan.frontier)
-    ev = evaluate_batches(store, plan, master=master, progress=progress, batch_times=batch_times,
-                          loop_stats=loop_stats)
-    targets = run_targets(plan, ev.runtime)
-    rows_in = 0 if plan.backfill is not None else ev.delta_rows  # a rebuild reads history, not new input
-    written = store.write_and_commit(
-        "run", lambda registry: write_targets(store, plan, ev, targets, registry, progress),
-        lambda s, w: _run_change(store, plan, targets, w, _figures(plan, started, progress, rows_in, w))(s),
-        merge=list(targets), guard=_committing)
+    try:
+        ev = evaluate_batches(store, plan, master=master, progress=progress, batch_times=batch_times,
+                              loop_stats=loop_stats)
+        targets = run_targets(plan, ev.runtime)
+        rows_in = 0 if plan.backfill is not None else ev.delta_rows  # a rebuild reads history, not new input
+        written = store.write_and_commit(
+            "run", lambda registry: write_targets(store, plan, ev, targets, registry, progress),
+            lambda s, w: _run_change(store, plan, targets, w, _figures(plan, started, progress, rows_in, w))(s),
+            merge=list(targets), guard=_committing)
+    except Exception as e:
+        refused = failed_on_data(e, plan.p.nodes)
+        if refused is None:
+            raise
+        raise refused from None
     outputs = [o for o in plan.p.outputs if o in targets]
     return RunResult(plan.p.name, False, plan.frontier,
                      {o: (written.sealed[o].rows if written.sealed[o] else 0) for o in outputs},
