@@ -330,6 +330,8 @@ class Pipeline:
         # input trace -> its schema (ops/dataflow/load.py), for operators that need columns
         # when declared (ops/dataflow/outer_joins.py); None outside a store
         self.tables = None
+        # what the commands tell about the pipeline without refusing it (one line each)
+        self.notes: list[str] = []
 
     def _add(self, op: str, inputs: list[Node], args: dict, scope: "Scope | None" = None) -> Collection:
         node = Node(op, inputs, args, self.declared_here or declared_at(), len(self.nodes), scope=scope)

@@ -63,7 +63,7 @@ def explain_pipeline(store, path: str, *, name: str | None = None, master: str |
     ex.state = [_state_trace(traces.get(names[n.id]), names[n.id], n)
                 for n in arranged.values() if n.op not in ("input", "enter")]
     ex.next_run = _next_run(ex, record, changes)
-    ex.notes = _notes(ex, dims)
+    ex.notes = [*p.notes, *_notes(ex, dims)]
     return ex
 
 

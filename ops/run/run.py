@@ -275,6 +275,8 @@ def plan_run(store: Store, path: str, *, name: str | None = None, rebuild: bool 
     ``rebuild``: recompute what changed (ops/run/rebuild.py); ``rebuild_all``: everything."""
     state = store.state(to_write=True)
     p = load_pipeline(path, name, trace_schemas(state.traces))
+    for note in p.notes:
+        store.warn(note)
     record = state.pipelines.get(p.name)
     ident = identify(p, path, record, state)
     if ident.changes.changed and not (rebuild or rebuild_all):

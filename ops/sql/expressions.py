@@ -68,14 +68,40 @@ def resolved(e: exp.Expression, scope: Scope, where, substitute: Callable | None
             raise PipelineError(where.at(node, "a window function is allowed only in the SELECT list"))
         return node
     out = e.transform(rewrite)
-    return out.transform(lambda n: _double_division(n) if isinstance(n, exp.Div) else n)
+    for shift in [n for n in out.find_all(exp.Add, exp.Sub) if _interval_operand(n) is not None]:
+        moved = _interval_operand(shift)
+        moved.replace(exp.Cast(this=moved.copy(), to=exp.DataType.build("TIMESTAMP_NTZ", dialect="spark")))
+    for div in reversed(list(out.find_all(exp.Div, bfs=False))):  # the innermost first
+        if div is out:
+            return _double_division(div)
+        div.replace(_double_division(div))
+    return out
 
 
-def _double_division(node: exp.Div) -> exp.Div:
+def _interval_operand(node: exp.Expression) -> exp.Expression | None:
+    """In ``x + INTERVAL …`` or ``x - INTERVAL …``, the ``x``: made a TIMESTAMP, as DuckDB
+    makes a DATE shifted by an interval (Spark would keep a DATE)."""
+    this, other = node.this, node.expression
+    if isinstance(other, exp.Interval) and not isinstance(this, exp.Interval):
+        return this
+    if isinstance(this, exp.Interval) and not isinstance(other, exp.Interval) and isinstance(node, exp.Add):
+        return other
+    return None
+
+
+def _double_division(node: exp.Div) -> exp.Expression:
     """``a / b`` as DuckDB computes it: a DOUBLE whatever the operands' types (Spark divides
-    two decimals into a decimal of a few places; integers already give a double)."""
-    return exp.Div(this=exp.Cast(this=node.this, to=exp.DataType.build("DOUBLE")),
-                   expression=exp.Cast(this=node.expression, to=exp.DataType.build("DOUBLE")))
+    two decimals into a decimal of a few places; integers already give a double), and by
+    zero as IEEE 754 divides (an infinity of the signs' product, NaN for 0/0) where Spark's
+    ANSI mode stops the run. ``atan2(b, -1)`` is pi or -pi: the sign of a zero ``b``."""
+    a = exp.Cast(this=node.this, to=exp.DataType.build("DOUBLE"))
+    b = exp.Cast(this=node.expression, to=exp.DataType.build("DOUBLE"))
+    infinity = exp.Cast(this=exp.Literal.string("Infinity"), to=exp.DataType.build("DOUBLE"))
+    signed = exp.Mul(this=infinity, expression=exp.Anonymous(
+        this="SIGN", expressions=[exp.Anonymous(this="ATAN2", expressions=[b.copy(), exp.Literal.number(-1)])]))
+    return exp.Case(ifs=[exp.If(this=exp.EQ(this=b.copy(), expression=exp.Literal.number(0)),
+                                true=exp.Mul(this=a.copy(), expression=exp.Paren(this=signed)))],
+                    default=exp.Div(this=a, expression=b))
 
 
 def spark_sql(e: exp.Expression, scope: Scope, where, substitute: Callable | None = None) -> str:

@@ -28,7 +28,7 @@ def load_model(path: str, name: str, text: str, tables: Callable[[str], pa.Schem
     ``tables(name)`` gives an input trace's schema (None if there is no such trace)."""
     where = Located(path, text)
     statements = _parse(text, where)
-    views, outputs = {}, []
+    views, outputs, notes = {}, [], []
     for stmt in statements:
         if not isinstance(stmt, exp.Create) or (stmt.args.get("kind") or "").upper() != "VIEW":
             raise PipelineError(where.at(stmt, "a model holds CREATE [MATERIALIZED] VIEW name AS SELECT ... "
@@ -46,9 +46,14 @@ def load_model(path: str, name: str, text: str, tables: Callable[[str], pa.Schem
         views[view.lower()] = (stmt.expression, columns)
         if stmt.find(exp.MaterializedProperty) is not None:
             outputs.append((view, target))
+            query = stmt.expression
+            if query.args.get("order") and not query.args.get("limit"):
+                notes.append(where.at(query.args["order"], f"view {view}: ORDER BY without LIMIT is ignored: a "
+                                                             f"collection has no order (ddcli query sorts its rows)"))
     if not outputs:
         raise PipelineError(where.at(None, "the model declares no CREATE MATERIALIZED VIEW (nothing to write)"))
     p = Pipeline(name)
+    p.notes = notes
     planner = Planner(p, where, lambda n: _table(tables, n), views)
     for view, target in outputs:
         rel = planner.view(view.lower(), target)

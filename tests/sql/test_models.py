@@ -1,6 +1,7 @@
 """SQL models against DuckDB at every time: one model of many views (WITH, derived tables,
 USING and CROSS joins, outer joins, GROUP BY with several aggregates and HAVING, subqueries of every kind, set operations,
-DISTINCT, ORDER BY ... LIMIT, WITH RECURSIVE) over two random tables of mixed column types
+DISTINCT, ORDER BY ... LIMIT, WITH RECURSIVE, division by zero as IEEE divides, a date shifted
+by an interval as a timestamp) over two random tables of mixed column types
 (nulls in keys and values, doubles of mixed magnitudes, decimals, dates, strings) changed
 by inserts and retractions over two runs of two times each, with compaction between. After every run,
 each view's trace at every time equals DuckDB running the same statements on the tables as
@@ -58,6 +59,10 @@ CREATE MATERIALIZED VIEW with_cte AS
 CREATE MATERIALIZED VIEW corr_select AS SELECT k, g, (SELECT max(y) FROM b WHERE b.k = a.k) AS top_y FROM a;
 CREATE MATERIALIZED VIEW crossed AS
   SELECT a.k AS ak, t.n FROM a CROSS JOIN (SELECT count(*) AS n FROM b) t WHERE a.g = 'g1';
+CREATE MATERIALIZED VIEW ratios AS
+  SELECT a.k, x / (y % 3) AS by_zero, d / y AS per, (x / y) / d AS nested,
+         dt + INTERVAL 1 MONTH AS next_month, dt - INTERVAL '2' DAY AS before
+  FROM a JOIN b ON a.k = b.k ORDER BY a.k;
 CREATE MATERIALIZED VIEW reach AS
   WITH RECURSIVE r(n) AS (
     SELECT k FROM a WHERE g = 'g0'

@@ -77,3 +77,11 @@ def test_explain_shows_the_operators_of_a_model(tmp_path, store):
     res = ok(ddcli(store, "explain", str(model)))
     for op in ("input", "filter", "reduce", "output"):
         assert op in res.stdout, res.stdout
+
+
+def test_a_bare_order_by_is_accepted_and_said_to_be_ignored(tmp_path, store):
+    model = tmp_path / "sorted.sql"
+    model.write_text("CREATE MATERIALIZED VIEW out AS\nSELECT k, v FROM t\nORDER BY v DESC;\n")
+    res = ok(ddcli(store, "explain", str(model)))
+    flat = " ".join(res.stdout.split())  # the explanation wraps long lines
+    assert "sorted.sql:3:10: view out: ORDER BY without LIMIT is ignored: a collection has no order" in flat, res.stdout

@@ -9,6 +9,8 @@ here imports the code it checks.
 
 from __future__ import annotations
 
+import math
+
 import os
 import random
 import shutil
@@ -98,6 +100,8 @@ def _same(x, y, rel: float) -> bool:
     if isinstance(x, float) or isinstance(y, float):
         if x is None or y is None:
             return x is y
+        if float(x) == float(y) or (math.isnan(float(x)) and math.isnan(float(y))):  # infinities, NaN
+            return True
         return abs(float(x) - float(y)) <= rel * max(abs(float(x)), abs(float(y)), 1e-300)
     if isinstance(x, Decimal) or isinstance(y, Decimal):
         return x is not None and y is not None and Decimal(x) == Decimal(y)
@@ -105,4 +109,5 @@ def _same(x, y, rel: float) -> bool:
 
 
 def _order(row):
-    return tuple((v is None, str(v) if not isinstance(v, (int, float, Decimal)) else float(v)) for v in row)
+    return tuple((v is None, str(v) if not isinstance(v, (int, float, Decimal)) else
+                  (math.isnan(float(v)), 0.0 if math.isnan(float(v)) else float(v))) for v in row)
