@@ -25,7 +25,9 @@ def ingest(
         metavar="SOURCE...",
         help="Update files: CSV, JSON Lines or Parquet (CSV and JSON Lines may be .gz or .zst): "
              "local paths, quoted globs (`'data/*.csv'`), s3://bucket/key or s3:// globs "
-             "(`'s3://lake/raw/day=*/*.csv.gz'`).")],  # in code marks: the help reads Markdown
+             "(`'s3://lake/raw/day=*/*.csv.gz'`). Or one lake table: `delta:PATH` (a folder or s3://), "
+             "`iceberg:CATALOG_URI#namespace.table` or `iceberg:METADATA.json`: its new versions, "
+             "each once.")],  # in code marks: the help reads Markdown
     key: Annotated[Optional[str], typer.Option(
         "--key", "-k", metavar="COLS",
         help="Key columns, comma-separated (first ingest only; default: the first data column).")] = None,
@@ -56,13 +58,19 @@ def ingest(
     strict: Annotated[bool, typer.Option(
         "--strict", help="Refuse the ingest (exit 2, nothing written) when a retraction matches "
                          "no live row, instead of warning.")] = False,
+    time_from: Annotated[Optional[str], typer.Option(
+        "--time-from", metavar="version|timestamp",
+        help="Lake tables: each version's time is its number (version, Iceberg sequence number) "
+             "or its commit time in microseconds since 1970 [default: version].")] = None,
+    max_versions: Annotated[Optional[int], typer.Option(
+        "--max-versions", metavar="N", help="Lake tables: take at most N versions (snapshots) now.")] = None,
     strict_noop: StrictNoopOpt = False,
     store: StoreOpt = DEFAULT_STORE,
     fmt: FormatOpt = None,
     json_: JsonOpt = False,
     output: OutputOpt = None,
 ) -> None:
-    """Append update files to a trace.
+    """Append update files (or a lake table's new versions) to a trace.
 
     Columns: the data columns, `time` (or `time_0`, `time_1`, ... for d >= 2) and an
     optional `diff` (default 1). Every row of every file is validated before anything is
@@ -82,8 +90,22 @@ def ingest(
         ddcli ingest orders orders.csv --type 'price=decimal(15,2)' --type day=date
 
         ddcli ingest events 's3://lake/raw/day=*/*.csv.gz'
+
+        ddcli ingest orders delta:s3://lake/orders --time-from timestamp
+
+        ddcli ingest sales iceberg:sqlite:////data/catalog.db#shop.sales
     """
     out = render.choose_format(fmt, json_, output, store)
+    from storage.sources.lake import is_lake_source
+    if any(is_lake_source(f) for f in files):
+        given = {"--time": time, "--upper": upper, "--file-format": file_format, "--type": column_types,
+                 "--null": null, "--upsert": upsert, "--delete": delete}
+        _ingest_lake(trace, files, key, time_from, max_versions, [k for k, v in given.items() if v],
+                     store, out, output, strict_noop)
+        return
+    for name, value in (("--time-from", time_from), ("--max-versions", max_versions)):
+        if value is not None:
+            raise typer.BadParameter("only for lake tables (delta:…, iceberg:…)", param_hint=name)
     from storage.lattice import format_frontier, parse_time
     st = store_at(store)
     t = parse_time(time) if time is not None else None
@@ -132,6 +154,36 @@ def ingest(
         if pending:
             msg += (f"; {plural(pending, 'update')} beyond the upper wait to be sealed "
                     f"(ddcli advance {trace} --upper F)")
+    render.report(record, msg, out, output)
+    finish(noop, strict_noop)
+
+
+def _ingest_lake(trace: str, sources: list[str], key: str | None, time_from: str | None, max_versions: int | None,
+                 others: list[str], store: str, out: str, output: str | None, strict_noop: bool) -> None:
+    """``ddcli ingest TRACE delta:…|iceberg:…``: the table's new versions (storage/sources/lake.py)."""
+    if len(sources) != 1:
+        raise typer.BadParameter("give one lake table (delta:… or iceberg:…) and no other source", param_hint="SOURCE")
+    if others:
+        raise typer.BadParameter("for update files only, not for lake tables", param_hint=others[0])
+    from storage.lattice import format_frontier
+    from storage.sources.lake import ingest_lake
+    st = store_at(store)
+    keys = [k.strip() for k in key.split(",") if k.strip()] if key is not None else None
+    with render.progress(1, f"ingest {trace}") as step:
+        res = ingest_lake(st, trace, sources[0], key=keys, time_from=time_from or "version", limit=max_versions,
+                          progress=step)
+    noop = not res.numbers
+    record = {"command": "ingest", "trace": trace, "noop": noop, "created": res.created, "updates": res.rows,
+              "source": sources[0], "versions": res.numbers, "position": res.position,
+              "upper": format_frontier(res.upper) if res.upper is not None else None, "warnings": st.warnings}
+    if noop:
+        at = f" (it holds {', '.join(f'{k} {v}' for k, v in res.position.items())})" if res.position else ""
+        msg = f"nothing to do: trace {trace!r} already holds every version of {res.label}{at}"
+    else:
+        span = str(res.numbers[0]) if len(res.numbers) == 1 else f"{res.numbers[0]}-{res.numbers[-1]}"
+        msg = (f"{'created trace' if res.created else 'trace'} {trace!r}: ingested {plural(res.rows, 'update')} "
+               f"from {plural(len(res.numbers), 'version')} ({span}) of {res.label}; upper is "
+               f"{format_frontier(res.upper)}")
     render.report(record, msg, out, output)
     finish(noop, strict_noop)
 
