@@ -1,0 +1,182 @@
+"""``ddcli ingest TRACE delta:PATH``: a Delta table written by delta-rs (appends, overwrites,
+deletes, updates, merges, compactions, property changes), with and without its change data
+feed, ingested in several steps, equals the writer's own table at every version.
+
+The reference is delta-rs reading the table at each version (``DeltaTable(path,
+version=v)``); ddcli's side is ``ddcli query --as-of v``. Both are compared as multisets.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import os
+import random
+import subprocess
+import sys
+from collections import Counter
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.helpers import REPO
+from tests.helpers.cli import ddcli, jsonl, ok, one_line_error
+
+SCHEMA = pa.schema([("id", pa.int64()), ("grp", pa.string()), ("x", pa.float64()), ("amount", pa.decimal128(12, 2)),
+                    ("day", pa.date32()), ("ts", pa.timestamp("us", tz="UTC")), ("flag", pa.bool_())])
+
+
+def rows(rng: random.Random, n: int, ids=None) -> pa.Table:
+    """``n`` random rows of every column type, nulls included (ids drawn from 0..39)."""
+    def maybe(v):
+        return None if rng.random() < 0.15 else v
+    ids = ids if ids is not None else [rng.randrange(40) for _ in range(n)]
+    base = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    return pa.table({
+        "id": ids,
+        "grp": [maybe(rng.choice(["a", "b", "é", ""])) for _ in ids],
+        "x": [maybe(rng.uniform(-1e6, 1e6) if rng.random() < 0.5 else rng.choice([0.1, -0.0, 1e-300])) for _ in ids],
+        "amount": [maybe(decimal.Decimal(rng.randrange(-10**8, 10**8)).scaleb(-2)) for _ in ids],
+        "day": [maybe(dt.date(2020, 1, 1) + dt.timedelta(days=rng.randrange(2000))) for _ in ids],
+        "ts": [maybe(base + dt.timedelta(microseconds=rng.randrange(10**12))) for _ in ids],
+        "flag": [maybe(rng.random() < 0.5) for _ in ids],
+    }, schema=SCHEMA)
+
+
+def write_history(path: str, rng: random.Random, steps: int, *, cdf: bool, partition: bool, first: bool = True):
+    """Versions of a Delta table made by delta-rs, each step one kind of change."""
+    from deltalake import DeltaTable, write_deltalake
+    if first:
+        write_deltalake(path, rows(rng, 25), configuration={"delta.enableChangeDataFeed": "true"} if cdf else None,
+                        partition_by=["flag"] if partition else None)
+    for _ in range(steps):
+        kind = rng.choice(["append", "append", "delete", "update", "merge", "merge", "overwrite", "optimize",
+                           "property", "duplicate"])
+        table = DeltaTable(path)
+        if kind == "append":
+            write_deltalake(path, rows(rng, rng.randrange(1, 12)), mode="append")
+        elif kind == "duplicate":  # rows already there again: multiplicities above one
+            write_deltalake(path, table.to_pyarrow_table().slice(0, 3), mode="append")
+        elif kind == "delete":
+            table.delete(rng.choice(["id % 4 = 1", "x < 0", "grp = 'a'", "amount > 0", "day IS NULL"]))
+        elif kind == "update":
+            table.update(updates={"x": "x * 2", "grp": "'u'"}, predicate=f"id % 3 = {rng.randrange(3)}")
+        elif kind == "merge":
+            src = rows(rng, 6, ids=rng.sample(range(50), 6))
+            (table.merge(src, "t.id = s.id", source_alias="s", target_alias="t")
+             .when_matched_update_all().when_not_matched_insert_all().execute())
+        elif kind == "overwrite":
+            write_deltalake(path, rows(rng, rng.randrange(0, 10)), mode="overwrite")
+        elif kind == "optimize":  # the same rows in new files: no data change
+            table.optimize.compact()
+        else:  # metadata only
+            table.alter.set_table_properties({"delta.checkpointInterval": str(rng.randrange(5, 50))})
+
+
+def writer_at(path: str, version: int, **options) -> Counter:
+    from deltalake import DeltaTable
+    return Counter(tuple(r.values()) for r in DeltaTable(path, version=version, **options).to_pyarrow_table().to_pylist())
+
+
+def ddcli_at(store: str, trace: str, t: int, tmp) -> Counter:
+    out = str(tmp / f"q{t}.parquet")
+    ok(ddcli(store, "query", trace, "--as-of", str(t), "--format", "parquet", "-o", out))
+    table = pq.read_table(out)
+    got: Counter = Counter()
+    for r in table.to_pylist():
+        n = r.pop("count")
+        got[tuple(r.values())] += n
+    return got
+
+
+def latest(path: str, **options) -> int:
+    from deltalake import DeltaTable
+    return DeltaTable(path, **options).version()
+
+
+def check_every_version(store: str, trace: str, path: str, tmp, times=None, **options) -> None:
+    for v in range(latest(path, **options) + 1):
+        t = v if times is None else times[v]
+        assert ddcli_at(store, trace, t, tmp) == writer_at(path, v, **options), f"version {v}"
+
+
+@pytest.mark.parametrize("cdf, partition, seed", [(False, False, 1), (False, True, 2), (True, False, 3),
+                                                  (True, True, 4)])
+def test_a_written_table_ingested_in_steps_equals_the_writer_at_every_version(tmp_path, cdf, partition, seed):
+    rng = random.Random(seed)
+    path, store = str(tmp_path / "lake"), str(tmp_path / "store")
+    write_history(path, rng, 4, cdf=cdf, partition=partition)
+    first = jsonl(ok(ddcli(store, "ingest", "orders", f"delta:{path}", "--max-versions", "2", "--json")).stdout)[0]
+    assert first["created"] and first["versions"] == [0, 1]
+    ok(ddcli(store, "ingest", "orders", f"delta:{path}"))
+    for _ in range(2):
+        write_history(path, rng, 5, cdf=cdf, partition=partition, first=False)
+        ok(ddcli(store, "ingest", "orders", f"delta:{path}", "--max-versions", "3"))
+        ok(ddcli(store, "ingest", "orders", f"delta:{path}"))
+        ok(ddcli(store, "compact", "orders"))
+    again = jsonl(ok(ddcli(store, "ingest", "orders", f"delta:{path}", "--json")).stdout)[0]
+    assert again["noop"] and again["position"]["version"] == latest(path)
+    check_every_version(store, "orders", path, tmp_path)
+
+
+def test_commit_times_as_times(tmp_path):
+    """--time-from timestamp: each version at its commit time in microseconds, kept increasing."""
+    from deltalake import DeltaTable
+    rng = random.Random(7)
+    path, store = str(tmp_path / "lake"), str(tmp_path / "store")
+    write_history(path, rng, 3, cdf=False, partition=False)
+    ok(ddcli(store, "ingest", "t", f"delta:{path}", "--time-from", "timestamp"))
+    write_history(path, rng, 3, cdf=True, partition=False, first=False)
+    ok(ddcli(store, "ingest", "t", f"delta:{path}", "--time-from", "timestamp"))
+    stamps = {h["version"]: h["timestamp"] * 1000 for h in DeltaTable(path).history()}
+    times = []
+    for v in range(latest(path) + 1):
+        times.append(max(stamps[v], times[-1] + 1) if times else stamps[v])
+    check_every_version(store, "t", path, tmp_path, times)
+
+
+def _ingest_process(store: str, trace: str, source: str, fault: str | None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), DDCLI_SERVICE="0")
+    env.pop("DDCLI_FAULT", None)
+    if fault:
+        env["DDCLI_FAULT"] = fault
+    return subprocess.run([sys.executable, "-m", "ddcli", "ingest", trace, source, "--store", store, "--json"],
+                          env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("fault", ["ingest.before_commit", "ingest.after_commit"])
+def test_a_kill_around_the_commit_leaves_the_store_consistent_and_the_next_ingest_completes_it(tmp_path, fault):
+    from storage.store import Store
+    rng = random.Random(11)
+    path, store = str(tmp_path / "lake"), str(tmp_path / "store")
+    write_history(path, rng, 3, cdf=False, partition=False)
+    ok(ddcli(store, "ingest", "t", f"delta:{path}"))
+    before = Store(store).trace("t")
+    write_history(path, rng, 4, cdf=False, partition=False, first=False)
+    res = _ingest_process(store, "t", f"delta:{path}", fault)
+    assert res.returncode == 137, res.stderr[-2000:]
+    after = Store(store).trace("t")
+    if fault == "ingest.before_commit":
+        assert (after.upper, after.sources, after.layers) == (before.upper, before.sources, before.layers)
+    else:
+        assert after.sources[f"delta:{os.path.realpath(path)}"]["version"] == latest(path)
+    done = jsonl(_ingest_process(store, "t", f"delta:{path}", None).stdout)[0]
+    assert done["noop"] == (fault == "ingest.after_commit")
+    check_every_version(store, "t", path, tmp_path)
+
+
+def test_schema_change_and_bad_sources_are_one_line(tmp_path):
+    from deltalake import write_deltalake
+    path, store = str(tmp_path / "lake"), str(tmp_path / "store")
+    write_deltalake(path, pa.table({"k": [1, 2], "v": ["a", "b"]}))
+    ok(ddcli(store, "ingest", "t", f"delta:{path}"))
+    write_deltalake(path, pa.table({"k": [3], "v": ["c"], "w": [1.5]}), mode="append", schema_mode="merge")
+    err = one_line_error(ddcli(store, "ingest", "t", f"delta:{path}"))
+    assert "version 1 has the schema (k int64, v string, w double)" in err and "new trace" in err
+    assert "nothing" not in ok(ddcli(store, "query", "t", "--format", "csv")).stdout
+    assert "cannot be opened as a Delta table" in one_line_error(ddcli(store, "ingest", "u", f"delta:{tmp_path}/no"))
+    assert "--time" in one_line_error(ddcli(store, "ingest", "t", f"delta:{path}", "--time", "3"))
+    write_deltalake(str(tmp_path / "timed"), pa.table({"time": [1], "v": ["a"]}))
+    err = one_line_error(ddcli(store, "ingest", "u", f"delta:{tmp_path}/timed"))
+    assert "column 'time'" in err
