@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
 import os
 import random
 import subprocess
@@ -21,10 +22,25 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.helpers import REPO
-from tests.helpers.cli import ddcli, jsonl, ok, one_line_error
+from tests.helpers.cli import jsonl, ok, one_line_error
 
 SCHEMA = pa.schema([("id", pa.int64()), ("grp", pa.string()), ("x", pa.float64()), ("amount", pa.decimal128(12, 2)),
                     ("day", pa.date32()), ("ts", pa.timestamp("us", tz="UTC")), ("flag", pa.bool_())])
+
+
+@functools.cache
+def _command():
+    """ddcli's command group, built once (Typer builds it again for every invocation)."""
+    import typer.main
+
+    from ddcli.cli import app
+    return typer.main.get_command(app)
+
+
+def ddcli(store: str, *args: str):
+    """``ddcli ARGS --store STORE`` in this process."""
+    from click.testing import CliRunner
+    return CliRunner().invoke(_command(), list(args) + ["--store", store])
 
 
 def rows(rng: random.Random, n: int, ids=None) -> pa.Table:
