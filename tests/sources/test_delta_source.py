@@ -147,3 +147,23 @@ def test_schema_change_and_bad_sources_are_one_line(tmp_path):
     write_deltalake(str(tmp_path / "timed"), pa.table({"time": [1], "v": ["a"]}))
     err = one_line_error(ddcli(store, "ingest", "u", f"delta:{tmp_path}/timed"))
     assert "column 'time'" in err
+
+
+def test_a_table_on_s3_is_read_with_the_settings_of_s3_stores(tmp_path, s3_env):
+    import uuid
+
+    from deltalake import DeltaTable, write_deltalake
+
+    from tests.helpers.s3 import BUCKET
+    url = f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}/lake"
+    opts = {"AWS_ENDPOINT_URL": s3_env, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
+            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    rng = random.Random(13)
+    store = str(tmp_path / "store")
+    write_deltalake(url, rows(rng, 12), storage_options=opts)
+    write_deltalake(url, rows(rng, 5), mode="append", storage_options=opts)
+    ok(ddcli(store, "ingest", "t", f"delta:{url}"))
+    DeltaTable(url, storage_options=opts).delete("id < 20")
+    write_deltalake(url, rows(rng, 4), mode="append", storage_options=opts)
+    ok(ddcli(store, "ingest", "t", f"delta:{url}"))
+    check_every_version(store, "t", url, tmp_path, storage_options=opts)
