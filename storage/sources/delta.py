@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage.errors import StoreError
-from storage.sources.lake import Change, plain_table
+from storage.sources.change import Change, plain_table
 
 _ADDED = ("insert", "update_postimage")
 _META = ("_change_type", "_commit_version", "_commit_timestamp")

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from storage.errors import StoreError
-from storage.sources.lake import Change, plain_table
+from storage.sources.change import Change, plain_table
 
 
 class IcebergSource:

@@ -30,9 +30,9 @@ import pyarrow as pa
 
 from storage.errors import DiffOverflow, StoreError
 from storage.files.limits import ReadBudget
-from storage.lake.types import lake_type
 from storage.lattice import Frontier, format_frontier
 from storage.layer import updates_table
+from storage.sources.change import Change, plain_schema
 from storage.state import transitions
 from storage.state.seal import check_open
 from storage.state.trace import Trace, check_name, check_new_name
@@ -41,19 +41,6 @@ from storage.writes.diff_sums import check_diff_sums
 PREFIXES = ("delta:", "iceberg:")
 TIME_FROM = ("version", "timestamp")
 _RESERVED = re.compile(r"(time|diff|count|time_\d+)\Z", re.IGNORECASE)
-
-
-@dataclass
-class Change:
-    """One version of a lake table: what the trace records once it is taken, its number
-    (version or sequence number; None when the table has none), its commit time in
-    microseconds, its schema and its rows (data columns and ``diff``; None or empty for a
-    version that changed no data)."""
-    position: dict
-    number: int | None
-    timestamp_us: int | None
-    schema: pa.Schema
-    rows: pa.Table | None = None
 
 
 @dataclass
@@ -129,28 +116,6 @@ def ingest_lake(store, name: str, spec: str, *, key: list[str] | None = None, ti
     store.write_and_commit("ingest", write, change, merge=[name])
     return LakeIngest(name, table.label, updates.num_rows, [c.number for c in changes], new_upper,
                       existing is None, after)
-
-
-def plain_schema(schema: pa.Schema) -> pa.Schema:
-    """The schema a trace keeps for a lake table's columns: the plain variant of each type
-    (no large, view or dictionary types), as a Delta table holds it (storage/lake/types.py)."""
-    return pa.schema([pa.field(f.name, lake_type(_plain(f.type))) for f in schema])
-
-
-def plain_table(table: pa.Table) -> pa.Table:
-    """``table`` with the plain variant of each column type (string, not string_view)."""
-    want = pa.schema([pa.field(f.name, _plain(f.type)) for f in table.schema])
-    return table if want == table.schema else table.cast(want)
-
-
-def _plain(t: pa.DataType) -> pa.DataType:
-    if pa.types.is_dictionary(t):
-        t = t.value_type
-    if pa.types.is_large_string(t) or getattr(pa.types, "is_string_view", lambda _: False)(t):
-        return pa.string()
-    if pa.types.is_large_binary(t) or getattr(pa.types, "is_binary_view", lambda _: False)(t):
-        return pa.binary()
-    return t
 
 
 def _schema(name: str, label: str, existing: Trace | None, changes: list[Change]) -> pa.Schema:
