@@ -10,6 +10,8 @@ Each version's changes, as the Delta protocol's change data feed defines them:
   the version against those at the version before, the removed files' rows -1 and the
   added files' rows +1. A rewritten file (a delete or an update copies the rows it keeps)
   is removed and added, and the rows both hold cancel when the trace consolidates them.
+  A version whose commit marks every file it adds and removes ``dataChange: false`` (a
+  compaction, ``OPTIMIZE``) rearranges rows without changing them: its files are not read.
 
 A table on S3 is read with the settings of S3 stores (endpoint, region, credentials:
 storage/lake/table.py's ``storage_options``). Its commit times are the commits'
@@ -18,6 +20,7 @@ storage/lake/table.py's ``storage_options``). Its commit times are the commits'
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -37,7 +40,7 @@ class DeltaSource:
     def __init__(self, location: str):
         if not location:
             raise StoreError("delta: give the table's folder or s3:// URL, e.g. delta:/data/orders")
-        self.location = location if location.startswith("s3://") else os.path.realpath(location)
+        self.location = location.rstrip("/") if location.startswith("s3://") else os.path.realpath(location)
         self.id = "delta:" + self.location
         self.label = f"delta table {self.location}"
 
@@ -65,18 +68,18 @@ class DeltaSource:
             return []
         last = latest if limit is None else min(latest, first + limit - 1)
         stamps = {h["version"]: h.get("timestamp") for h in dt.history(latest - first + 1) if "version" in h}
-        prev = self._files(dt, first - 1) if first > 0 else {}
+        prev = self._version(dt, first - 1)[0] if first > 0 else {}
         out, feed = [], []
         for v in range(first, last + 1):
             if progress:
                 progress(f"{self.label} version {v}")
-            files = self._files(dt, v)
-            schema = dt.to_pyarrow_dataset().schema
+            files, dataset = self._version(dt, v)
+            schema = dataset.schema
             ts = stamps.get(v)
             c = Change({"version": v}, v, None if ts is None else int(ts) * 1000, schema)
             if dt.metadata().configuration.get("delta.enableChangeDataFeed", "").lower() == "true":
                 feed.append(c)
-            else:
+            elif not _rearranged_only(dataset.filesystem, v):
                 c.rows = _file_changes(prev, files, schema, budget, self.label)
             out.append(c)
             prev = files
@@ -84,11 +87,12 @@ class DeltaSource:
             self._feed(dt, run, budget)
         return out
 
-    def _files(self, dt, version: int) -> dict:
-        """The table's data files at ``version``: path -> pyarrow fragment."""
+    def _version(self, dt, version: int) -> tuple[dict, object]:
+        """The table at ``version``: its data files (path -> pyarrow fragment) and dataset."""
         try:
             dt.load_as_version(version)
-            return {f.path: f for f in dt.to_pyarrow_dataset().get_fragments()}
+            dataset = dt.to_pyarrow_dataset()
+            return {f.path: f for f in dataset.get_fragments()}, dataset
         except Exception as e:  # noqa: BLE001 - a version no longer in the log, deletion vectors, ...
             raise self._fail(f"version {version} cannot be read", e) from None
 
@@ -107,6 +111,19 @@ class DeltaSource:
         data = data.append_column("diff", diff)
         for c in run:
             c.rows = data.filter(pc.equal(version, c.number)).select(c.schema.names + ["diff"])
+
+
+def _rearranged_only(fs, version: int) -> bool:
+    """Whether commit ``version`` only moves rows between files (every add and remove action
+    says ``dataChange: false``). False when the commit file is gone (the log was cleaned):
+    its files are then read, and rows moved cancel."""
+    try:
+        with fs.open_input_stream(f"_delta_log/{version:020d}.json") as f:
+            actions = [json.loads(line) for line in f.read().decode().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return False
+    moves = [a[k] for a in actions for k in ("add", "remove") if k in a]
+    return bool(moves) and not any(m.get("dataChange", True) for m in moves)
 
 
 def _runs(changes: list[Change]) -> list[list[Change]]:

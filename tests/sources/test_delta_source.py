@@ -167,3 +167,19 @@ def test_a_table_on_s3_is_read_with_the_settings_of_s3_stores(tmp_path, s3_env):
     write_deltalake(url, rows(rng, 4), mode="append", storage_options=opts)
     ok(ddcli(store, "ingest", "t", f"delta:{url}"))
     check_every_version(store, "t", url, tmp_path, storage_options=opts)
+
+
+def test_versions_that_change_no_rows_add_nothing_but_move_the_record(tmp_path):
+    """A compaction (files rewritten, ``dataChange: false``) is not read; a property change
+    adds nothing; both still move the record and the upper."""
+    from deltalake import DeltaTable, write_deltalake
+    rng = random.Random(17)
+    path, store = str(tmp_path / "lake"), str(tmp_path / "store")
+    write_deltalake(path, rows(rng, 10))
+    write_deltalake(path, rows(rng, 5), mode="append")
+    ok(ddcli(store, "ingest", "t", f"delta:{path}"))
+    DeltaTable(path).optimize.compact()
+    DeltaTable(path).alter.set_table_properties({"delta.checkpointInterval": "20"})
+    res = jsonl(ok(ddcli(store, "ingest", "t", f"delta:{path}", "--json")).stdout)[0]
+    assert (res["versions"], res["updates"], res["upper"], res["noop"]) == ([2, 3], 0, "4", False)
+    check_every_version(store, "t", path, tmp_path)
