@@ -6,12 +6,14 @@ Each version's changes, as the Delta protocol's change data feed defines them:
   (``delta.enableChangeDataFeed``), from the feed (``DeltaTable.load_cdf``, one call for a
   run of such versions): ``insert`` and ``update_postimage`` rows +1, ``delete`` and
   ``update_preimage`` rows -1;
-* otherwise from the data files the version added and removed: the files of the table at
-  the version against those at the version before, the removed files' rows -1 and the
-  added files' rows +1. A rewritten file (a delete or an update copies the rows it keeps)
-  is removed and added, and the rows both hold cancel when the trace consolidates them.
-  A version whose commit marks every file it adds and removes ``dataChange: false`` (a
-  compaction, ``OPTIMIZE``) rearranges rows without changing them: its files are not read.
+* otherwise from the data files the version added and removed, as its commit file
+  (``_delta_log/NNN.json``) names them with their partition values: the removed files' rows
+  -1 and the added files' rows +1. A rewritten file (a delete or an update copies the rows
+  it keeps) is removed and added, and the rows both hold cancel when the trace consolidates
+  them. Files added or removed with ``dataChange: false`` (a compaction, ``OPTIMIZE``) move
+  rows without changing them and are not read. When the commit file is gone (the log was
+  cleaned up), the table's files at the version are compared with those at the one before.
+  Rows deleted by deletion vectors are refused in one line unless the feed is on.
 
 A table on S3 is read with the settings of S3 stores (endpoint, region, credentials:
 storage/lake/table.py's ``storage_options``). Its commit times are the commits'
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -68,33 +72,59 @@ class DeltaSource:
             return []
         last = latest if limit is None else min(latest, first + limit - 1)
         stamps = {h["version"]: h.get("timestamp") for h in dt.history(latest - first + 1) if "version" in h}
-        prev = self._version(dt, first - 1)[0] if first > 0 else {}
+        snap = self._snapshot(dt, first)
         out, feed = [], []
         for v in range(first, last + 1):
             if progress:
                 progress(f"{self.label} version {v}")
-            files, dataset = self._version(dt, v)
-            schema = dataset.schema
+            actions = _commit_actions(snap.dataset.filesystem, v)
+            if v != first and (actions is None or any("metaData" in a for a in actions)):
+                snap = self._snapshot(dt, v)  # the schema or the settings may change here
             ts = stamps.get(v)
-            c = Change({"version": v}, v, None if ts is None else int(ts) * 1000, schema)
-            if dt.metadata().configuration.get("delta.enableChangeDataFeed", "").lower() == "true":
+            c = Change({"version": v}, v, None if ts is None else int(ts) * 1000, snap.dataset.schema)
+            if snap.cdf:
                 feed.append(c)
-            elif not _rearranged_only(dataset.filesystem, v):
-                c.rows = _file_changes(prev, files, schema, budget, self.label)
+            else:
+                c.rows = _read(*self._files_changed(dt, v, actions, snap), c.schema, budget, self.label)
             out.append(c)
-            prev = files
         for run in _runs(feed):
             self._feed(dt, run, budget)
         return out
 
-    def _version(self, dt, version: int) -> tuple[dict, object]:
-        """The table at ``version``: its data files (path -> pyarrow fragment) and dataset."""
+    def _snapshot(self, dt, version: int) -> "_Snapshot":
         try:
             dt.load_as_version(version)
-            dataset = dt.to_pyarrow_dataset()
-            return {f.path: f for f in dataset.get_fragments()}, dataset
-        except Exception as e:  # noqa: BLE001 - a version no longer in the log, deletion vectors, ...
+            meta = dt.metadata()
+            cdf = meta.configuration.get("delta.enableChangeDataFeed", "").lower() == "true"
+            return _Snapshot(dt.to_pyarrow_dataset(), list(meta.partition_columns), cdf)
+        except Exception as e:  # noqa: BLE001 - a version no longer in the log, a feature delta-rs cannot read, ...
             raise self._fail(f"version {version} cannot be read", e) from None
+
+    def _files_changed(self, dt, version: int, actions: list | None, snap: "_Snapshot") -> tuple[list, list]:
+        """The fragments of the data files version ``version`` removed and added: from its
+        commit's actions (``dataChange: false`` ones, a compaction's, move rows without
+        changing them), or, when its commit file is gone (the log was cleaned) or does not
+        give the files' partition values, from the table's files before and after it."""
+        if actions is not None:
+            files = {k: [a[k] for a in actions if k in a and a[k].get("dataChange", True)] for k in ("remove", "add")}
+            if not (snap.partitions and any(f.get("partitionValues") is None for fs in files.values() for f in fs)):
+                return tuple([self._fragment(f, snap, version) for f in files[k]] for k in ("remove", "add"))
+        before = self._snapshot(dt, version - 1).fragments() if version > 0 else {}
+        now = self._snapshot(dt, version).fragments()
+        return [f for p, f in before.items() if p not in now], [f for p, f in now.items() if p not in before]
+
+    def _fragment(self, action: dict, snap: "_Snapshot", version: int):
+        """A pyarrow fragment of the data file an add or remove action names."""
+        if action.get("deletionVector"):
+            raise StoreError(f"{self.label}: version {version} deletes rows with deletion vectors, which ddcli "
+                             f"cannot apply without the change data feed (delta.enableChangeDataFeed)")
+        expr = None
+        for col, value in (action.get("partitionValues") or {}).items():
+            typ = snap.dataset.schema.field(col).type
+            e = pc.field(col).is_null() if value is None else pc.field(col) == _partition_value(value, typ)
+            expr = e if expr is None else expr & e
+        path = urllib.parse.unquote(action["path"])
+        return snap.dataset.format.make_fragment(path, snap.dataset.filesystem, partition_expression=expr)
 
     def _feed(self, dt, run: list[Change], budget) -> None:
         """Fill the rows of a run of consecutive versions from the change data feed."""
@@ -113,17 +143,32 @@ class DeltaSource:
             c.rows = data.filter(pc.equal(version, c.number)).select(c.schema.names + ["diff"])
 
 
-def _rearranged_only(fs, version: int) -> bool:
-    """Whether commit ``version`` only moves rows between files (every add and remove action
-    says ``dataChange: false``). False when the commit file is gone (the log was cleaned):
-    its files are then read, and rows moved cancel."""
+@dataclass
+class _Snapshot:
+    """The table at one version: its dataset (schema, files, file system), partition
+    columns and whether its change data feed is on."""
+    dataset: object
+    partitions: list[str]
+    cdf: bool
+
+    def fragments(self) -> dict:
+        return {f.path: f for f in self.dataset.get_fragments()}
+
+
+def _commit_actions(fs, version: int) -> list[dict] | None:
+    """The actions of commit ``version`` (None when its file is gone: the log was cleaned)."""
     try:
         with fs.open_input_stream(f"_delta_log/{version:020d}.json") as f:
-            actions = [json.loads(line) for line in f.read().decode().splitlines() if line.strip()]
+            return [json.loads(line) for line in f.read().decode().splitlines() if line.strip()]
     except (OSError, ValueError):
-        return False
-    moves = [a[k] for a in actions for k in ("add", "remove") if k in a]
-    return bool(moves) and not any(m.get("dataChange", True) for m in moves)
+        return None
+
+
+def _partition_value(text: str, typ: pa.DataType) -> pa.Scalar:
+    """A partition value as the log writes it (text; timestamps in UTC) as a scalar of ``typ``."""
+    if pa.types.is_timestamp(typ) and typ.tz is not None:
+        return pa.array([text]).cast(pa.timestamp(typ.unit)).cast(typ)[0]
+    return pa.array([text]).cast(typ)[0]
 
 
 def _runs(changes: list[Change]) -> list[list[Change]]:
@@ -137,11 +182,10 @@ def _runs(changes: list[Change]) -> list[list[Change]]:
     return runs
 
 
-def _file_changes(prev: dict, files: dict, schema: pa.Schema, budget, label: str) -> pa.Table | None:
-    """The rows of the files removed from ``prev`` (-1) and added in ``files`` (+1)."""
+def _read(removed: list, added: list, schema: pa.Schema, budget, label: str) -> pa.Table | None:
+    """The rows of the ``removed`` fragments (-1) and the ``added`` ones (+1)."""
     parts = []
-    for frags, sign in (([f for p, f in prev.items() if p not in files], -1),
-                        ([f for p, f in files.items() if p not in prev], 1)):
+    for frags, sign in ((removed, -1), (added, 1)):
         for frag in frags:
             try:
                 t = frag.to_table(schema=schema)

@@ -183,3 +183,18 @@ def test_versions_that_change_no_rows_add_nothing_but_move_the_record(tmp_path):
     res = jsonl(ok(ddcli(store, "ingest", "t", f"delta:{path}", "--json")).stdout)[0]
     assert (res["versions"], res["updates"], res["upper"], res["noop"]) == ([2, 3], 0, "4", False)
     check_every_version(store, "t", path, tmp_path)
+
+
+def test_a_version_whose_commit_file_was_cleaned_up_is_read_from_the_checkpoint(tmp_path):
+    """The log keeps a checkpoint of version 2 and not its commit file: its changes are the
+    table's files at 2 against those at 1."""
+    from deltalake import DeltaTable, write_deltalake
+    rng = random.Random(19)
+    path, store = str(tmp_path / "lake"), str(tmp_path / "store")
+    write_deltalake(path, rows(rng, 10), partition_by=["flag"])
+    write_deltalake(path, rows(rng, 5), mode="append")
+    DeltaTable(path).delete("id < 20")
+    DeltaTable(path).create_checkpoint()
+    os.remove(os.path.join(path, "_delta_log", f"{2:020d}.json"))
+    ok(ddcli(store, "ingest", "t", f"delta:{path}"))
+    check_every_version(store, "t", path, tmp_path)
