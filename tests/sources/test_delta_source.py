@@ -198,3 +198,16 @@ def test_a_version_whose_commit_file_was_cleaned_up_is_read_from_the_checkpoint(
     os.remove(os.path.join(path, "_delta_log", f"{2:020d}.json"))
     ok(ddcli(store, "ingest", "t", f"delta:{path}"))
     check_every_version(store, "t", path, tmp_path)
+
+
+def test_a_change_data_feed_turned_on_midway(tmp_path):
+    """Versions before the feed was turned on are read from their files, those after from the feed."""
+    from deltalake import DeltaTable, write_deltalake
+    rng = random.Random(23)
+    path, store = str(tmp_path / "lake"), str(tmp_path / "store")
+    write_history(path, rng, 3, cdf=False, partition=False)
+    DeltaTable(path).alter.set_table_properties({"delta.enableChangeDataFeed": "true"})
+    write_history(path, rng, 4, cdf=False, partition=False, first=False)
+    ok(ddcli(store, "ingest", "t", f"delta:{path}"))
+    assert DeltaTable(path).metadata().configuration["delta.enableChangeDataFeed"] == "true"
+    check_every_version(store, "t", path, tmp_path)
