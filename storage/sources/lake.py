@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from storage.errors import DiffOverflow, StoreError
-from storage.files.limits import ReadBudget
+from storage.files.limits import ReadBudget, type_problem
 from storage.lattice import Frontier, format_frontier
 from storage.layer import updates_table
 from storage.sources.change import Change, plain_schema
@@ -41,6 +41,7 @@ from storage.writes.diff_sums import check_diff_sums
 PREFIXES = ("delta:", "iceberg:")
 TIME_FROM = ("version", "timestamp")
 _RESERVED = re.compile(r"(time|diff|count|time_\d+)\Z", re.IGNORECASE)
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 @dataclass
@@ -125,6 +126,11 @@ def _schema(name: str, label: str, existing: Trace | None, changes: list[Change]
         if _RESERVED.match(f.name):
             raise StoreError(f"{label}: column {f.name!r} has a name ddcli keeps for times, diffs and counts "
                              f"(time, time_N, diff, count); such a table cannot be ingested")
+        if not _IDENT.match(f.name):
+            raise StoreError(f"{label}: column {f.name!r}: ddcli's column names are identifiers "
+                             f"([A-Za-z_][A-Za-z0-9_]*); such a table cannot be ingested")
+        if type_problem(f.type):
+            raise StoreError(f"{label}: column {f.name!r} {type_problem(f.type)}")
     for c in changes:
         have = plain_schema(c.schema)
         if have != want:

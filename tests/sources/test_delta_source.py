@@ -147,6 +147,12 @@ def test_schema_change_and_bad_sources_are_one_line(tmp_path):
     write_deltalake(str(tmp_path / "timed"), pa.table({"time": [1], "v": ["a"]}))
     err = one_line_error(ddcli(store, "ingest", "u", f"delta:{tmp_path}/timed"))
     assert "column 'time'" in err
+    write_deltalake(str(tmp_path / "spaced"), pa.table({"a b": pa.array([], pa.int64())}))
+    assert "identifiers" in one_line_error(ddcli(store, "ingest", "u", f"delta:{tmp_path}/spaced"))
+    write_deltalake(str(tmp_path / "nested"), pa.table({"k": [1], "l": [[1, 2]]}))
+    assert "nested type" in one_line_error(ddcli(store, "ingest", "u", f"delta:{tmp_path}/nested"))
+    from storage.store import Store
+    assert list(Store(store).state().traces) == ["t"], "nothing refused was created"
 
 
 def test_a_table_on_s3_is_read_with_the_settings_of_s3_stores(tmp_path, s3_env):
