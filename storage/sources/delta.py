@@ -39,12 +39,15 @@ _META = ("_change_type", "_commit_version", "_commit_timestamp")
 
 
 class DeltaSource:
-    """The Delta table at ``location`` (a folder or an ``s3://`` URL)."""
+    """The Delta table at ``location`` (a folder, ``file://`` or an ``s3://`` URL; another
+    scheme delta-rs knows is passed to it as it is, with its own settings)."""
 
     def __init__(self, location: str):
         if not location:
             raise StoreError("delta: give the table's folder or s3:// URL, e.g. delta:/data/orders")
-        self.location = location.rstrip("/") if location.startswith("s3://") else os.path.realpath(location)
+        if location.startswith("file://"):
+            location = location[len("file://"):]
+        self.location = location.rstrip("/") if "://" in location else os.path.realpath(location)
         self.id = "delta:" + self.location
         self.label = f"delta table {self.location}"
 
