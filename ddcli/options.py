@@ -37,6 +37,12 @@ CsvNullOpt = Annotated[Optional[str], typer.Option(
 StrictNoopOpt = Annotated[bool, typer.Option(
     "--strict-noop", envvar="DDCLI_STRICT_NOOP",
     help="Exit with code 4 (not 0) when there is nothing to do.")]
+TimeFromOpt = Annotated[Optional[str], typer.Option(
+    "--time-from", metavar="version|timestamp",
+    help="Lake tables: each version's time is its number (version, Iceberg sequence number) "
+         "or its commit time in microseconds since 1970 [default: version].")]
+MaxVersionsOpt = Annotated[Optional[int], typer.Option(
+    "--max-versions", metavar="N", help="Lake tables: take at most N versions (snapshots) now.")]
 WhereOpt = Annotated[Optional[str], typer.Option(
     "--where", "-w", metavar="EXPR",
     help="A DuckDB SQL condition on the data columns, e.g. \"word LIKE 'a%'\".")]

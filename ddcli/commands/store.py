@@ -12,8 +12,8 @@ import typer
 
 from ddcli import render
 from ddcli.app import EXIT_CODES_HELP, app
-from ddcli.options import (DEFAULT_STORE, FormatOpt, InputFormat, JsonOpt, OutputOpt, StoreOpt, StrictNoopOpt, finish,
-                           plural, store_at, trace_arg)
+from ddcli.options import (DEFAULT_STORE, FormatOpt, InputFormat, JsonOpt, MaxVersionsOpt, OutputOpt, StoreOpt,
+                           StrictNoopOpt, TimeFromOpt, finish, plural, store_at, trace_arg)
 
 # ---------------------------------------------------------------- ingest
 
@@ -25,7 +25,8 @@ def ingest(
         metavar="SOURCE...",
         help="Update files: CSV, JSON Lines or Parquet (CSV and JSON Lines may be .gz or .zst): "
              "local paths, quoted globs (`'data/*.csv'`), s3://bucket/key or s3:// globs "
-             "(`'s3://lake/raw/day=*/*.csv.gz'`).")],  # in code marks: the help reads Markdown
+             "(`'s3://lake/raw/day=*/*.csv.gz'`). Or one lake table's new versions: `delta:PATH`, "
+             "`iceberg:CATALOG_URI#ns.table` or `iceberg:METADATA.json`.")],  # in code marks: the help reads Markdown
     key: Annotated[Optional[str], typer.Option(
         "--key", "-k", metavar="COLS",
         help="Key columns, comma-separated (first ingest only; default: the first data column).")] = None,
@@ -56,13 +57,15 @@ def ingest(
     strict: Annotated[bool, typer.Option(
         "--strict", help="Refuse the ingest (exit 2, nothing written) when a retraction matches "
                          "no live row, instead of warning.")] = False,
+    time_from: TimeFromOpt = None,
+    max_versions: MaxVersionsOpt = None,
     strict_noop: StrictNoopOpt = False,
     store: StoreOpt = DEFAULT_STORE,
     fmt: FormatOpt = None,
     json_: JsonOpt = False,
     output: OutputOpt = None,
 ) -> None:
-    """Append update files to a trace.
+    """Append update files (or a lake table's new versions) to a trace.
 
     Columns: the data columns, `time` (or `time_0`, `time_1`, ... for d >= 2) and an
     optional `diff` (default 1). Every row of every file is validated before anything is
@@ -82,8 +85,14 @@ def ingest(
         ddcli ingest orders orders.csv --type 'price=decimal(15,2)' --type day=date
 
         ddcli ingest events 's3://lake/raw/day=*/*.csv.gz'
+
+        ddcli ingest orders delta:s3://lake/orders --time-from timestamp
     """
     out = render.choose_format(fmt, json_, output, store)
+    if _lake_tables(files, {"--time-from": time_from, "--max-versions": max_versions}):
+        return _ingest_lake(trace, files, key, time_from, max_versions, store, out, output, strict_noop, {
+            "--time": time, "--upper": upper, "--file-format": file_format, "--type": column_types, "--null": null,
+            "--upsert": upsert, "--delete": delete})
     from storage.lattice import format_frontier, parse_time
     st = store_at(store)
     t = parse_time(time) if time is not None else None
@@ -116,7 +125,15 @@ def ingest(
               "unmatched_retractions": unmatched.rows if unmatched else 0}
     if by_key is not None:
         record.update({"upserted" if upsert else "deleted": by_key[1].rows, "retracted": by_key[1].retracted})
-    if noop:
+    msg = _ingest_message(trace, res, tr, by_key, upsert, pending)
+    render.report(record, msg, out, output)
+    finish(noop, strict_noop)
+
+
+def _ingest_message(trace: str, res, tr, by_key, upsert: str | None, pending: int) -> str:
+    """What an ingest of update files says it did."""
+    from storage.lattice import format_frontier
+    if not res.files:
         msg = (f"nothing to do: trace {trace!r} already holds "
                f"{'this file' if len(res.skipped) == 1 else 'these files'} "
                f"({_listed(res.skipped)}); re-ingesting a file is a no-op")
@@ -132,6 +149,48 @@ def ingest(
         if pending:
             msg += (f"; {plural(pending, 'update')} beyond the upper wait to be sealed "
                     f"(ddcli advance {trace} --upper F)")
+    return msg
+
+
+def _lake_tables(sources: list[str], lake_options: dict) -> bool:
+    """Whether the sources are a lake table; the options only lake tables take refused otherwise."""
+    from storage.sources.lake import is_lake_source
+    if any(is_lake_source(s) for s in sources):
+        return True
+    for name, value in lake_options.items():
+        if value is not None:
+            raise typer.BadParameter("only for lake tables (delta:…, iceberg:…)", param_hint=name)
+    return False
+
+
+def _ingest_lake(trace: str, sources: list[str], key: str | None, time_from: str | None, max_versions: int | None,
+                 store: str, out: str, output: str | None, strict_noop: bool, file_options: dict) -> None:
+    """``ddcli ingest TRACE delta:…|iceberg:…``: the table's new versions (storage/sources/lake.py);
+    ``file_options`` (name -> value) are those of update files, refused here."""
+    others = [k for k, v in file_options.items() if v]
+    if len(sources) != 1:
+        raise typer.BadParameter("give one lake table (delta:… or iceberg:…) and no other source", param_hint="SOURCE")
+    if others:
+        raise typer.BadParameter("for update files only, not for lake tables", param_hint=others[0])
+    from storage.lattice import format_frontier
+    from storage.sources.lake import ingest_lake
+    st = store_at(store)
+    keys = [k.strip() for k in key.split(",") if k.strip()] if key is not None else None
+    with render.progress(1, f"ingest {trace}") as step:
+        res = ingest_lake(st, trace, sources[0], key=keys, time_from=time_from or "version", limit=max_versions,
+                          progress=step)
+    noop = not res.numbers
+    record = {"command": "ingest", "trace": trace, "noop": noop, "created": res.created, "updates": res.rows,
+              "source": sources[0], "versions": res.numbers, "position": res.position,
+              "upper": format_frontier(res.upper) if res.upper is not None else None, "warnings": st.warnings}
+    if noop:
+        at = f" (it holds {', '.join(f'{k} {v}' for k, v in res.position.items())})" if res.position else ""
+        msg = f"nothing to do: trace {trace!r} already holds every version of {res.label}{at}"
+    else:
+        span = str(res.numbers[0]) if len(res.numbers) == 1 else f"{res.numbers[0]}-{res.numbers[-1]}"
+        msg = (f"{'created trace' if res.created else 'trace'} {trace!r}: ingested {plural(res.rows, 'update')} "
+               f"from {plural(len(res.numbers), 'version')} ({span}) of {res.label}; upper is "
+               f"{format_frontier(res.upper)}")
     render.report(record, msg, out, output)
     finish(noop, strict_noop)
 

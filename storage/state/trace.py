@@ -112,6 +112,7 @@ class Trace:
     holds: dict[str, Hold] = field(default_factory=dict)
     ingested: dict[str, int] = field(default_factory=dict)  # storage/state/ingested.py: bounded
     owner: str | None = None  # the pipeline that writes this trace, if any
+    sources: dict[str, dict] = field(default_factory=dict)  # lake table -> how far it was taken (storage/sources/)
 
     @property
     def data_columns(self) -> list[str]:
@@ -146,6 +147,7 @@ class Trace:
             "next_seq": self.next_seq,
             "holds": {h: v.to_json() for h, v in self.holds.items()},
             "ingested": dict(self.ingested), "owner": self.owner,
+            **({"sources": {k: dict(v) for k, v in self.sources.items()}} if self.sources else {}),
         }
 
     @classmethod
@@ -161,4 +163,5 @@ class Trace:
             next_seq=v["next_seq"],
             holds={h: Hold.from_json(x, d) for h, x in v.get("holds", {}).items()},
             ingested=ingested.from_json(v.get("ingested")), owner=v.get("owner"),
+            sources={str(k): dict(x) for k, x in v.get("sources", {}).items()},
         )

@@ -147,6 +147,19 @@ def ingest(s: State, proto: Trace, existing: Trace | None, sealed: Sealed, seal_
     return s.with_traces({name: t})
 
 
+def took_lake_table(s: State, name: str, source: str, before: dict | None, after: dict) -> State:
+    """Remember that trace ``name`` took lake table ``source`` up to ``after`` (a Delta
+    version, an Iceberg snapshot: storage/sources/), in the same commit as the updates it
+    took; only while the record still says ``before``, so no version is taken twice."""
+    t = s.traces.get(name)
+    if t is None:
+        raise Conflict(f"trace {name!r} was removed while ingesting; nothing was ingested")
+    if t.sources.get(source) != before:
+        raise Conflict(f"{source} was ingested into trace {name!r} by another command at the same time; "
+                       f"nothing was ingested by this one")
+    return s.with_traces({name: t.with_(sources={**t.sources, source: dict(after)})})
+
+
 def advance(s: State, seen: Trace, sealed: Sealed | None, upper: Frontier | None,
             since: Frontier | None) -> State:
     """Move trace ``seen.name``'s upper (with the layers ``sealed`` wrote) and/or its since."""
