@@ -219,3 +219,79 @@ def test_a_change_at_the_head_moves_the_ranks_but_a_lag_only_its_neighbours(monk
         out = reduce_delta(table, ["k"], VALUES, 1, Window(["o"], False, functions, partition_by=["k"]))
         inserted = int(np.sum(np.asarray(out.column("diff")) > 0))
         assert inserted == want, (functions, inserted)
+
+
+# ------------------------------------------------------------------ through runs on Spark
+
+BIG = pa.schema([("k", pa.int64()), ("o", pa.int64()), ("x", pa.decimal128(9, 2)), ("s", pa.string())])
+BIG_PIPELINE = '''
+from ops.dataflow.windows import lag, rank, row_number, running_sum
+
+
+def pipeline(p):
+    xs = p.input("xs")
+    p.output("w", xs.window("k", "o", before=lag("s"), rn=row_number(), tot=running_sum("x"), rk=rank()))
+'''
+BIG_SQL = {"w": "lag(s) OVER (PARTITION BY k ORDER BY o, x, s), row_number() OVER (PARTITION BY k ORDER BY o, x, s), "
+                "sum(x) OVER (PARTITION BY k ORDER BY o), rank() OVER (PARTITION BY k ORDER BY o)"}
+
+
+def _big_at(updates, t) -> dict:
+    """Every output of BIG_PIPELINE at time ``t``, by DuckDB from the updates up to it."""
+    acc = Counter()
+    for row, (ut,), d in updates:
+        if ut <= t:
+            acc[row] += d
+    rows = [r for r, m in acc.items() for _ in range(m) if m > 0]
+    table = pa.table({c: pa.array([r[i] for r in rows], BIG.field(c).type) for i, c in enumerate(BIG.names)},
+                     schema=BIG)
+    con = duckdb.connect()
+    con.register("xs", table)
+    return {out: Counter(con.execute(f"SELECT k, o, x, s, {sql} FROM xs").fetchall()) for out, sql in BIG_SQL.items()}
+
+
+def _found_at(rows, out, t) -> Counter:
+    names = ["k", "o", "x", "s", "before", "rn", "tot", "rk"]
+    acc = Counter()
+    for r in rows:
+        if r["time"] <= t:
+            acc[tuple(r[c] for c in names)] += r["diff"]
+    return Counter({r: m for r, m in acc.items() if m})
+
+
+def test_runs_over_a_large_partition_emit_what_each_change_moves(spark, tmp_path):
+    from tests.helpers.pipeline_bench import Bench
+
+    rng = random.Random(5)
+    n = 3000
+    bench = Bench(tmp_path, 1)
+    path = bench.pipeline("big", BIG_PIPELINE)
+    first = [((0, i, Decimal(i % 13) / 4, rng.choice("ab")), (i % 3,), 1) for i in range(n)]
+    first += [((None if i % 5 == 0 else 1 + i % 3, rng.randrange(20), Decimal(i % 7), None), (i % 3,), 1)
+              for i in range(60)]
+    bench.ingest("xs", BIG, first)
+    bench.run(path)
+    # one row after the last of the big partition: one output update (lag, row_number,
+    # running sum and rank of the new row; no other row moves)
+    bench.ingest("xs", BIG, [((0, n + 10, Decimal("1.00"), "z"), (3,), 1)])
+    bench.run(path)
+    for out in BIG_SQL:
+        at_3 = [r for r in bench.rows(out) if r["time"] == 3]
+        assert len(at_3) == 1, (out, at_3)
+    bench.advance_and_compact("2", full=True)
+    # changes here and there, ties, retractions, nulls, several times in one run
+    later = []
+    for t in range(4, 9):
+        for _ in range(3):
+            if rng.random() < 0.4:
+                later.append((first[rng.randrange(n)][0], (t,), -1))
+            else:
+                later.append(((rng.choice([0, 0, 1, None]), rng.choice([rng.randrange(n), None]),
+                               Decimal(rng.randrange(100)) / 4, rng.choice(["a", None])), (t,), 1))
+    bench.ingest("xs", BIG, later)
+    bench.run(path)
+    rows = {out: bench.rows(out) for out in BIG_SQL}
+    for t in range(2, 9):
+        want = _big_at(bench.updates["xs"], t)
+        for out in BIG_SQL:
+            assert _found_at(rows[out], out, t) == want[out], f"{out} at time {t}"
