@@ -88,12 +88,13 @@ class _Universe:
         uid, P = row_ids(table, values, base=kid, ordered=False)
         rep = np.empty(P, np.int64)
         rep[uid] = np.arange(table.num_rows, dtype=np.int64)
-        rows = table.select(values).take(pa.array(rep)).append_column(GROUP, pa.array(kid[rep], pa.int64()))
+        taker = pa.array(rep)
+        rows = pa.table({GROUP: pa.array(kid[rep], pa.int64()), **{c: table.column(c).take(taker) for c in values}})
         keys = [(GROUP, "ascending"), *zip(reducer.order_by, reducer.directions),
                 *[(c, "ascending") for c in reducer.rest(values)]]
         order = sql_order(rows, keys)
         self.rows = rows.take(pa.array(order))
-        self.size = P
+        self.values, self.size = values, P
         pos = np.empty(P, np.int64)
         pos[order] = np.arange(P, dtype=np.int64)
         self.row_pos = pos[uid]
@@ -219,7 +220,8 @@ class _Sweep:
         o = np.argsort(group, kind="stable")
         cells, group = cells[o], group[o]
         pos = cu[cells]
-        rows = uni.rows.take(pa.array(pos)).drop_columns([GROUP]).append_column(GROUP, pa.array(group, pa.int64()))
+        taker = pa.array(pos)
+        rows = pa.table({GROUP: pa.array(group, pa.int64()), **{c: uni.rows.column(c).take(taker) for c in uni.values}})
         offsets = None if totals is None else self._offsets(rows, group, seg_step, totals)
         cols = self.reducer.columns(rows, self.out_schema, offsets)
         return pos, self.step_time[seg_step[group // 2]], cols, np.where(group % 2 == 1, 1, -1)

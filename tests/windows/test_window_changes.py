@@ -19,7 +19,6 @@ import pytest
 
 from ops.dataflow import windows as W
 from ops.dataflow.window_reducer import Window
-from ops.reduce import window_sweep
 from ops.reduce.kernel import reduce_delta
 
 SCHEMA = pa.schema([("k", pa.int64()), ("o", pa.int64()), ("f", pa.float64()), ("p", pa.decimal128(9, 2)),
@@ -82,7 +81,7 @@ def _plain(v):
     return v
 
 
-def kernel_outputs(updates, new_from: int, name: str, max_cells: int = 1 << 21) -> dict:
+def kernel_outputs(updates, name: str, max_cells: int = 1 << 21) -> dict:
     """``reduce_delta``'s output changes: time -> Counter of output rows."""
     order, descending, functions, _ = WINDOWS[name]
     rows = [u[0] for u in updates]
@@ -130,7 +129,7 @@ def random_stream(rng, *, partitions: int, rows: int, old_times: range, new_time
 
 
 def check(updates, name, max_cells=1 << 21):
-    found = kernel_outputs(updates, 0, name, max_cells)
+    found = kernel_outputs(updates, name, max_cells)
     times = sorted({u[1] for u in updates})
     acc_total, acc_old, acc_found = Counter(), Counter(), Counter()
     first_new = min(u[1] for u in updates if u[3])
@@ -202,7 +201,6 @@ def test_a_change_at_the_tail_costs_a_few_rows_not_the_partition(monkeypatch, na
     # the new row, and for lag its successor's neighbour: never the partition
     assert out.num_rows <= most + 1, out.to_pylist()
     assert sum(evaluated) <= 8, f"{name}: evaluated {sum(evaluated)} rows for a one-row change"
-    assert window_sweep  # the kernel measured is the one-dimensional window sweep
 
 
 def test_a_change_at_the_head_moves_the_ranks_but_a_lag_only_its_neighbours(monkeypatch):
@@ -295,3 +293,17 @@ def test_runs_over_a_large_partition_emit_what_each_change_moves(spark, tmp_path
         want = _big_at(bench.updates["xs"], t)
         for out in BIG_SQL:
             assert _found_at(rows[out], out, t) == want[out], f"{out} at time {t}"
+
+
+def test_a_window_of_partition_columns_only():
+    """Rows without value columns: a partition's rows are its multiplicity."""
+    t = pa.table({"k": [1, 1, 1, 2], "time": [0, 1, 2, 2], "diff": [1, 1, 1, 1], "_new": [False, True, True, True]})
+    out = reduce_delta(t, ["k"], [], 1, Window(None, False, {"n": W.running_count(), "r": W.row_number()},
+                                               partition_by=["k"]))
+    got = Counter()
+    for r in out.to_pylist():
+        got[(r["k"], r["n"], r["r"], r["time"])] += r["diff"]
+    # time 1: one row becomes two; time 2: two become three; partition 2 appears
+    assert +got == Counter({(1, 2, 1, 1): 1, (1, 2, 2, 1): 1, (1, 3, 1, 2): 1, (1, 3, 2, 2): 1, (1, 3, 3, 2): 1,
+                            (2, 1, 1, 2): 1})
+    assert -got == Counter({(1, 1, 1, 1): 1, (1, 2, 1, 2): 1, (1, 2, 2, 2): 1})
