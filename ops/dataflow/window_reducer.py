@@ -1,11 +1,14 @@
 """The ``window`` reducer: every row of a partition with its window functions' values.
 
 A reduce keyed by the partition columns whose ``f`` is the whole partition, each row
-with new columns (ops/dataflow/windows.py says what they mean). It is evaluated like
-any reducer on the grid of times (ops/reduce/grid.py): one call for many (partition,
-time) groups at once, here one sort of all their rows and prefix sums over it, no Python
-per row or per partition. A change recomputes its whole partition at the times it
-touches; the output changes are the rows whose values moved.
+with new columns (ops/dataflow/windows.py says what they mean). With one-dimensional
+times a change recomputes only the rows of its partition it affects
+(ops/reduce/window_sweep.py evaluates the functions over those rows with
+:class:`Offsets`, what the rows before them contribute). With more coordinates it is
+evaluated like any reducer on the grid of times (ops/reduce/grid.py): one call for many
+(partition, time) groups at once, one sort of all their rows and prefix sums over it, no
+Python per row or per partition; a change recomputes its whole partition at the times it
+touches. Either way the output changes are the rows whose values moved.
 
 Rows are ordered as SQL (DuckDB) orders them: by the order columns in their directions,
 nulls last in either direction, NaN the greatest number; rows tied there follow their
@@ -17,6 +20,7 @@ multiplicity ``c`` is ``c`` rows, each with its own ``row_number``.
 from __future__ import annotations
 
 import decimal
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -67,15 +71,67 @@ class Window(Reducer):
     def __call__(self, rows):
         values = [c for c in rows.column_names if c not in (GROUP, COUNT)]
         out_schema = self.output_schema(rows.select(values).schema)
-        rows = _ordered(_expanded(rows), self.order_by, self.directions,
-                        [c for c in values if c not in self.order_by])
-        at = _Positions(rows, self.order_by)
+        rows = _ordered(_expanded(rows), self.order_by, self.directions, self.rest(values))
         cols = {GROUP: rows.column(GROUP), **{c: rows.column(c) for c in values}}
-        prefixes = {}  # a column's prefix sums, shared by the functions over it
-        for name, fn in self.functions.items():
-            cols[name] = _evaluate(fn, rows, at, out_schema.field(name).type, prefixes)
+        cols.update(self.columns(rows, out_schema))
         cols[COUNT] = pa.array(np.ones(rows.num_rows, np.int64))
         return pa.table(cols)
+
+    def rest(self, values: list[str]) -> list[str]:
+        """The value columns that order rows tied in the window's order (ascending)."""
+        return [c for c in values if c not in self.order_by]
+
+    def columns(self, rows: pa.Table, out_schema: pa.Schema, offsets: "Offsets | None" = None) -> dict:
+        """Each window function's column over ``rows`` (one row per unit of multiplicity,
+        by ``GROUP`` then the window's order); with ``offsets``, each group is the end of
+        its partition and ``offsets`` what the partition's rows before it contribute."""
+        at = _Positions(rows, self.order_by)
+        prefixes = {}  # a column's prefix sums, shared by the functions over it
+        return {name: _evaluate(fn, rows, at, out_schema.field(name).type, prefixes, offsets)
+                for name, fn in self.functions.items()}
+
+    def reach(self) -> "Reach":
+        """How far a change at a position of the order moves the functions' values."""
+        back = fwd = 0
+        prefix = peers = False
+        for fn in self.functions.values():
+            if fn.kind in ("lag", "lead"):
+                back, fwd = (max(back, fn.offset), fwd) if fn.kind == "lag" else (back, max(fwd, fn.offset))
+            elif fn.kind in ("row_number", "rank", "dense_rank") or unbounded(fn):
+                prefix = True
+                peers = peers or fn.kind in ("rank", "dense_rank") or fn.frame.unit == "range"
+            else:  # rows(n): the n rows before
+                back = max(back, fn.frame.preceding)
+        return Reach(back, fwd, prefix, peers)
+
+
+class Reach(NamedTuple):
+    """A change at position ``p`` of a partition's order (one row per unit of multiplicity)
+    moves the values of the rows ``p - fwd .. p + back`` (``lead``'s and ``lag``'s offsets,
+    a ROWS frame's preceding rows); with ``prefix`` functions (ranks, frames from the
+    partition's first row) every row from ``p`` on, from the first of ``p``'s peers with
+    ``peers`` (ranks and RANGE frames see peers as one)."""
+
+    back: int
+    fwd: int
+    prefix: bool
+    peers: bool
+
+
+class Offsets(NamedTuple):
+    """Per row, what the rows of its partition before its group contribute: their number
+    (``count``), their distinct orders (``dense``), and per column its non-null values
+    (``n``) and their exact sum (``sums``, ops/exact_sum.py)."""
+
+    count: np.ndarray
+    dense: np.ndarray | None
+    n: dict
+    sums: dict
+
+
+def unbounded(fn: WindowFunction) -> bool:
+    """Whether ``fn`` is a running aggregate from the partition's first row."""
+    return fn.kind in ("sum", "count", "avg") and (fn.frame.unit == "range" or fn.frame.preceding is None)
 
 
 def _type(name: str, fn: WindowFunction, values_schema: pa.Schema) -> pa.DataType:
@@ -150,45 +206,55 @@ class _Positions:
         return first, last
 
 
-def _evaluate(fn: WindowFunction, rows: pa.Table, at: _Positions, out_t: pa.DataType, prefixes: dict) -> pa.Array:
+def _evaluate(fn: WindowFunction, rows: pa.Table, at: _Positions, out_t: pa.DataType, prefixes: dict,
+              offsets: Offsets | None) -> pa.Array:
     """The column of window function ``fn`` for every ordered row."""
+    before = 0 if offsets is None else offsets.count
     if fn.kind == "row_number":
-        return pa.array(at.index - at.first + 1, pa.int64())
+        return pa.array(at.index - at.first + 1 + before, pa.int64())
     if fn.kind == "rank":
-        return pa.array(at.peer_first - at.first + 1, pa.int64())
+        return pa.array(at.peer_first - at.first + 1 + before, pa.int64())
     if fn.kind == "dense_rank":
         peers = np.cumsum(at.peer_starts)
-        return pa.array(peers - peers[at.first] + 1 if len(peers) else peers, pa.int64())
+        dense = peers - peers[at.first] + 1 if len(peers) else peers
+        return pa.array(dense if offsets is None else dense + offsets.dense, pa.int64())
     if fn.kind in ("lag", "lead"):
         src = at.index - fn.offset if fn.kind == "lag" else at.index + fn.offset
         inside = (src >= at.first) & (src <= at.last)
         col = rows.column(fn.column)
         taken = col.take(pa.array(np.where(inside, src, 0))) if len(src) else col
         return pc.if_else(pa.array(inside), taken, _default("", fn, out_t))
-    return _running(fn, rows, at, out_t, prefixes)
+    return _running(fn, rows, at, out_t, prefixes, offsets if unbounded(fn) else None)
 
 
-def _running(fn: WindowFunction, rows: pa.Table, at: _Positions, out_t: pa.DataType, prefixes: dict) -> pa.Array:
+def _running(fn: WindowFunction, rows: pa.Table, at: _Positions, out_t: pa.DataType, prefixes: dict,
+             offsets: Offsets | None) -> pa.Array:
     """A running ``sum``/``count``/``avg`` over each row's frame ``[lo, hi]``: differences
-    of prefix sums over all rows (a frame never leaves its partition). Sums are exact
-    integers (ops/exact_sum.py), rounded once."""
+    of prefix sums over all rows (a frame never leaves its partition), plus ``offsets``
+    for a frame from the partition's first row. Sums are exact integers
+    (ops/exact_sum.py), rounded once."""
     if fn.frame.unit == "range":
         lo, hi = at.first, at.peer_last
     else:
         lo = at.first if fn.frame.preceding is None else np.maximum(at.index - fn.frame.preceding, at.first)
         hi = at.index
     if fn.column is None:
-        return pa.array(hi - lo + 1, pa.int64())
+        return pa.array(hi - lo + 1 + (0 if offsets is None else offsets.count), pa.int64())
     col = rows.column(fn.column)
     if ("n", fn.column) not in prefixes:
         prefixes["n", fn.column] = _prefix(pc.is_valid(col).to_numpy(zero_copy_only=False).astype(np.int64))
     n = _framed(prefixes["n", fn.column], lo, hi)
+    if offsets is not None:
+        n = n + offsets.n[fn.column]
     if fn.kind == "count":
         return pa.array(n, pa.int64())
     sum_t = exact_sum.sum_type(col.type)
     if ("sum", fn.column) not in prefixes:
         prefixes["sum", fn.column] = _prefix(exact_sum.weights(col, sum_t, np.ones(len(lo), np.int64)))
-    total = exact_sum.values(_framed(prefixes["sum", fn.column], lo, hi), sum_t)
+    total = _framed(prefixes["sum", fn.column], lo, hi)
+    if offsets is not None:
+        total = total + offsets.sums[fn.column]
+    total = exact_sum.values(total, sum_t)
     if fn.kind == "avg":
         total = pc.divide(total.cast(pa.float64()), pa.array(n, pa.float64()))
     return pc.if_else(pa.array(n > 0), total.cast(out_t), pa.scalar(None, out_t))

@@ -96,10 +96,23 @@ def _reducer(r, key) -> str:
         parts = [f"{name} = {_window_function(f)}" for name, f in r.functions.items()]
         within = f"partition by {_names(key)}" if key else "one partition"
         return f"every row with {', '.join(parts)} over ({within}, order by {order or '(none)'}), " \
-               f"a changed partition recomputed whole,"
+               f"{_window_upkeep(r)},"
     if isinstance(r, reducers.PerKey):
         return f"a function of each key's rows {per} ({getattr(r.fn, '__name__', 'user function')})"
     return f"{type(r).__name__} {per}"
+
+
+def _window_upkeep(r) -> str:
+    """Which rows a change recomputes (ops/reduce/window_sweep.py; loops: the whole partition)."""
+    reach = r.reach()
+    if reach.prefix:
+        return "a change recomputing the rows from it to its partition's end"
+    near = []
+    if reach.fwd:
+        near.append(f"{reach.fwd} before")
+    if reach.back:
+        near.append(f"{reach.back} after")
+    return f"a change recomputing its own row{' and the ' + ' and '.join(near) if near else ''}"
 
 
 def _window_function(f) -> str:

@@ -11,6 +11,7 @@ Which kernel computes it depends on the reducer and the time dimension:
   (distinct, threshold), abelian (count, sum, count_distinct) or order (min, max, top_k)
   -- cost O(updates · log) per key plus the output changes, for any number of distinct
   value rows and times;
+* ``d = 1`` and ``window``: ``ops.reduce.window_sweep``, the rows each change moves;
 * ``d >= 2``: a key's slabs of equal last coordinate, from its first new update on, one
   dimension lower (``ops.reduce.slabs``), when they cost less than its grid -- always for
   a key with one such slab (most keys of a loop round);
@@ -35,6 +36,7 @@ from ops.columnar import COUNT, GROUP, empty_table, new_flags, np_int, row_ids
 from ops.dataflow.reducers import (Count,  # noqa: F401 - the reducers are part of this module's interface
                                    CountDistinct, Distinct, Max, Min, PerKey, Reducer, Sum, Threshold, TopK,
                                    presence)
+from ops.dataflow.window_reducer import Window
 from ops.errors import KeyTooLarge
 from ops.reduce import builtin_grid as lattice
 from ops.reduce import slabs as rf
@@ -42,6 +44,7 @@ from ops.reduce import sweep as sw
 from ops.reduce.grid import grid_cells, grid_delta
 from ops.reduce.overflow import naming_the_key
 from ops.reduce.presence import presence_delta
+from ops.reduce.window_sweep import window_delta
 from storage.lattice import time_columns
 from storage.layer import strictly_ascending
 from storage.row_order import group_sum, lex_order
@@ -186,6 +189,10 @@ def _dispatch(table, key, values, d, reducer, out_schema, result_schema, max_cel
     limit = (memory_budget() if limit_bytes is None else limit_bytes) // BYTES_PER_CELL
     if d == 1 and isinstance(reducer, SWEEPABLE):
         parts = _sweep_parts(table, key, values, reducer, out_schema, result_schema, max_rows)
+    elif d == 1 and isinstance(reducer, Window):  # the rows a change moves, not its partition
+        parts = [window_delta(sub, key, values, reducer, out_schema, result_schema, max_cells, limit)
+                 for sub in key_slices(table, key, max_rows)]
+        parts = [p for p in parts if p is not None]
     elif isinstance(reducer, (Distinct, Threshold)):
         # one value row at a time: the grid of each (key, value row), not of each key
         fn = _multiplicity_fn(reducer)

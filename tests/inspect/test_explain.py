@@ -199,3 +199,6 @@ def test_a_window_is_one_sentence_naming_its_functions_and_frames():
         "every row with n = row_number(), prev = lag(x, 2, 0), s = sum(x) rows 3 preceding, "
         "c = count(*) range unbounded preceding over (partition by k, order by t descending)")
     assert "one partition, order by (none)" in summary(xs.window([], None, m=W.running_avg("x")).node)
+    assert "a change recomputing the rows from it to its partition's end" in summary(win.node)
+    near = summary(xs.window("k", "t", prev=W.lag("x", 2), nxt=W.lead("x"), s=W.running_sum("x", W.rows(1))).node)
+    assert "a change recomputing its own row and the 1 before and 2 after" in near

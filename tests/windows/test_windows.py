@@ -206,8 +206,10 @@ def test_a_partition_over_the_memory_budget_is_refused_naming_the_window():
     from ops.errors import KeyTooLarge
     from ops.reduce.kernel import reduce_delta
 
-    n = 5000  # one partition of 5,000 rows changing at 50 times: 250,000 grid cells
-    t = pa.table({"k": np.zeros(n, np.int64), "t": np.arange(n), "time": np.arange(n) % 50,
-                  "diff": np.ones(n, np.int64)})
-    with pytest.raises(KeyTooLarge, match=r"^window\(order by t desc: rn\): key \{'k': 0\} needs 250,000 cells"):
-        reduce_delta(t, ["k"], ["t"], 1, Window(["t"], [True], {"rn": row_number()}), limit_bytes=120 * 100_000)
+    n = 5000  # a partition of 5,000 stored rows and a new first row: every row's number moves
+    old = pa.table({"k": np.zeros(n, np.int64), "t": np.arange(n), "time": np.arange(n) % 50,
+                    "diff": np.ones(n, np.int64), "_new": np.zeros(n, bool)})
+    head = pa.table({"k": [0], "t": [n], "time": [50], "diff": [1], "_new": [True]}).cast(old.schema)
+    with pytest.raises(KeyTooLarge, match=r"^window\(order by t desc: rn\): a change of key \{'k': 0\} moves 5,001 "):
+        reduce_delta(pa.concat_tables([old, head]), ["k"], ["t"], 1, Window(["t"], [True], {"rn": row_number()}),
+                     limit_bytes=120 * 1000)
