@@ -1,0 +1,137 @@
+"""The current-state tables follow ddcli's log: after a kill, with the setting off, on S3.
+
+These tests need no Spark: an output is a trace marked as a pipeline's (:func:`make_output`)
+whose updates are sealed the way a run commits them (:func:`seal`). The writer that is
+killed runs in a fresh interpreter with ``DDCLI_FAULT`` set (storage/faults.py), so it dies
+right there, as SIGKILL would leave it; the next command that changes the store, or
+``ddcli compact``, must bring the table up to date. Readers: delta-rs and polars only,
+compared with a plain-Python fold of the updates the test wrote.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from storage.store import Store
+from tests.helpers.delta_reader import storage_options
+from tests.helpers.store_refs import fold, py, run_writer, write_updates
+
+A = [((k, "a"), (0,), 1) for k in range(4)] + [((9, None), (0,), 2)]
+B = [((0, "a"), (1,), -1), ((9, None), (1,), 1), ((5, "é"), (1,), 3)]
+C = [((5, "é"), (2,), -3), ((1, "a"), (2,), 1)]
+
+
+def make_output(store: Store, name: str, path: str) -> None:
+    """Ingest ``path`` as trace ``name``, then mark it as pipeline ``p``'s output."""
+    store.ingest(name, [path])
+    store.write_and_commit("own", lambda written: None,
+                           lambda s, _: s.with_traces({name: s.traces[name].with_(owner="p")}))
+
+
+def seal(store: Store, name: str, path: str, upper: int) -> None:
+    """What a run commits to its output: the updates of ``path`` sealed up to ``upper``."""
+    import pyarrow.parquet as pq
+
+    from storage.lattice import parse_frontier
+    from storage.state import transitions
+    trace, frontier = store.trace(name), parse_frontier(str(upper), 1)
+    table = pq.read_table(path).cast(store.read_updates(trace, []).schema)
+    store.write_and_commit("run", lambda written: store.write_seal(trace, table, frontier, written),
+                           lambda s, sealed: transitions.advance(s, trace, sealed, frontier, None))
+
+
+SEAL = """
+import sys
+sys.path.insert(0, {tests})
+from storage.store import Store
+from test_current_follow import seal
+seal(Store({store}), "out", {path}, {upper})
+"""
+
+
+def current(uri: str, reader: str = "delta-rs") -> dict[tuple, int]:
+    import pyarrow as pa
+    if reader == "polars":
+        import polars as pl
+        table = pl.read_delta(uri, storage_options=storage_options(uri)).to_arrow()
+    else:
+        from deltalake import DeltaTable
+        table = pa.table(DeltaTable(uri, storage_options=storage_options(uri)).to_pyarrow_table())
+    return {(r["k"], r["v"]): r["count"] for r in table.to_pylist()}
+
+
+def versions(uri: str) -> list[dict]:
+    from deltalake import DeltaTable
+    return [h["ddcli"] for h in reversed(DeltaTable(uri, storage_options=storage_options(uri)).history())]
+
+
+def table_of(store: Store, name: str = "out") -> str:
+    return store.blobs.join(store.path, "tables", name)
+
+
+@pytest.mark.parametrize("next_command", ["seal", "compact"])
+@pytest.mark.parametrize("fault", ["tables.before_commit", "tables.after_commit"])
+def test_a_kill_between_ddcli_commit_and_the_table_is_caught_up_by_the_next_command(tmp_path, fault, next_command):
+    store = Store(str(tmp_path / "store"))
+    make_output(store, "out", write_updates(str(tmp_path / "a.parquet"), A, 1))
+    uri = table_of(store)
+    assert current(uri) == fold(A, (0,))
+    b = write_updates(str(tmp_path / "b.parquet"), B, 1)
+    res = run_writer(SEAL.format(tests=py(os.path.dirname(__file__)), store=py(store.path), path=py(b), upper=2),
+                     fault=fault)
+    assert res.returncode == 137, f"the writer did not reach {fault}: rc={res.returncode}\n{res.stderr[-2000:]}"
+    store = Store(store.path)
+    assert store.trace("out").upper.elements == ((2,),), "ddcli's commit stands"
+    if fault == "tables.before_commit":
+        assert current(uri) == fold(A, (0,)), "the table lags behind ddcli's log, never ahead"
+    raw = A + B
+    if next_command == "seal":
+        seal(store, "out", write_updates(str(tmp_path / "c.parquet"), C, 1), 3)
+        raw += C
+    else:
+        store.compact()
+    t = store.trace("out").upper.elements[0][0] - 1
+    assert current(uri) == current(uri, "polars") == fold(raw, (t,))
+    shown = versions(uri)
+    assert shown[-1]["time"] == [t] and len({v["logVersion"] for v in shown}) == len(shown), "no version twice"
+    store.compact()  # nothing left to catch up: no new version
+    assert len(versions(uri)) == len(shown) and not store.warnings
+
+
+def test_the_tables_can_be_turned_off_and_on_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDCLI_TABLES", "off")
+    store = Store(str(tmp_path / "store"))
+    make_output(store, "out", write_updates(str(tmp_path / "a.parquet"), A, 1))
+    seal(store, "out", write_updates(str(tmp_path / "b.parquet"), B, 1), 2)
+    assert not store.blobs.exists(store.blobs.join(store.path, "tables"))
+    assert os.listdir(store.path) and not os.path.exists(os.path.join(store.path, "tables"))
+    assert os.path.exists(os.path.join(store.trace_dir("out"), "_delta_log")), "the trace's own log is still written"
+    monkeypatch.setenv("DDCLI_TABLES", "on")
+    store = Store(store.path)
+    store.ingest("other", [write_updates(str(tmp_path / "o.parquet"), A, 1)])  # any change catches them up
+    assert current(table_of(store)) == fold(A + B, (1,))
+    assert not os.path.exists(table_of(store, "other")), "an input trace has no current-state table"
+
+
+def test_a_table_whose_output_is_dropped_is_emptied(tmp_path):
+    store = Store(str(tmp_path / "store"))
+    make_output(store, "out", write_updates(str(tmp_path / "a.parquet"), A, 1))
+    store.write_and_commit("drop", lambda written: None, lambda s, _: s.with_traces({"out": None}))
+    uri = table_of(store)
+    assert current(uri) == {} and "empty" in versions(uri)[-1]
+
+
+def test_current_state_tables_on_the_object_store(s3_env, tmp_path):
+    from tests.helpers.s3 import new_prefix
+    store = Store(new_prefix())
+    make_output(store, "out", write_updates(str(tmp_path / "a.parquet"), A, 1))
+    raw, uri = list(A), table_of(store)
+    assert uri.startswith("s3://")
+    for i, rows in enumerate([B, C]):
+        seal(store, "out", write_updates(str(tmp_path / f"u{i}.parquet"), rows, 1), i + 2)
+        raw += rows
+        assert current(uri) == current(uri, "polars") == fold(raw, (i + 1,))
+    assert [v["change"] for v in versions(uri)] == ["full", "incremental", "incremental"]
+    assert not store.warnings
