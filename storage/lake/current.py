@@ -121,7 +121,7 @@ def bring_up(store, name: str, trace: Trace | None, version: int) -> str:
         return "replaced"
     if info.get("upper") == trace.upper.to_json() and info.get("d") == trace.d and "empty" not in info:
         return "current"
-    change, how = _change(store, trace, table, info)
+    change, how = change_since(store, trace, info.get("time"), lambda: pa.table(table.to_pyarrow_table()))
     _merge(table, change, trace, _properties(name, trace, version, how))
     return how
 
@@ -154,7 +154,7 @@ def _write(store, uri: str, name: str, trace: Trace, version: int, mode: str, op
 # ------------------------------------------------------------------ the change, in DuckDB
 
 
-def _sql_name(c: str) -> str:
+def sql_name(c: str) -> str:
     return '"' + c.replace('"', '""') + '"'
 
 
@@ -169,13 +169,13 @@ def _updates_sql(store, trace: Trace, layers) -> str | None:
 def _time_condition(trace: Trace, t: tuple | None, after: tuple | None = None) -> str:
     conds = []
     if t is not None:
-        conds += [f"{_sql_name(c)} <= {x}" for c, x in zip(time_columns(trace.d), t)]
+        conds += [f"{sql_name(c)} <= {x}" for c, x in zip(time_columns(trace.d), t)]
     if after is not None:
-        conds += [f"{_sql_name(c)} > {x}" for c, x in zip(time_columns(trace.d), after)]
+        conds += [f"{sql_name(c)} > {x}" for c, x in zip(time_columns(trace.d), after)]
     return " WHERE " + " AND ".join(conds) if conds else ""
 
 
-def _query(store, sql: str, schema: pa.Schema, tables: dict | None = None) -> pa.Table:
+def query(store, sql: str, schema: pa.Schema, tables: dict | None = None) -> pa.Table:
     from storage.sql.duck import connect
     with connect(store) as con:
         for n, t in (tables or {}).items():
@@ -189,17 +189,19 @@ def collection(store, trace: Trace) -> pa.Table:
     src = _updates_sql(store, trace, trace.layers)
     if src is None:
         return schema.empty_table()
-    cols = ", ".join(_sql_name(c) for c in trace.data_columns)
-    return _query(store, f"SELECT {cols}, CAST(SUM(diff) AS BIGINT) FROM {src}"
+    cols = ", ".join(sql_name(c) for c in trace.data_columns)
+    return query(store, f"SELECT {cols}, CAST(SUM(diff) AS BIGINT) FROM {src}"
                          f"{_time_condition(trace, latest_time(trace))} GROUP BY ALL HAVING SUM(diff) <> 0", schema)
 
 
-def _change(store, trace: Trace, table, info: dict) -> tuple[pa.Table, str]:
-    """The rows whose multiplicity changed since what ``table`` shows, with the change."""
+def change_since(store, trace: Trace, old: list | None, have) -> tuple[pa.Table, str]:
+    """The rows whose multiplicity changed from what a table shows (the collection at time
+    ``old``, or None: unknown; ``have()`` reads its rows) to ``trace``'s latest time: the
+    data columns and the change (:data:`CHANGE`), and how it was found."""
     schema = table_schema(trace)
     change_schema = pa.schema(list(schema)[:-1] + [pa.field(CHANGE, pa.int64())])
-    cols = ", ".join(_sql_name(c) for c in trace.data_columns)
-    old, new = info.get("time"), latest_time(trace)
+    cols = ", ".join(sql_name(c) for c in trace.data_columns)
+    new = latest_time(trace)
     if (trace.d == 1 and new is not None and isinstance(old, list) and len(old) == 1 and old[0] <= new[0]
             and trace.since.beyond(tuple(old))):
         # times at or before the old time stay there whatever compaction did (the since is
@@ -210,13 +212,12 @@ def _change(store, trace: Trace, table, info: dict) -> tuple[pa.Table, str]:
             return change_schema.empty_table(), "incremental"
         sql = (f"SELECT {cols}, CAST(SUM(diff) AS BIGINT) FROM {src}{_time_condition(trace, new, tuple(old))} "
                f"GROUP BY ALL HAVING SUM(diff) <> 0")
-        return _query(store, sql, change_schema), "incremental"
+        return query(store, sql, change_schema), "incremental"
     now = collection(store, trace)
-    have = table.to_pyarrow_table().cast(schema)
-    m = _sql_name(schema.names[-1])
+    m = sql_name(schema.names[-1])
     sql = (f"SELECT {cols}, CAST(SUM(n) AS BIGINT) FROM (SELECT {cols}, {m} AS n FROM now "
            f"UNION ALL SELECT {cols}, -{m} AS n FROM have) GROUP BY ALL HAVING SUM(n) <> 0")
-    return _query(store, sql, change_schema, {"now": now, "have": have}), "full"
+    return query(store, sql, change_schema, {"now": now, "have": have().cast(schema)}), "full"
 
 
 def _merge(table, change: pa.Table, trace: Trace, properties) -> None:
@@ -225,8 +226,8 @@ def _merge(table, change: pa.Table, trace: Trace, properties) -> None:
     if change.num_rows == 0:
         table.create_write_transaction([], mode="append", schema=table.schema(), commit_properties=properties)
         return
-    m = _sql_name(count_column(trace))
-    data = [_sql_name(c) for c in trace.data_columns]
+    m = sql_name(count_column(trace))
+    data = [sql_name(c) for c in trace.data_columns]
     on = " AND ".join(f"(t.{c} IS NOT DISTINCT FROM s.{c})" for c in data) or "TRUE"
     (table.merge(change, predicate=on, source_alias="s", target_alias="t", commit_properties=properties)
           .when_matched_delete(predicate=f"t.{m} + s.{CHANGE} = 0")

@@ -1,7 +1,7 @@
 """The current-state tables follow ddcli's log: after a kill, with the setting off, on S3.
 
-These tests need no Spark: an output is a trace marked as a pipeline's (:func:`make_output`)
-whose updates are sealed the way a run commits them (:func:`seal`). The writer that is
+These tests need no Spark: an output is a trace marked as a pipeline's whose updates are
+sealed the way a run commits them (``make_output`` and ``seal`` of tests/helpers/store_refs.py). The writer that is
 killed runs in a fresh interpreter with ``DDCLI_FAULT`` set (storage/faults.py), so it dies
 right there, as SIGKILL would leave it; the next command that changes the store, or
 ``ddcli compact``, must bring the table up to date. Readers: delta-rs and polars only,
@@ -16,37 +16,16 @@ import pytest
 
 from storage.store import Store
 from tests.helpers.delta_reader import storage_options
-from tests.helpers.store_refs import fold, py, run_writer, write_updates
+from tests.helpers.store_refs import fold, make_output, py, run_writer, seal, write_updates
 
 A = [((k, "a"), (0,), 1) for k in range(4)] + [((9, None), (0,), 2)]
 B = [((0, "a"), (1,), -1), ((9, None), (1,), 1), ((5, "é"), (1,), 3)]
 C = [((5, "é"), (2,), -3), ((1, "a"), (2,), 1)]
 
 
-def make_output(store: Store, name: str, path: str) -> None:
-    """Ingest ``path`` as trace ``name``, then mark it as pipeline ``p``'s output."""
-    store.ingest(name, [path])
-    store.write_and_commit("own", lambda written: None,
-                           lambda s, _: s.with_traces({name: s.traces[name].with_(owner="p")}))
-
-
-def seal(store: Store, name: str, path: str, upper: int) -> None:
-    """What a run commits to its output: the updates of ``path`` sealed up to ``upper``."""
-    import pyarrow.parquet as pq
-
-    from storage.lattice import parse_frontier
-    from storage.state import transitions
-    trace, frontier = store.trace(name), parse_frontier(str(upper), 1)
-    table = pq.read_table(path).cast(store.read_updates(trace, []).schema)
-    store.write_and_commit("run", lambda written: store.write_seal(trace, table, frontier, written),
-                           lambda s, sealed: transitions.advance(s, trace, sealed, frontier, None))
-
-
 SEAL = """
-import sys
-sys.path.insert(0, {tests})
 from storage.store import Store
-from test_current_follow import seal
+from tests.helpers.store_refs import seal
 seal(Store({store}), "out", {path}, {upper})
 """
 
@@ -79,7 +58,7 @@ def test_a_kill_between_ddcli_commit_and_the_table_is_caught_up_by_the_next_comm
     uri = table_of(store)
     assert current(uri) == fold(A, (0,))
     b = write_updates(str(tmp_path / "b.parquet"), B, 1)
-    res = run_writer(SEAL.format(tests=py(os.path.dirname(__file__)), store=py(store.path), path=py(b), upper=2),
+    res = run_writer(SEAL.format(store=py(store.path), path=py(b), upper=2),
                      fault=fault)
     assert res.returncode == 137, f"the writer did not reach {fault}: rc={res.returncode}\n{res.stderr[-2000:]}"
     store = Store(store.path)
@@ -135,3 +114,33 @@ def test_current_state_tables_on_the_object_store(s3_env, tmp_path):
         assert current(uri) == current(uri, "polars") == fold(raw, (i + 1,))
     assert [v["change"] for v in versions(uri)] == ["full", "incremental", "incremental"]
     assert not store.warnings
+
+
+def test_ddcli_publish_iceberg_applies_each_change_as_one_copy_on_write_snapshot(tmp_path):
+    """Through the command line: created, then one snapshot per change, nothing when current."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from tests.helpers.operations import run_ddcli
+    store = Store(str(tmp_path / "store"))
+    make_output(store, "out", write_updates(str(tmp_path / "a.parquet"), A, 1))
+    target = f"sqlite:///{tmp_path}/cat.db#bi.out"
+    raw, times = list(A), []
+    for i, rows in enumerate([None, B, None, C]):
+        if rows is not None:
+            seal(store, "out", write_updates(str(tmp_path / f"u{i}.parquet"), rows, 1), len(times) + 1)
+            raw += rows
+        res = run_ddcli(["publish", "out", "--iceberg", target, "--json"], store.path)
+        assert res.returncode == 0, res.stderr
+        t = store.trace("out").upper.elements[0][0] - 1
+        if not times or times[-1][0] != t:
+            times.append((t, fold(raw, (t,))))
+    table = SqlCatalog("default", uri=f"sqlite:///{tmp_path}/cat.db").load_table("bi.out")
+    assert os.path.isdir(tmp_path / "warehouse"), "the default warehouse is next to the catalog"
+    snapshots = table.snapshots()
+    assert len(snapshots) == len(times) == 3, "nothing published twice"
+    for s, (t, want) in zip(snapshots, times):
+        assert s.summary["ddcli.time"] == str(t)
+        got = table.scan(snapshot_id=s.snapshot_id).to_arrow().to_pylist()
+        assert {(r["k"], r["v"]): r["count"] for r in got} == want
+    res = run_ddcli(["publish", "out", "--iceberg", "sqlite:///nowhere.db"], store.path)
+    assert res.returncode != 0 and "CATALOG_URI#namespace.table" in res.stderr and len(res.stderr.splitlines()) == 1

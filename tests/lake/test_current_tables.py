@@ -102,6 +102,23 @@ def summed(changes: pa.Table) -> dict[tuple, int]:
     return {k: n for k, n in acc.items() if n}
 
 
+def assert_iceberg_snapshots(catalog_uri: str, name: str, published: list) -> None:
+    """Every snapshot of the Iceberg table, read by pyiceberg, holds what was published
+    then, names its time, and no delete file was ever written (copy on write)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    table = SqlCatalog("default", uri=catalog_uri).load_table(f"ns.{name}")
+    snapshots = table.snapshots()
+    assert [s.snapshot_id for s in snapshots] == [s for s, _ in published], "one snapshot per publish"
+    for snapshot, want in published:
+        got = table.scan(snapshot_id=snapshot).to_arrow()
+        assert rows_to_dict(got) == want, (name, snapshot)
+        summary = table.snapshot_by_id(snapshot).summary
+        assert summary["ddcli.time"] and summary["total-equality-deletes"] == "0"
+        assert summary["total-position-deletes"] == "0" and summary["total-delete-files"] == "0"
+    manifests = table.current_snapshot().manifests(table.io)
+    assert all(m.content == 0 for m in manifests), "data manifests only: no delete files"
+
+
 # ------------------------------------------------------------------ the input stream
 
 
@@ -144,6 +161,7 @@ class Stream:
 
 def test_current_tables_equal_ddcli_query_at_every_version_and_their_feeds_equal_ddcli_changes(spark, tmp_path):
     from ops.run.run import run_pipeline
+    from storage.lake.iceberg import publish
     path = tmp_path / "many.py"
     path.write_text(PIPELINE)
     store = Store(str(tmp_path / "store"))
@@ -151,6 +169,8 @@ def test_current_tables_equal_ddcli_query_at_every_version_and_their_feeds_equal
     recorded: dict[str, dict[int, dict]] = {n: {} for n in OUTPUTS}  # version -> collection
     read: dict[str, dict[int, dict]] = {n: {} for n in OUTPUTS}  # version -> what the reader read
     ways: Counter = Counter()
+    catalog = f"sqlite:///{tmp_path}/catalog.db"
+    published: dict[str, list] = {n: [] for n in OUTPUTS}  # Iceberg snapshots and their collections
     for epoch in range(6):
         store.ingest("src", [stream.next_file()])
         if epoch == 1:
@@ -171,6 +191,7 @@ def test_current_tables_equal_ddcli_query_at_every_version_and_their_feeds_equal
             read[name][version] = summed(changes)
             feeds.acknowledge(store, reading)
             ways[info["change"]] += 1
+            published[name].append((publish(store, name, f"{catalog}#ns.{name}").snapshot, want))
         if epoch == 2:
             store.compact(full=True, grace_seconds=0)
         if epoch == 3:  # past the time the tables show: the next change is a full comparison
@@ -188,6 +209,8 @@ def test_current_tables_equal_ddcli_query_at_every_version_and_their_feeds_equal
             diff.subtract(previous)
             assert feed.get(version, {}) == {k: n for k, n in diff.items() if n} == read[name][version], (name, version)
             previous = want
+    for name in OUTPUTS:
+        assert_iceberg_snapshots(catalog, name, published[name])
     import polars as pl
     per_day = pl.read_delta(store.blobs.join(store.path, "tables", "per_day"))
     assert per_day.columns == ["day", "count", "multiplicity"], "a data column named count: as ddcli query names it"
