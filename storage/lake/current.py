@@ -35,7 +35,9 @@ from storage.lattice import format_frontier, time_columns
 from storage.state.trace import Trace, count_column
 
 CHANGE = "__ddcli_change"  # the change of multiplicity of a row, in the merge's source
-TABLE_CONFIG = {"delta.enableChangeDataFeed": "true"}
+# files of about 1 MiB: a merge rewrites the files holding a changed row, so their size bounds what a
+# change of one row costs; readers still get few files per million rows
+TABLE_CONFIG = {"delta.enableChangeDataFeed": "true", "delta.targetFileSize": str(1 << 20)}
 
 
 def table_uri(store, name: str) -> str:
@@ -190,8 +192,16 @@ def collection(store, trace: Trace) -> pa.Table:
     if src is None:
         return schema.empty_table()
     cols = ", ".join(sql_name(c) for c in trace.data_columns)
+    order = ", ".join(sql_name(c) for c in _sort_order(trace))
     return query(store, f"SELECT {cols}, CAST(SUM(diff) AS BIGINT) FROM {src}"
-                         f"{_time_condition(trace, latest_time(trace))} GROUP BY ALL HAVING SUM(diff) <> 0", schema)
+                         f"{_time_condition(trace, latest_time(trace))} GROUP BY ALL HAVING SUM(diff) <> 0 "
+                         f"ORDER BY {order}", schema)
+
+
+def _sort_order(trace: Trace) -> list[str]:
+    """The trace's own order (its key first): the table's files then hold ranges of it,
+    which a merge's bounds (:func:`_bounds`) skip by their statistics."""
+    return list(trace.key) + [c for c in trace.data_columns if c not in trace.key]
 
 
 def change_since(store, trace: Trace, old: list | None, have) -> tuple[pa.Table, str]:
@@ -228,9 +238,40 @@ def _merge(table, change: pa.Table, trace: Trace, properties) -> None:
         return
     m = sql_name(count_column(trace))
     data = [sql_name(c) for c in trace.data_columns]
-    on = " AND ".join(f"(t.{c} IS NOT DISTINCT FROM s.{c})" for c in data) or "TRUE"
+    on = " AND ".join([f"(t.{c} IS NOT DISTINCT FROM s.{c})" for c in data] + _bounds(change, trace)) or "TRUE"
     (table.merge(change, predicate=on, source_alias="s", target_alias="t", commit_properties=properties)
           .when_matched_delete(predicate=f"t.{m} + s.{CHANGE} = 0")
           .when_matched_update(updates={m: f"t.{m} + s.{CHANGE}"})
           .when_not_matched_insert(updates={**{c: f"s.{c}" for c in data}, m: f"s.{CHANGE}"})
           .execute())
+
+
+def _literal(v, t: pa.DataType) -> str | None:
+    if pa.types.is_integer(t):
+        return str(int(v))
+    if pa.types.is_decimal(t):
+        return f"CAST('{v:f}' AS DECIMAL({t.precision}, {t.scale}))"
+    if pa.types.is_date(t):
+        return f"CAST('{v.isoformat()}' AS DATE)"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "'" + v.replace("'", "''") + "'"
+    return None  # doubles (NaN), timestamps, binaries: no bound
+
+
+def _bounds(change: pa.Table, trace: Trace) -> list[str]:
+    """Conditions on the target alone that every row the change matches meets (each
+    column between the change's least and greatest value, or null): delta-rs skips the
+    files whose statistics fail them, so a merge reads the files a change can touch."""
+    import pyarrow.compute as pc
+    out = []
+    for c in _sort_order(trace):
+        col = change.column(c)
+        bounds = pc.min_max(col)
+        lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+        lo_sql, hi_sql = (_literal(v, col.type) if v is not None else None for v in (lo, hi))
+        if lo_sql is None or hi_sql is None:
+            continue
+        n = sql_name(c)
+        cond = f"t.{n} >= {lo_sql} AND t.{n} <= {hi_sql}"
+        out.append(f"(t.{n} IS NULL OR ({cond}))" if col.null_count else f"({cond})")
+    return out

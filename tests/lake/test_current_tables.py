@@ -171,7 +171,7 @@ def test_current_tables_equal_ddcli_query_at_every_version_and_their_feeds_equal
     ways: Counter = Counter()
     catalog = f"sqlite:///{tmp_path}/catalog.db"
     published: dict[str, list] = {n: [] for n in OUTPUTS}  # Iceberg snapshots and their collections
-    for epoch in range(6):
+    for epoch in range(5):
         store.ingest("src", [stream.next_file()])
         if epoch == 1:
             continue  # two epochs in the next run: still one version per run
