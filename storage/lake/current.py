@@ -26,10 +26,11 @@ version and ddcli's version.
 from __future__ import annotations
 
 import json
+import time
 
 import pyarrow as pa
 
-from storage.lake.table import APP_ID, ddcli_version, storage_options
+from storage.lake.table import APP_ID, ATTEMPTS, ddcli_version, storage_options
 from storage.lake.types import delta_arrow_schema, delta_problem
 from storage.lattice import format_frontier, time_columns
 from storage.state.trace import Trace, count_column
@@ -100,7 +101,23 @@ def shown(blobs, uri: str, version: int) -> dict | None:
 def bring_up(store, name: str, trace: Trace | None, version: int) -> str:
     """Make the table of output ``name`` show ``trace`` as of ddcli log version ``version``
     (``trace`` None: no longer an output, the table is emptied). One Delta version at most;
-    returns what happened (``current``, ``created``, ``incremental``, ``full``, ...)."""
+    returns what happened (``current``, ``created``, ``incremental``, ``full``, ...).
+    Another writer that commits first makes it look again: its change was computed from
+    what the table showed before."""
+    from deltalake.exceptions import CommitFailedError
+    for _ in range(ATTEMPTS):
+        try:
+            return _bring_up_once(store, name, trace, version)
+        except CommitFailedError:
+            time.sleep(0.01)
+        except Exception as e:  # noqa: BLE001 - a create racing another: the table exists now
+            if "already exists" not in str(e).lower():
+                raise
+    raise CommitFailedError(f"the current-state table of output {name!r} kept changing; "
+                            f"the next command brings it up to date")
+
+
+def _bring_up_once(store, name: str, trace: Trace | None, version: int) -> str:
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
