@@ -72,7 +72,11 @@ def _info(name: str, trace: Trace | None, version: int, how: str, empty: str | N
     info.update(time=list(t) if t is not None else None, upper=trace.upper.to_json(), since=trace.since.to_json(),
                 d=trace.d)
     at = f"time {t[0]}" if t is not None else f"upper {format_frontier(trace.upper)}"
-    return {"ddcli": info, "userMetadata": f"ddcli {info['ddcli']}: output {name} at {at}, log version {version}"}
+    # also as flat strings, named as in the Iceberg snapshots' summaries (storage/lake/iceberg.py)
+    flat = {"ddcli.time": str(t[0]) if t is not None else "", "ddcli.upper": format_frontier(trace.upper),
+            "ddcli.log-version": str(version)}
+    return {"ddcli": info, **flat,
+            "userMetadata": f"ddcli {info['ddcli']}: output {name} at {at}, log version {version}"}
 
 
 def _properties(name: str, trace: Trace | None, version: int, how: str, empty: str | None = None):

@@ -19,7 +19,8 @@ never a wrong or a second version. A failure is a warning, never an error: the d
 stands.
 
 Settings: ``DDCLI_TABLES=off`` stops writing them (default on; turned on again, the next
-change brings every table up to date). Fault points (storage/faults.py):
+change brings every table up to date). ``DDCLI_ICEBERG_OUTPUTS`` names outputs that are also
+published to Iceberg tables (storage/lake/iceberg.py) each time their table is brought up. Fault points (storage/faults.py):
 ``tables.before_commit`` before each table's version, ``tables.after_commit`` after the
 last one, before the record is written.
 """
@@ -40,6 +41,13 @@ _WATCHED = ("upper", "schema", "d", "owner")  # what the collection at the lates
 def enabled() -> bool:
     """Whether this process writes current-state tables (``DDCLI_TABLES``, default on)."""
     return os.environ.get("DDCLI_TABLES", "on").strip().lower() not in ("off", "0", "false", "no")
+
+
+def iceberg_targets() -> dict[str, str]:
+    """Outputs published to Iceberg after each change (``DDCLI_ICEBERG_OUTPUTS``:
+    ``OUTPUT=CATALOG_URI#NS.TABLE`` pairs separated by ``;``), as ``ddcli publish`` does."""
+    pairs = (p.partition("=") for p in os.environ.get("DDCLI_ICEBERG_OUTPUTS", "").split(";") if p.strip())
+    return {name.strip(): target.strip() for name, _, target in pairs}
 
 
 class Tables:
@@ -103,10 +111,14 @@ class Tables:
             trace = Trace.from_json(name, raw) if is_output(name, raw) else None
             try:
                 bring_up(self.store, name, trace, version)
+                if trace is not None and name in iceberg_targets():
+                    from storage.lake.iceberg import publish
+                    publish(self.store, name, iceberg_targets()[name])
             except Exception as e:  # noqa: BLE001 - the ddcli commit stands whatever Delta does
                 done = False
-                self.store.warn(f"output {name!r}: writing its current-state table failed ({type(e).__name__}: "
-                                f"{' '.join(str(e).split())[:200]}); ddcli's commit stands, the next command "
+                self.store.warn(f"output {name!r}: writing its current-state (or Iceberg) table failed "
+                                f"({type(e).__name__}: {' '.join(str(e).split())[:200]}); ddcli's commit stands, "
+                                f"the next command "
                                 f"that changes the store brings the table up to date")
         faults.point("tables.after_commit")
         return done

@@ -199,3 +199,21 @@ def test_compact_vacuums_what_no_version_within_the_retention_names(tmp_path):
     store.compact(grace_seconds=0)
     assert {n for n in os.listdir(uri) if n.endswith(".parquet")} == live
     assert current(uri) == fold(A + B + C, (2,)) and not store.warnings
+
+
+def test_outputs_named_in_the_setting_are_published_to_iceberg_after_each_change(tmp_path, monkeypatch):
+    from pyiceberg.catalog.sql import SqlCatalog
+    catalog = f"sqlite:///{tmp_path}/cat.db"
+    monkeypatch.setenv("DDCLI_ICEBERG_OUTPUTS", f"other=sqlite:///{tmp_path}/x.db#a.b; out={catalog}#bi.out")
+    store = Store(str(tmp_path / "store"))
+    make_output(store, "out", write_updates(str(tmp_path / "a.parquet"), A, 1))
+    raw, want = list(A), [fold(A, (0,))]
+    for i, rows in enumerate([B, C]):
+        seal(store, "out", write_updates(str(tmp_path / f"u{i}.parquet"), rows, 1), i + 2)
+        raw += rows
+        want.append(fold(raw, (i + 1,)))
+    table = SqlCatalog("default", uri=catalog).load_table("bi.out")
+    got = [{(r["k"], r["v"]): r["count"] for r in table.scan(snapshot_id=s.snapshot_id).to_arrow().to_pylist()}
+           for s in table.snapshots()]
+    assert got == want and [s.summary["ddcli.time"] for s in table.snapshots()] == ["0", "1", "2"]
+    assert not store.warnings
