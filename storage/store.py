@@ -349,8 +349,9 @@ class Store:
                         conflicts += 1
         self.follow_delta(catch_up=True)  # Delta logs a killed command left behind
         if self.tables is not None:
+            from storage import clock
             from storage.lake.retention import retention_seconds
-            self.tables.vacuum(retention_seconds(grace_seconds))
+            self.tables.vacuum(clock.now() - retention_seconds(grace_seconds))
         removed = self.collect_garbage(grace_seconds)
         return {"traces": len(names), "merges": merged, "removed_files": removed, "conflicts": conflicts}
 

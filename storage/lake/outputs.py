@@ -129,20 +129,15 @@ class Tables:
         blobs = self.store.blobs
         return names | set(blobs.list_folders(blobs.join(self.store.path, "tables")))
 
-    def vacuum(self, retention_seconds: float) -> None:
-        """Delete the files the tables' versions of the last ``retention_seconds`` no longer
-        name (merged-away data files and change-data files), as Delta's VACUUM does
-        (``ddcli compact``): readers get that window to time travel and follow the feed."""
-        from deltalake import DeltaTable
-
-        from storage.lake.table import storage_options
+    def vacuum(self, cutoff: float) -> None:
+        """Delete the files the tables' versions newer than ``cutoff`` (epoch seconds) no
+        longer name: merged-away data files and change data (``ddcli compact``), so that
+        readers time travel and follow the feed within the retention."""
+        from storage.lake.retention import vacuum_table
         blobs = self.store.blobs
         for name in sorted(blobs.list_folders(blobs.join(self.store.path, "tables"))):
             try:
-                table = DeltaTable(blobs.join(self.store.path, "tables", name),
-                                   storage_options=storage_options(blobs))
-                table.vacuum(retention_hours=int(-(-retention_seconds // 3600)), enforce_retention_duration=False,
-                             dry_run=False)
+                vacuum_table(blobs, blobs.join(self.store.path, "tables", name), cutoff)
             except Exception as e:  # noqa: BLE001 - garbage stays until the next compact
                 self.store.warn(f"output {name!r}: vacuuming its current-state table failed ({type(e).__name__}: "
                                 f"{' '.join(str(e).split())[:200]})")

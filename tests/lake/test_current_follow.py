@@ -198,6 +198,7 @@ def test_compact_vacuums_what_no_version_within_the_retention_names(tmp_path):
     assert live < data, "merges replaced files, which stay for the retention"
     store.compact(grace_seconds=0)
     assert {n for n in os.listdir(uri) if n.endswith(".parquet")} == live
+    assert len(versions(uri)) == 3 and all("time" in v for v in versions(uri)), "a vacuum adds no version"
     assert current(uri) == fold(A + B + C, (2,)) and not store.warnings
 
 

@@ -159,8 +159,10 @@ class Stream:
 # ------------------------------------------------------------------ the tests
 
 
-def test_current_tables_equal_ddcli_query_at_every_version_and_their_feeds_equal_ddcli_changes(spark, tmp_path):
+def test_current_tables_equal_ddcli_query_at_every_version_and_their_feeds_equal_ddcli_changes(spark, tmp_path,
+                                                                                                monkeypatch):
     from ops.run.run import run_pipeline
+    monkeypatch.setenv("DDCLI_DELTA_RETENTION", "3600")  # old versions stay readable through the compaction
     from storage.lake.iceberg import publish
     path = tmp_path / "many.py"
     path.write_text(PIPELINE)
