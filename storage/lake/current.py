@@ -134,7 +134,7 @@ def _bring_up_once(store, name: str, trace: Trace | None, version: int) -> str:
         return "current"  # written by another command already, or by a newer one
     problem = delta_problem(trace.schema) if trace is not None else None
     if trace is None or problem:
-        return _empty(table, name, version, problem or "no longer a pipeline output")
+        return _empty(store, table, name, version, problem or "no longer a pipeline output")
     if table is None:
         _write(store, uri, name, trace, version, "error", options)
         return "created"
@@ -156,9 +156,11 @@ def _same_columns(table, schema: pa.Schema) -> bool:
     return have.names == schema.names and all(pa.field(f.name, f.type) == have.field(f.name) for f in schema)
 
 
-def _empty(table, name: str, version: int, why: str) -> str:
+def _empty(store, table, name: str, version: int, why: str) -> str:
     if table is None:
         return "no table"
+    if "empty" in (shown(store.blobs, table_uri(store, name), table.version()) or {}):
+        return "current"
     table.delete(commit_properties=_properties(name, None, version, "emptied", why))
     return "emptied"
 

@@ -100,6 +100,9 @@ def test_a_table_whose_output_is_dropped_is_emptied(tmp_path):
     store.write_and_commit("drop", lambda written: None, lambda s, _: s.with_traces({"out": None}))
     uri = table_of(store)
     assert current(uri) == {} and "empty" in versions(uri)[-1]
+    os.remove(os.path.join(store.path, "_tables_synced.json"))  # the next change checks every table
+    store.ingest("other", [write_updates(str(tmp_path / "o.parquet"), A, 1)])
+    assert len(versions(uri)) == 2
 
 
 def test_current_state_tables_on_the_object_store(s3_env, tmp_path):

@@ -20,14 +20,11 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from storage.sql.query import as_of
 from storage.store import Store
 from storage.writes import feeds
 from tests.helpers.delta_reader import storage_options
-from tests.helpers.s3 import new_prefix
-from tests.helpers.store_refs import write_updates
 
 PIPELINE = """
 def pipeline(p):
