@@ -26,7 +26,10 @@ from storage.lake.table import ddcli_version
 from storage.lake.types import delta_problem
 from storage.lattice import format_frontier
 
-COPY_ON_WRITE = {f"write.{op}.mode": "copy-on-write" for op in ("delete", "update", "merge")}
+# copy on write, in data files of about 1 MiB (of Arrow data): a change rewrites the files
+# holding a changed row, so their size bounds what a change of one row costs
+PROPERTIES = {**{f"write.{op}.mode": "copy-on-write" for op in ("delete", "update", "merge")},
+              "write.target-file-size-bytes": str(1 << 20)}
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,7 @@ def publish(store, name: str, target: str, warehouse: str | None = None, catalog
     except NoSuchTableError:
         catalog.create_namespace_if_not_exists(identifier[:-1])
         rows = collection(store, trace)
-        tx = catalog.create_table_transaction(identifier, schema=schema, properties=COPY_ON_WRITE)
+        tx = catalog.create_table_transaction(identifier, schema=schema, properties=PROPERTIES)
         tx.append(rows, snapshot_properties=props)
         tx.commit_transaction()
         table = catalog.load_table(identifier)
@@ -102,14 +105,29 @@ def publish(store, name: str, target: str, warehouse: str | None = None, catalog
     shown = summary["ddcli.time"] if summary is not None else None
     old = [int(shown)] if shown else None
     change, how = change_since(store, trace, old, lambda: table.scan().to_arrow())
-    rewritten = _apply(store, table, change, schema, props)
+    rewritten = _apply(store, table, change, schema, props, trace.key[0] if trace.key else schema.names[0])
     snapshot = catalog.load_table(identifier).current_snapshot()
     return Published(label, snapshot.snapshot_id, props["ddcli.time"], how, change.num_rows, rewritten)
 
 
-def _apply(store, table, change: pa.Table, schema: pa.Schema, props: dict) -> int:
+def _bounds(change: pa.Table, column: str):
+    """A filter every changed row meets: ``column`` between the change's least and greatest
+    value (or null), for integer and string columns; the scan skips the files whose
+    statistics fail it. None: no bound."""
+    import pyarrow.compute as pc
+    from pyiceberg.expressions import And, GreaterThanOrEqual, IsNull, LessThanOrEqual, Or
+    col = change.column(column)
+    if not (pa.types.is_integer(col.type) or pa.types.is_string(col.type)) or col.null_count == len(col):
+        return None
+    lo_hi = pc.min_max(col)
+    bound = And(GreaterThanOrEqual(column, lo_hi["min"].as_py()), LessThanOrEqual(column, lo_hi["max"].as_py()))
+    return Or(IsNull(column), bound) if col.null_count else bound
+
+
+def _apply(store, table, change: pa.Table, schema: pa.Schema, props: dict, first: str) -> int:
     """One overwrite snapshot: the files holding a changed row rewritten without it, the
-    changed rows' new multiplicities appended. Returns the files rewritten."""
+    changed rows' new multiplicities appended (``first``: the column the table is sorted
+    by first). Returns the files rewritten."""
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 
@@ -126,7 +144,9 @@ def _apply(store, table, change: pa.Table, schema: pa.Schema, props: dict) -> in
                                               io=table.io, write_uuid=overwrite.commit_uuid, counter=counter):
                 overwrite.append_data_file(f)
 
-        for task in (table.scan().plan_files() if change.num_rows else []):
+        bound = _bounds(change, first) if change.num_rows else None
+        scan = table.scan(row_filter=bound) if bound is not None else table.scan()
+        for task in (scan.plan_files() if change.num_rows else []):
             rows = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table([task]).cast(schema)
             found = query(store, f"SELECT r.*, c.{sql_name(CHANGE)} IS NOT NULL FROM r LEFT JOIN c ON {on}",
                           marked, {"r": rows, "c": change})
