@@ -20,6 +20,7 @@ from ddcli import root  # noqa: F401  (--config, --version: before every command
 from ddcli.commands import store  # noqa: F401  (ingest, advance, compact)
 from ddcli.commands import read  # noqa: F401  (query, history, sql, status)
 from ddcli.commands import feeds  # noqa: F401  (changes)
+from ddcli.commands import publish  # noqa: F401  (publish)
 from ddcli.commands import lifecycle  # noqa: F401  (pipelines, drop)
 from ddcli.commands import check  # noqa: F401  (check)
 from ddcli.commands import run  # noqa: F401  (run, verify)

@@ -24,7 +24,10 @@ Points (in the order a writer reaches them):
 * ``delta.before_commit`` — ddcli's commit is done, the Delta version of one of the traces
   it changed is not (reached once per trace); ``delta.before_link`` — creating that Delta
   version's commit file; ``delta.after_commit`` — every Delta version is written, the
-  record of how far they are (storage/lake/follow.py) is not.
+  record of how far they are (storage/lake/follow.py) is not;
+* ``tables.before_commit`` — the Delta logs are written, the current-state table of one of
+  the outputs (storage/lake/outputs.py) is not (reached once per output); ``tables.after_commit``
+  — every such table is written, their record is not.
 """
 
 from __future__ import annotations

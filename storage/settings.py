@@ -159,6 +159,10 @@ SETTINGS: list[Setting] = [
             "rows a merge of layers holds at once: a larger merge goes one range of keys at a time"),
     Setting("delta", "DDCLI_DELTA", _flag, "1",
             "write each trace's Delta Lake log beside its layers, so other engines read it"),
+    Setting("tables", "DDCLI_TABLES", _flag, "1",
+            "write each pipeline output's current state as a Delta table under STORE/tables/"),
+    Setting("iceberg_outputs", "DDCLI_ICEBERG_OUTPUTS", _text, None,
+            "outputs published to Iceberg after each change: OUTPUT=CATALOG_URI#NS.TABLE, separated by ';'"),
     Setting("delta_retention", "DDCLI_DELTA_RETENTION", _seconds, None,
             "seconds compact keeps the layer files a Delta version names (default: the grace period)"),
     # Spark

@@ -28,6 +28,7 @@ from storage.blobs.resolve import open_store
 from storage.errors import Conflict, CorruptionError, DiffOverflow, LayerVanished, StoreError
 from storage.key_ranges import file_keys, files_in_range, range_bounds, range_filter
 from storage.lake import follow as delta_follow
+from storage.lake import outputs as current_tables
 from storage.lattice import Frontier, beyond_mask, format_frontier, parse_frontier, time_columns
 from storage.layer import Layer, consolidate, empty_updates, read_layer_files, write_layer_file
 from storage.log.commit import Log
@@ -60,6 +61,8 @@ class Store:
         self._on_warning = on_warning
         # every trace is also a Delta Lake table whose log follows this one (storage/lake/)
         self.delta = delta_follow.Follower(self) if (delta_follow.enabled() if delta is None else delta) else None
+        # and every pipeline output has a current-state Delta table under tables/ (storage/lake/outputs.py)
+        self.tables = current_tables.Tables(self) if (current_tables.enabled() if delta is None else delta) else None
         self._writing = 0  # depth of write_and_commit: the Delta logs follow the outermost one
 
     def warn(self, message: str) -> None:
@@ -159,8 +162,9 @@ class Store:
             before[0] = raw
             return change(State.from_json(v, raw)).to_json()
         version, raw = self.log.commit(apply)
-        if self.delta is not None:
-            self.delta.committed(before[0], raw)
+        for follower in (self.delta, self.tables):
+            if follower is not None:
+                follower.committed(before[0], raw)
         self.committed = State.from_json(version, raw)
         return self.committed
 
@@ -203,15 +207,18 @@ class Store:
         return result
 
     def follow_delta(self, *, catch_up: bool = False) -> None:
-        """Write the Delta versions of what this process committed (``catch_up``: of
-        whatever the Delta logs lag behind). Never raises: the commits stand."""
-        if self.delta is None:
-            return
-        try:
-            self.delta.catch_up() if catch_up else self.delta.follow()
-        except Exception as e:  # noqa: BLE001 - e.g. the object store stopped answering
-            self.warn(f"writing the Delta Lake logs failed ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
-                      f"ddcli's commit stands, the next command that changes the store catches them up")
+        """Write the Delta versions of what this process committed: the traces' logs, then
+        the outputs' current-state tables (``catch_up``: of whatever they lag behind).
+        Never raises: the commits stand."""
+        for follower in (self.delta, self.tables):
+            if follower is None:
+                continue
+            try:
+                follower.catch_up() if catch_up else follower.follow()
+            except Exception as e:  # noqa: BLE001 - e.g. the object store stopped answering
+                self.warn(f"writing the Delta Lake tables failed ({type(e).__name__}: "
+                          f"{' '.join(str(e).split())[:200]}); ddcli's commit stands, the next command "
+                          f"that changes the store catches them up")
 
     def _still_there(self, state: State, written: Written) -> State:
         """Refuse to commit layers whose files are gone (collected as garbage meanwhile)."""
@@ -341,6 +348,10 @@ class Store:
                     if attempt == 2:
                         conflicts += 1
         self.follow_delta(catch_up=True)  # Delta logs a killed command left behind
+        if self.tables is not None:
+            from storage import clock
+            from storage.lake.retention import retention_seconds
+            self.tables.vacuum(clock.now() - retention_seconds(grace_seconds))
         removed = self.collect_garbage(grace_seconds)
         return {"traces": len(names), "merges": merged, "removed_files": removed, "conflicts": conflicts}
 

@@ -93,3 +93,44 @@ def remove_dead_table(store, name: str, cutoff: float) -> None:
     for n in sorted(names, key=lambda n: (n.endswith(".json") and not n.startswith("_"), n)):
         blobs.delete(blobs.join(folder, n))
     blobs.remove_folder(folder)
+
+
+def vacuum_table(blobs, uri: str, cutoff: float) -> int:
+    """Delete the data and change-data files of a written table (a current-state table,
+    storage/lake/current.py) that neither its newest version nor a commit newer than
+    ``cutoff`` names, and that are older than ``cutoff``: Delta's VACUUM, without the
+    commits delta-rs's own would add to the log. Returns the files deleted."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from storage.lake.table import storage_options
+    table = DeltaTable(uri, storage_options=storage_options(blobs))
+    keep = set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())
+    folder = blobs.join(uri, "_delta_log")
+    for v in range(table.version(), -1, -1):
+        path = blobs.join(folder, _COMMIT.format(v))
+        try:
+            if blobs.stat(path).mtime < cutoff:
+                break
+            lines = blobs.get(path).decode().splitlines()
+        except FileNotFoundError:
+            break
+        for line in lines:
+            action = json.loads(line) if line.strip() else {}
+            for kind in ("remove", "cdc"):
+                if kind in action:
+                    keep.add(action[kind]["path"])
+    deleted = 0
+    for sub in ("", "_change_data"):
+        where = blobs.join(uri, sub) if sub else uri
+        for n in blobs.list(where):
+            rel = f"{sub}/{n}" if sub else n
+            if not n.endswith(".parquet") or rel in keep:
+                continue
+            path = blobs.join(where, n)
+            try:
+                if blobs.stat(path).mtime < cutoff and blobs.delete(path):
+                    deleted += 1
+            except FileNotFoundError:
+                pass
+    return deleted

@@ -40,7 +40,7 @@ from storage.lattice import Frontier, Time, format_frontier, format_time, join, 
 from storage.sql import sandbox
 from storage.sql.duck import connect, quote
 from storage.sql.trace_at import register_trace_at
-from storage.state.trace import Trace
+from storage.state.trace import Trace, count_column
 from storage.store import Store
 
 _ATTEMPTS = 3  # reads retried when compaction collected the files they were reading
@@ -214,12 +214,6 @@ def as_of_query(store: Store, trace: Trace, t: Time | None, where: str | None, c
     return (f"SELECT {cols}, CAST(SUM(diff) AS BIGINT) AS {quote(count_column(trace))} FROM {src}"
             + (" WHERE " + " AND ".join(conds) if conds else "")
             + f" GROUP BY {cols} HAVING SUM(diff) <> 0 ORDER BY {cols}")
-
-
-def count_column(trace: Trace) -> str:
-    """The name of the multiplicity column of a query: ``count``, or ``multiplicity``
-    when the trace has a data column named ``count`` (e.g. a word count's output)."""
-    return "multiplicity" if "count" in trace.data_columns else "count"
 
 
 def as_of(store: Store, trace: str, t=None, where: str | None = None) -> pa.Table:

@@ -44,6 +44,12 @@ def check_new_name(name: str, existing, what: str = "trace") -> str:
     return name
 
 
+def count_column(trace: "Trace") -> str:
+    """The name of the multiplicity column of a collection: ``count``, or ``multiplicity``
+    when the trace has a data column named ``count`` (e.g. a word count's output)."""
+    return "multiplicity" if "count" in trace.data_columns else "count"
+
+
 def type_to_str(t: pa.DataType) -> str:
     return str(t)
 

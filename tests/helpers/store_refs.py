@@ -48,6 +48,28 @@ def write_updates(path: str, updates, d: int, *, with_diff: bool = True) -> str:
     return path
 
 
+# ------------------------------------------------------------------ a pipeline's output without Spark
+
+
+def make_output(store, name: str, path: str) -> None:
+    """Ingest ``path`` as trace ``name``, then mark it as pipeline ``p``'s output."""
+    store.ingest(name, [path])
+    store.write_and_commit("own", lambda written: None,
+                           lambda s, _: s.with_traces({name: s.traces[name].with_(owner="p")}))
+
+
+def seal(store, name: str, path: str, upper: int) -> None:
+    """What a run commits to its output: the updates of ``path`` sealed up to ``upper``."""
+    import pyarrow.parquet as pq
+
+    from storage.lattice import parse_frontier
+    from storage.state import transitions
+    trace, frontier = store.trace(name), parse_frontier(str(upper), 1)
+    table = pq.read_table(path).cast(store.read_updates(trace, []).schema)
+    store.write_and_commit("run", lambda written: store.write_seal(trace, table, frontier, written),
+                           lambda s, sealed: transitions.advance(s, trace, sealed, frontier, None))
+
+
 # ------------------------------------------------------------------ references
 
 

@@ -87,8 +87,9 @@ def assert_sound(store: Store, stream: WordStream, pipeline: str = WORDCOUNT) ->
     v = verify_pipeline(store, pipeline)
     assert v.ok, v.differences[0].describe()
     assert files_under_traces(store) <= referenced_by_any_version(store), "a losing writer left files behind"
-    # and the record of how far the traces' Delta logs follow the log (storage/lake/follow.py)
-    assert sorted(os.listdir(store.path)) in (["log", "traces"], ["_delta_synced.json", "log", "traces"]), \
+    # and the outputs' current-state tables and the records of how far the Delta tables follow the log
+    lake = {"_delta_synced.json", "_tables_synced.json", "tables"}
+    assert set(os.listdir(store.path)) - lake == {"log", "traces"}, \
         "something besides the log and the traces (a lock?)"
 
 
