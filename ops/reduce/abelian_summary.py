@@ -11,9 +11,11 @@ collection at each time has the same totals and is present exactly when ``N > 0`
 
 * ``A``, multiplicity 1: ``c = S_c`` (a counted-only column: one of its values) where
   ``n_c > 0``, else null;
-* ``R_c``, multiplicity ``n_c - 1``: ``c = 0`` (or that value), the other columns null;
-* ``E``, every column null, multiplicity what is left of ``N`` (it may be negative: the
-  sums and counts are linear in multiplicities, and ``A`` keeps the key present).
+* ``R_c``, for a column with nulls (``n_c < N``), multiplicity ``n_c - 1``: ``c = 0`` (or
+  that value), the other columns with nulls null, the columns without ``0``;
+* ``E``, the columns with nulls null, the others ``0``, multiplicity what is left of ``N``
+  (it may be negative: the sums and counts are linear in multiplicities, and ``A`` keeps
+  the key present).
 
 DuckDB computes the totals where the layers are read (sums of decimals are exact), so a
 task receives a few rows per key and time instead of the key's history. The state before
@@ -83,7 +85,7 @@ def abelian_rows(con, new: pa.Table, key: list[str], values: list[str], reducer:
         if not _non_negative(con, key, values, time_col):
             return None
         types = dict(con.sql("SELECT column_name, column_type FROM (DESCRIBE new_rows)").fetchall())
-        _states(con, key, cols, types, time_col)
+        _states(con, key, values, cols, types, time_col)
         fits = " OR ".join(f"(n_{i} > 0 AND try_cast(s_{i} AS {types[c]}) IS NULL)"
                            for i, c in enumerate(cols) if cols[c] == _SUMMED) or "false"
         if con.sql(f"SELECT count(*) FROM abelian_states WHERE n < 0 OR {fits}").fetchall()[0][0]:
@@ -120,18 +122,22 @@ def _non_negative(con, key: list[str], values: list[str], time_col: str) -> bool
     return con.sql(below).fetchall()[0][0] == 0
 
 
-def _states(con, key: list[str], cols: dict[str, str], types: dict[str, str], time_col: str) -> None:
+def _states(con, key: list[str], values: list[str], cols: dict[str, str], types: dict[str, str],
+            time_col: str) -> None:
     """``abelian_states``: per key, its totals before the first new time (``phase`` 0) and
-    after each of its new times (``phase`` 1), with the time the next state begins."""
+    after each of its new times (``phase`` 1), with the time the next state begins, and one
+    value of each column its rows hold (``r_j``, null when they hold none)."""
     k = "".join(f"{quote(c)}, " for c in key)
     t = quote(time_col)
     first = con.sql(f"SELECT min({t}) FROM new_rows").fetchall()[0][0]
-    names = list(cols)
-    both = (f"SELECT {k}0 AS phase, {int(first)}::BIGINT AS t, m::BIGINT AS w{''.join(', ' + quote(c) for c in names)} "
-            f"FROM old_rows UNION ALL SELECT {k}1, {t}, diff::BIGINT{''.join(', ' + quote(c) for c in names)} "
-            f"FROM new_rows")
+    vs = "".join(", " + quote(c) for c in values)
+    both = (f"SELECT {k}0 AS phase, {int(first)}::BIGINT AS t, m::BIGINT AS w{vs} FROM old_rows "
+            f"UNION ALL SELECT {k}1, {t}, diff::BIGINT{vs} FROM new_rows")
     deltas, totals = ["SUM(w) AS dn"], ["SUM(dn) OVER run AS n"]
-    for i, c in enumerate(names):
+    for j, c in enumerate(values):
+        deltas.append(f"any_value({quote(c)}) AS dr_{j}")
+        totals.append(f"any_value(dr_{j}) OVER (PARTITION BY {k}NULL) AS r_{j}")
+    for i, c in enumerate(cols):
         deltas.append(f"SUM(CASE WHEN {quote(c)} IS NULL THEN 0 ELSE w END) AS dn_{i}")
         totals.append(f"SUM(dn_{i}) OVER run AS n_{i}")
         if cols[c] == _SUMMED:
@@ -139,9 +145,6 @@ def _states(con, key: list[str], cols: dict[str, str], types: dict[str, str], ti
                 else "HUGEINT"  # exact, wide enough for a key's total
             deltas.append(f"SUM({quote(c)}::{wide} * w) AS ds_{i}")
             totals.append(f"SUM(ds_{i}) OVER run AS s_{i}")
-        else:  # a value of the key's rows stands for them all: count(col) looks at no value
-            deltas.append(f"max({quote(c)}) AS r_{i}")
-            totals.append(f"max(r_{i}) OVER (PARTITION BY {k}NULL) AS s_{i}")
     run = f"PARTITION BY {k}NULL ORDER BY phase, t ROWS UNBOUNDED PRECEDING"
     con.execute(f"CREATE OR REPLACE TEMP TABLE abelian_states AS SELECT {k}phase, t, "
                 f"lead(t) OVER (PARTITION BY {k}NULL ORDER BY phase, t) AS next_t, {', '.join(totals)} "
@@ -151,30 +154,35 @@ def _states(con, key: list[str], cols: dict[str, str], types: dict[str, str], ti
 def _updates_sql(key: list[str], values: list[str], cols: dict[str, str], types: dict[str, str],
                  time_col: str) -> str:
     """SQL of the synthetic updates: each state's rows ``A``, ``R_c`` and ``E`` (see the
-    module's docstring) where it begins, retracted where the next one begins."""
-    names = list(cols)
-    index = {c: i for i, c in enumerate(names)}
+    module's docstring) where it begins, retracted where the next one begins. A column no
+    aggregate reads holds one of the key's values, and a column not null in every row of
+    the key (``n_c = N``) is not null in any synthetic row, so a column of a type that
+    admits no null gets none."""
+    index = {c: i for i, c in enumerate(cols)}
+    rep = {c: f"r_{j}" for j, c in enumerate(values)}
+
+    def zero(c):  # a value adding nothing to a sum
+        return "0" if cols[c] == _SUMMED else rep[c]
 
     def row(fill) -> str:
-        return ", ".join(f"{fill(c)}::{types[c]} AS {quote(c)}" for c in values)
+        return ", ".join(f"({fill(c) if c in index else rep[c]})::{types[c]} AS {quote(c)}" for c in values)
 
     def a_value(c):
-        return f"CASE WHEN n_{index[c]} > 0 THEN s_{index[c]} END" if c in index else "NULL"
+        i = index[c]
+        return f"CASE WHEN n_{i} > 0 THEN {'s_' + str(i) if cols[c] == _SUMMED else rep[c]} END"
 
-    def r_value(c, own):
-        if c != own:
-            return "NULL"
-        return "0" if cols[c] == _SUMMED else f"s_{index[c]}"
+    def filler(c, own=None):  # R_own's value of c (E's without own)
+        return zero(c) if c == own else f"CASE WHEN n_{index[c]} = n THEN {zero(c)} END"
 
     k = "".join(f"{quote(c)}, " for c in key)
-    rows = [f"SELECT {k}{row(a_value)}, 1::BIGINT AS m, phase, t, next_t FROM abelian_states WHERE n > 0"]
-    rest = " - ".join(["n - 1"] + [f"greatest(n_{i} - 1, 0)" for i in range(len(names))])
-    for c in names:
-        rows.append(f"SELECT {k}{row(lambda v, own=c: r_value(v, own))}, n_{index[c]} - 1, phase, t, next_t "
-                    f"FROM abelian_states WHERE n > 0 AND n_{index[c]} > 1")
-    rows.append(f"SELECT {k}{row(lambda v: 'NULL')}, {rest}, phase, t, next_t FROM abelian_states "
-                f"WHERE n > 0 AND {rest} <> 0")
-    syn = " UNION ALL ".join(rows)
+    state = "phase, t, next_t FROM abelian_states WHERE n > 0"
+    rows = [f"SELECT {k}{row(a_value)}, 1 AS m, {state}"]
+    partial = {c: f"CASE WHEN n_{i} < n THEN greatest(n_{i} - 1, 0) ELSE 0 END" for c, i in index.items()}
+    for c, i in index.items():
+        rows.append(f"SELECT {k}{row(lambda v, own=c: filler(v, own))}, {partial[c]}, {state} AND n_{i} < n")
+    rest = " - ".join(["n - 1"] + list(partial.values()))
+    rows.append(f"SELECT {k}{row(filler)}, {rest}, {state}")
+    syn = f"SELECT * FROM ({' UNION ALL '.join(rows)}) WHERE m <> 0"
     kv = "".join(f"{quote(c)}, " for c in key + values)
     t = quote(time_col)
     return (f"WITH syn AS ({syn}) SELECT {kv}t AS {t}, m::BIGINT AS diff, phase = 1 AS _new FROM syn "

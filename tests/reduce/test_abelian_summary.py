@@ -154,8 +154,8 @@ def run_updates(rng: random.Random, live: list[dict], keys: int, t0: int, times:
     return [{c: u[c] for c in ["k"] + VALUES} | {"time": u["time"], "diff": u["diff"]} for u in out]
 
 
-def write_layer(path, rows: list[dict]) -> str:
-    pq.write_table(pa.Table.from_pylist(rows, SCHEMA).sort_by("k"), str(path))
+def write_layer(path, rows: list[dict], schema: pa.Schema = SCHEMA) -> str:
+    pq.write_table(pa.Table.from_pylist(rows, schema).sort_by("k"), str(path))
     return str(path)
 
 
@@ -168,14 +168,14 @@ def compacted(rows: list[dict]) -> list[dict]:
     return [{**dict(zip(["k"] + VALUES, v)), "time": 0, "diff": d} for v, d in acc.items() if d]
 
 
-def as_new(rows: list[dict]) -> pa.Table:
-    t = pa.Table.from_pylist(rows, SCHEMA)
+def as_new(rows: list[dict], schema: pa.Schema = SCHEMA) -> pa.Table:
+    t = pa.Table.from_pylist(rows, schema)
     return t.append_column("_new", pa.array([True] * t.num_rows))
 
 
-def refresh(new_rows: list[dict], files: list[str], reducer) -> tuple[dict, int]:
+def refresh(new_rows: list[dict], files: list[str], reducer, schema: pa.Schema = SCHEMA) -> tuple[dict, int]:
     """The run's output changes and how many rows the kernel received."""
-    new = as_new(new_rows)
+    new = as_new(new_rows, schema)
     table = with_old_updates(new, files, ["k"], VALUES, reducer)
     return got_changes(reduce_delta(table, ["k"], VALUES, 1, reducer)), table.num_rows
 
@@ -224,6 +224,24 @@ def test_a_refresh_of_a_hot_key_reads_its_totals_not_its_rows(tmp_path, name):
     got, received = refresh(new_rows, files, reducer)
     assert got == expected_changes(name, old, new_rows)
     assert received <= 2 * 8 * 7, received  # (at most 7 rows a state) x (states + retracted ones)
+
+
+@pytest.mark.parametrize("name", sorted(REDUCERS))
+def test_columns_that_admit_no_null_get_none(tmp_path, name):
+    """A schema whose value columns are not nullable: the synthetic rows hold values there."""
+    schema = pa.schema([f.with_nullable(f.name in ("k", "p")) for f in SCHEMA])
+    rng = random.Random(f"not-null-{name}")
+
+    def row(k):
+        return {"k": k, **{c: v if v is not None else {"q": Decimal("1.50"), "n": 7, "s": "z"}.get(c)
+                           for c, v in _value(rng).items()}}
+
+    old = [{**row(k), "time": 1, "diff": rng.choice([1, 2])} for k in (0, 1) for _ in range(100)]
+    files = [write_layer(tmp_path / "old.parquet", old, schema)]
+    new_rows = [{**r, "time": 5, "diff": -1} for r in old[:3] + old[100:]]  # key 1 emptied
+    new_rows += [{**row(k), "time": 6, "diff": 1} for k in (0, 1, 2)]
+    got, received = refresh(new_rows, files, REDUCERS[name](), schema)
+    assert got == expected_changes(name, old, new_rows) and received < 60, received
 
 
 def test_where_the_summary_would_not_be_exact_the_updates_are_read_whole(tmp_path):
