@@ -77,10 +77,17 @@ def accumulate_old_rows(con, old_sql: str, key: list[str], values: list[str]) ->
     con.execute("DROP TABLE old_raw")
 
 
+ONE = "_ddcli_one_group"  # the constant key of a reduce without a key
+
+
 def old_summary(con, key: list[str], values: list[str], schema: pa.Schema,
                 reducer: Reducer, time_col: str, at: int) -> pa.Table | None:
     """The summary of the accumulated old rows (``old_rows``, :func:`accumulate_old_rows`),
     as updates at time ``at``; None when it would not be exact (read the updates whole)."""
+    src, wanted = "old_rows", key
+    if not key:  # one group (a global top-k): a constant key stands for it, dropped below
+        con.execute(f"CREATE OR REPLACE TEMP VIEW old_rows_one AS SELECT 0 AS {quote(ONE)}, * FROM old_rows")
+        src, key = "old_rows_one", [ONE]
     k = ", ".join(quote(c) for c in key)
     kv = ", ".join(quote(c) for c in key + values)
     bad = ["m < 0"]
@@ -95,11 +102,11 @@ def old_summary(con, key: list[str], values: list[str], schema: pa.Schema,
         return None
     if isinstance(reducer, Count):
         firsts = "".join(f", first({quote(c)}) AS {quote(c)}" for c in values)
-        sql = f"SELECT {k}{firsts}, SUM(m)::BIGINT AS diff FROM old_rows GROUP BY {k}"
+        sql = f"SELECT {k}{firsts}, SUM(m)::BIGINT AS diff FROM {src} GROUP BY {k}"
     elif isinstance(reducer, Sum):
         col, others = quote(reducer.col), [quote(c) for c in values if c != reducer.col]
         firsts = "".join(f", first({c}) AS {c}" for c in others)
-        totals = f"SELECT {k}, SUM(m * COALESCE({col}::BIGINT, 0))::BIGINT AS s{firsts} FROM old_rows GROUP BY {k}"
+        totals = f"SELECT {k}, SUM(m * COALESCE({col}::BIGINT, 0))::BIGINT AS s{firsts} FROM {src} GROUP BY {k}"
         sql = (f"SELECT {k}, CASE WHEN s = 0 THEN 0 ELSE 1 END AS {col}{''.join(', ' + c for c in others)}, "
                f"CASE WHEN s = 0 THEN 1 ELSE s END AS diff FROM ({totals})")
     else:  # the rows holding the first `limit` records, in the kernel's own order
@@ -114,10 +121,10 @@ def old_summary(con, key: list[str], values: list[str], schema: pa.Schema,
         first, best = quote(cols[0]), "max" if direction == "DESC" else "min"
         reach = ">=" if direction == "DESC" else "<="
         bounds = f"SELECT {k}, list_{'min' if direction == 'DESC' else 'max'}({best}({first}, {int(limit)})) AS _bound " \
-                 f"FROM old_rows GROUP BY {k}"
+                 f"FROM {src} GROUP BY {k}"
         same_key = " AND ".join(f"o.{quote(c)} IS NOT DISTINCT FROM b.{quote(c)}" for c in key)  # null keys too
         okv = ", ".join(f"o.{quote(c)}" for c in key + values)  # a row's updates summed (see accumulate_old_rows)
-        candidates = (f"SELECT {okv}, SUM(o.m)::BIGINT AS m FROM old_rows o JOIN ({bounds}) b ON {same_key} "
+        candidates = (f"SELECT {okv}, SUM(o.m)::BIGINT AS m FROM {src} o JOIN ({bounds}) b ON {same_key} "
                       f"WHERE o.{first} {reach} b._bound GROUP BY ALL")
         before = f"SUM(m) OVER (PARTITION BY {k} ORDER BY {', '.join(order)} ROWS UNBOUNDED PRECEDING) - m"
         sql = (f"SELECT {kv}, m AS diff FROM (SELECT *, {before} AS before FROM ({candidates})) "
@@ -125,4 +132,4 @@ def old_summary(con, key: list[str], values: list[str], schema: pa.Schema,
     table = con.sql(sql).to_arrow_table()
     n = table.num_rows
     table = table.append_column(time_col, pa.array(np.full(n, at, np.int64)))
-    return table.select(key + values + [time_col, "diff"])
+    return table.select(wanted + values + [time_col, "diff"])

@@ -198,3 +198,27 @@ def test_a_task_releases_its_lookup_when_it_ends(tmp_path, monkeypatch):
     assert OldLookup.last is not None
     OldLookup.task_ended()
     assert OldLookup.last is None
+
+
+@pytest.mark.parametrize("name", sorted(REDUCERS))
+def test_a_reduce_without_a_key_is_summarised_as_one_group(tmp_path, name):
+    """A global reduce (SQL's aggregate without GROUP BY, ORDER BY ... LIMIT) has no key
+    columns: its summary is that of one group."""
+    rng = random.Random(5)
+    reducer = REDUCERS[name]
+    files = old_layers(tmp_path, rng, keys=6, n=800, tmax=50)
+    # beyond every old value at both ends, so that min, max and the top rows change too
+    extremes = [{"k": rng.choice([0, 2, 9]), "v": rng.choice("az"), "w": rng.choice([-10, 10]),
+                 "f": rng.choice([-9.0, 9.0]), "b": True, "time": rng.randrange(50, 80), "diff": 1} for _ in range(6)]
+    new = pa.concat_tables([new_updates(rng, [0, 2, 9], 40, 50, 80),
+                            pa.Table.from_pylist(extremes, SCHEMA).append_column("_new", pa.array([True] * 6))])
+    values = ["k", *VALUES]
+
+    def changes(summary: bool) -> tuple[dict, int]:
+        table = with_old_updates(new, files, [], values, reducer if summary else None)
+        return consolidated(reduce_delta(table, [], values, 1, reducer)), table.num_rows - new.num_rows
+
+    (full, full_rows), (summarised, summary_rows) = changes(False), changes(True)
+    assert full, "the new insertions changed nothing: the case proves nothing"
+    assert summarised == full
+    assert full_rows > 300 and summary_rows <= 3, (full_rows, summary_rows)
