@@ -25,7 +25,10 @@ def plot_tpch(res: dict, path: str) -> None:
     left.set_ylabel("seconds (median over the refreshes)")
     left.set_title(f"per query, refresh of {res['orders_per_refresh']:,} orders "
                    f"({res['refresh_fraction']:g}) + {res['customers_per_refresh']} customers")
-    left.legend()
+    top = max([pq[q]["duckdb_recompute_s"] or 0 for q in queries] + [pq[q]["ddcli_refresh_s"] or 0 for q in queries])
+    if top > 0:
+        left.set_ylim(top=top * 10)  # room for the legend above the bars
+    left.legend(loc="upper left", fontsize=8, ncol=2)
     s = res["summary"]
     bars = [("base ingest", s["base_ingest_s"], "C0"), ("first run (22)", s["first_run_s"], "C0"),
             ("Spark SQL (22, once)", s["spark_sql_s"], "C1"), ("DuckDB load", res["duckdb_load_s"], "C2"),

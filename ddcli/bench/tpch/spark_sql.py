@@ -1,6 +1,6 @@
 """The engine's floor: Spark SQL computing TPC-H's 22 queries once, in one Spark application.
 
-Run as ``python -m ddcli.bench.tpch.spark_sql BASE_DIR`` (a process of its own, so its peak
+Run as ``python -m ddcli.bench.tpch.spark_sql BASE_DIR [QUERY...]`` (a process of its own, so its peak
 memory is its own): it starts the session ddcli's runs use (ops/spark/session.py: the same
 settings), registers the base tables' Parquet files, runs each model's views as temporary
 views (the DuckDB text written in Spark's dialect by sqlglot) and collects each materialized
@@ -23,11 +23,11 @@ def spark_statements(text: str) -> tuple[list[str], list[str]]:
     import sqlglot
     answers = re.findall(r"(?i)\bcreate\s+materialized\s+view\s+(\w+)", text)
     plain = re.sub(r"(?i)\bcreate\s+(materialized\s+)?view\b", "CREATE VIEW", text)
-    statements = sqlglot.transpile(plain, read="duckdb", write="spark")
-    return [re.sub(r"(?i)^CREATE VIEW\b", "CREATE OR REPLACE TEMPORARY VIEW", s) for s in statements], answers
+    statements = sqlglot.transpile(plain, read="duckdb", write="spark", comments=False)
+    return [re.sub(r"(?i)\bCREATE VIEW\b", "CREATE OR REPLACE TEMPORARY VIEW", s, count=1) for s in statements], answers
 
 
-def main(base: str) -> dict:
+def main(base: str, only: list[str]) -> dict:
     from ddcli.bench.tpch.data import TABLES, query_files
     from ops.spark.session import get_spark
 
@@ -38,6 +38,8 @@ def main(base: str) -> dict:
         spark.read.parquet(os.path.join(base, f"{t}.parquet")).createOrReplaceTempView(t)
     for path in query_files():
         query = os.path.basename(path)[:-len(".sql")]
+        if only and query not in only:
+            continue
         with open(path, encoding="utf-8") as fh:
             statements, answers = spark_statements(fh.read())
         t0 = time.perf_counter()
@@ -53,6 +55,6 @@ def main(base: str) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1])))
+    print(json.dumps(main(sys.argv[1], sys.argv[2:])))
     sys.stdout.flush()
     os._exit(0)  # the JVM's shutdown is no part of the figures
