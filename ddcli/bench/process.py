@@ -32,10 +32,10 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
-def descendants() -> list[int]:
-    """Every live process below this one."""
+def descendants(root: int | None = None) -> list[int]:
+    """Every live process below ``root`` (default: this one)."""
     kids, out = _children(), []
-    todo = list(kids.get(os.getpid(), []))
+    todo = list(kids.get(os.getpid() if root is None else root, []))
     while todo:
         pid = todo.pop()
         out.append(pid)
@@ -46,6 +46,12 @@ def descendants() -> list[int]:
 def descendants_rss() -> int:
     """Resident bytes of every process below this one."""
     return sum(rss(pid) for pid in descendants())
+
+
+def tree_rss(root: int) -> int:
+    """Resident bytes of process ``root`` and every process below it (a detached service's
+    JVM and Python workers, say, which are no descendants of the benchmark)."""
+    return rss(root) + sum(rss(pid) for pid in descendants(root))
 
 
 def rss(pid: int | str = "self") -> int:

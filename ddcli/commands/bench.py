@@ -555,3 +555,76 @@ def bench_small(
              f"{rn['one_update_run_s']:.2f} s; first run / warm word count run "
              f"{res['aims']['reach_nodes_first_run_over_warm_one_update_run']['value']:.1f}x")
     render.report(res, msg, out, output)
+
+
+@bench_app.command("tpch", epilog=EXIT_CODES_HELP)
+def bench_tpch(
+    scale: Annotated[float, typer.Option(min=0.001, help="TPC-H scale factor (1: 6 million lineitems).")] = 1.0,
+    refreshes: Annotated[int, typer.Option(min=1, help="Refreshes run through the warm engine (one cold refresh follows).")] = 3,
+    refresh_fraction: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="Share of the orders each refresh deletes and inserts, with their lineitems.")] = 0.001,
+    customers: Annotated[int, typer.Option(min=0, help="Customers each refresh moves to another segment and nation.")] = 5,
+    cache: Annotated[Optional[str], typer.Option(
+        "--cache", metavar="DIR", help="Where the generated base tables are kept [default: tpch/ in DDCLI_CACHE_DIR, "
+                                       "else ~/.cache/ddcli/tpch].")] = None,
+    queries: Annotated[Optional[str], typer.Option(
+        "--queries", metavar="Q,...", help="Only these queries, comma-separated (q01 ... q22) [default: all 22].")] = None,
+    no_spark_sql: Annotated[bool, typer.Option("--no-spark-sql", help="Leave out Spark SQL's 22 over the base.")] = False,
+    workdir: WorkdirOpt = None,
+    out_json: OutJsonOpt = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", metavar="FILE.png", help="Save the figures as PNG.")] = None,
+    fmt: FormatOpt = None,
+    json_: JsonOpt = False,
+    output: OutputOpt = None,
+) -> None:
+    """TPC-H's 22 queries as SQL models: a warm ddcli run of each refresh against DuckDB
+    recomputing the 22 from scratch, on the same data in the same run, every output checked
+    against DuckDB's; the base's ingest and first run, against Spark SQL's 22 once.
+
+    Example:
+
+        ddcli bench tpch --scale 0.01 --refreshes 3 --out docs/bench/tpch.json --plot docs/bench/tpch.png
+    """
+    out = render.choose_format(fmt, json_, output)
+    _check_bench_outputs(out_json, plot)
+    import shutil
+    import tempfile
+
+    from ddcli.bench.tpch import bench as tpch
+    from ddcli.bench.tpch.data import GenerationError
+    from ddcli.bench.tpch.data import query_files
+    known = [os.path.basename(f)[:-len(".sql")] for f in query_files()]
+    chosen = [q.strip().lower() for q in queries.split(",") if q.strip()] if queries else None
+    unknown = [q for q in chosen or [] if q not in known]
+    if unknown or chosen == []:
+        raise typer.BadParameter(f"unknown query {unknown[0] if unknown else queries!r}: use q01 ... q22",
+                                 param_hint="--queries")
+    work = workdir or tempfile.mkdtemp(prefix="ddbt-", dir="/tmp" if os.path.isdir("/tmp") else None)
+    os.makedirs(work, exist_ok=True)
+    try:
+        res = tpch.bench_tpch(scale=scale, refreshes=refreshes, fraction=refresh_fraction, customers=customers,
+                              cache=cache, work=work, spark_sql=not no_spark_sql, queries=chosen,
+                              log=console_log())
+    except GenerationError as e:
+        raise render.RenderError(str(e)) from None
+    finally:
+        if workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    if out_json:
+        write_json(res, out_json)
+    if plot:
+        from ddcli.bench.tpch.plot import plot_tpch
+        plot_tpch(res, plot)
+    s, n = res["summary"], len(res["queries"])
+    lines = [f"scale {scale:g}: {res['rows']['lineitem']:,} lineitems; each refresh {res['orders_per_refresh']:,} orders "
+             f"and {customers} customers",
+             f"base: ingest {s['base_ingest_s']:.1f} s (peak {s['base_ingest_peak_bytes'] / 2**30:.2f} GiB), first run of "
+             f"the {n} {s['first_run_s']:.1f} s, Spark SQL's {n} {s['spark_sql_s'] or 0:.1f} s, DuckDB's {n} "
+             f"{s['duckdb_base_s']:.2f} s",
+             f"refresh: ingest {s['refresh_ingest_s']:.1f} s, warm run of the {n} {s['warm_refresh_s']:.1f} s, cold "
+             f"{s['cold_refresh_s']:.1f} s; DuckDB recomputes the {n} in {s['duckdb_recompute_s']:.2f} s "
+             f"(ddcli / DuckDB {s['refresh_over_duckdb']}x)",
+             f"mismatches with DuckDB: {s['mismatches']}; known differences: {s['known_differences']}"]
+    lines += [f"aim {name}: {'met' if a['met'] else 'not measured' if a['met'] is None else 'NOT met'} ({a['measured']})"
+              for name, a in res["aims"].items()]
+    render.report(res, "\n".join(lines), out, output)

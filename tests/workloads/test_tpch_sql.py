@@ -1,6 +1,6 @@
 """TPC-H's 22 queries as SQL models, against DuckDB running the same text at every refresh.
 
-The models (tests/workloads/tpch_sql/qNN.sql) are the specification's queries with its
+The models (ddcli/bench/tpch/queries/qNN.sql, which `ddcli bench tpch` runs too) are the specification's queries with its
 validation parameters, each a ``CREATE MATERIALIZED VIEW`` (Q15's view a ``CREATE VIEW``).
 Scale factor 0.015 is the smallest where every query has rows (below 0.014 Q17 finds no part
 and Q20 no supplier). After the base load and after each of three refreshes (300 orders
@@ -16,13 +16,13 @@ answers cut by a LIMIT (Q3, Q10) have no tie at the cut on this data, so DuckDB'
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 from dataclasses import dataclass, field
 
 import pytest
 
+from ddcli.bench.tpch.data import query_files
 from storage.store import Store
 from tests.helpers.cli import ddcli
 from tests.helpers.operations import trace_at
@@ -31,7 +31,7 @@ from tests.workloads.tpch import CHANGING, TABLES, Reference, generate, same_row
 SCALE = 0.015
 REFRESHES = 3
 ORDERS_PER_REFRESH, CUSTOMERS_PER_REFRESH = 300, 100
-MODELS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "tpch_sql", "q*.sql")))
+MODELS = query_files()
 QUERIES = [os.path.basename(m)[:-len(".sql")] for m in MODELS]
 
 # Queries the SQL front end does not answer yet, with the error each gave. They are not run

@@ -1,87 +1,27 @@
 """TPC-H with refresh streams: the outside reference of whole workloads (docs/architecture.md).
 
-``tpchgen-cli`` writes the base tables as Parquet (decimals, dates, strings as TPC-H types
-them); each refresh deletes some orders with their lineitems, inserts as many new ones (copies
-of others under new keys) and moves some customers to another segment and nation. DuckDB
-keeps the same tables and answers the queries from scratch: it is the reference, and nothing
-here imports the code it checks.
+The tables and their refreshes come from the benchmark's generator (ddcli/bench/tpch/data.py:
+``tpchgen-cli``'s Parquet base, refreshes that delete and insert orders with their lineitems
+and move customers, each as an update file the store ingests and DuckDB applies to its copy of
+the tables). DuckDB answers the queries from scratch on those tables: it is the reference, and
+nothing here imports the code it checks (the generator only writes data).
 """
 
 from __future__ import annotations
 
 import math
-
-import os
-import random
-import shutil
-import subprocess
 from decimal import Decimal
 
-import duckdb
-import pytest
+from ddcli.bench.tpch.data import CHANGING, TABLES, Tables, generate
 
-TABLES = ["lineitem", "orders", "customer", "nation", "region", "supplier", "part", "partsupp"]
-CHANGING = ["orders", "lineitem", "customer"]
+__all__ = ["CHANGING", "TABLES", "Reference", "generate", "same_rows"]
 
 
-def generate(folder: str, scale: float) -> str:
-    """The base tables of scale factor ``scale`` as Parquet files in ``folder``."""
-    exe = shutil.which("tpchgen-cli")
-    if exe is None:  # installed with the test extra: its absence is a broken set-up, not a skip
-        pytest.fail("tpchgen-cli is not installed (pip install -e '.[test]')")
-    subprocess.run([exe, "parquet", "-s", str(scale), f"--output-dir={folder}"], check=True,
-                   capture_output=True)
-    return folder
-
-
-class Reference:
+class Reference(Tables):
     """The TPC-H tables in DuckDB, changed by the same refreshes the store ingests."""
-
-    def __init__(self, base: str, work: str, orders_per_refresh: int = 15, customers_per_refresh: int = 5):
-        self.work = work
-        self.con = duckdb.connect()
-        for t in TABLES:
-            self.con.execute(f"CREATE TABLE {t} AS SELECT * FROM '{os.path.join(base, t)}.parquet'")
-        self.n_orders, self.n_customers = orders_per_refresh, customers_per_refresh
-
-    def refresh(self, r: int) -> dict[str, str]:
-        """Refresh ``r`` as update files at time ``r`` (table -> path), applied here too."""
-        rng = random.Random(f"tpch-refresh-{r}")
-        keys = [k for (k,) in self.con.sql("SELECT o_orderkey FROM orders ORDER BY 1").fetchall()]
-        gone, copied = rng.sample(keys, self.n_orders), rng.sample(keys, self.n_orders)
-        new_key = " ".join(f"WHEN {k} THEN {keys[-1] + 1 + i}" for i, k in enumerate(copied))
-        customers = [k for (k,) in self.con.sql("SELECT c_custkey FROM customer ORDER BY 1").fetchall()]
-        moved = rng.sample(customers, self.n_customers)
-        sets = {
-            "orders": (f"o_orderkey IN ({_list(gone)})",
-                       f"SELECT * REPLACE (CASE o_orderkey {new_key} END AS o_orderkey) FROM orders "
-                       f"WHERE o_orderkey IN ({_list(copied)})"),
-            "lineitem": (f"l_orderkey IN ({_list(gone)})",
-                         f"SELECT * REPLACE (CASE l_orderkey {new_key} END AS l_orderkey) FROM lineitem "
-                         f"WHERE l_orderkey IN ({_list(copied)})"),
-            "customer": (f"c_custkey IN ({_list(moved)})",
-                         "SELECT * REPLACE (CASE WHEN c_mktsegment = 'BUILDING' THEN 'MACHINERY' ELSE 'BUILDING' END "
-                         f"AS c_mktsegment, (c_nationkey + 7) % 25 AS c_nationkey) FROM customer "
-                         f"WHERE c_custkey IN ({_list(moved)})"),
-        }
-        files = {}
-        for table, (gone_where, inserted) in sets.items():
-            self.con.execute(f"CREATE OR REPLACE TEMP TABLE gone AS SELECT * FROM {table} WHERE {gone_where}")
-            self.con.execute(f"CREATE OR REPLACE TEMP TABLE added AS {inserted}")
-            path = os.path.join(self.work, f"{table}_{r}.parquet")
-            self.con.execute(f"COPY (SELECT *, {r}::BIGINT AS time, -1::BIGINT AS diff FROM gone UNION ALL "
-                             f"SELECT *, {r}::BIGINT AS time, 1::BIGINT AS diff FROM added) TO '{path}'")
-            self.con.execute(f"DELETE FROM {table} WHERE {gone_where}")
-            self.con.execute(f"INSERT INTO {table} SELECT * FROM added")
-            files[table] = path
-        return files
 
     def answer(self, sql: str) -> list[tuple]:
         return self.con.sql(sql).fetchall()
-
-
-def _list(keys) -> str:
-    return ", ".join(str(int(k)) for k in keys)
 
 
 def same_rows(want: list[tuple], got: list[tuple], rel: float = 1e-12) -> str | None:
