@@ -21,9 +21,15 @@ them unchanged. Integer columns keep their int64 weights.
 
 from __future__ import annotations
 
+from decimal import Decimal
+from typing import Callable
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from ops.columnar import row_ids
+from ops.errors import PipelineError
 
 SCALE_BITS = 1074  # x * 2^1074 is an integer for every finite double
 # counts of +inf, -inf and NaN sit in fields above every finite total (< 2^2300 for any
@@ -159,7 +165,7 @@ def _special(v: int) -> float:
 
 class DecimalOverflow(ArithmeticError):
     """A sum of decimals that does not fit its type: refused, never rounded or wrapped. The
-    reduce that meets it names the key (ops/reduce/overflow.py)."""
+    reduce that meets it names the key (:func:`naming_the_key`)."""
 
 
 def decimal_text(unscaled: int, scale: int) -> str:
@@ -206,3 +212,40 @@ def from_arrow(column) -> np.ndarray:
     out = np.empty(len(column), object)
     out[:] = [int.from_bytes(b, "little", signed=True) for b in column.to_pylist()]
     return out
+
+
+# ---------------------------------------------------------------- the key of an overflow
+# The kernels meet an overflow deep inside a sweep, where a key is a row number. A reduce's
+# output for a key depends on that key's updates only, so the key is found by reducing
+# halves of the keys again until one key is left: about log2(keys) more reductions, paid
+# on the error path only.
+
+
+def naming_the_key(reduce: Callable[[pa.Table], pa.Table], table: pa.Table, key: list[str], what: str) -> pa.Table:
+    """``reduce(table)``; a :class:`DecimalOverflow` becomes a :class:`PipelineError` that
+    names ``what`` reduced, the key and the sum."""
+    try:
+        return reduce(table)
+    except DecimalOverflow as e:
+        first = e
+    kid, keys = row_ids(table, key, ordered=True)
+    lo, hi = 0, keys  # the keys [lo, hi) hold an overflow
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            reduce(table.filter(pa.array((kid >= lo) & (kid < mid))))
+        except DecimalOverflow as e:
+            first, hi = e, mid
+        else:
+            lo = mid
+    row = table.filter(pa.array(kid == lo)).slice(0, 1).select(key).to_pylist()
+    where = ", ".join(f"{c}={_shown(v)}" for c, v in row[0].items()) if row and key else "the whole collection"
+    raise PipelineError(f"{what}, key {where}: {first}; nothing was written") from None
+
+
+def _shown(v) -> str:
+    if isinstance(v, str):
+        return repr(v)
+    if isinstance(v, Decimal):
+        return format(v, "f")
+    return "null" if v is None else str(v)

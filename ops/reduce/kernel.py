@@ -42,7 +42,6 @@ from ops.reduce import builtin_grid as lattice
 from ops.reduce import slabs as rf
 from ops.reduce import sweep as sw
 from ops.reduce.grid import grid_cells, grid_delta
-from ops.reduce.overflow import naming_the_key
 from ops.reduce.presence import presence_delta
 from ops.reduce.window_sweep import window_delta
 from storage.lattice import time_columns
@@ -95,7 +94,7 @@ SWEEPABLE = (Count, Sum, CountDistinct, Distinct, Threshold, Min, Max, TopK)
 def reduce_delta(table: pa.Table, key: list[str], values: list[str], d: int, reducer: Reducer,
                  **budgets) -> pa.Table:
     """:func:`_reduce_delta`; a sum that outgrows its decimal type is refused naming its key."""
-    return naming_the_key(lambda t: _reduce_delta(t, key, values, d, reducer, **budgets), table, list(key),
+    return exact_sum.naming_the_key(lambda t: _reduce_delta(t, key, values, d, reducer, **budgets), table, list(key),
                           f"reduce {reducer!r}")
 
 
