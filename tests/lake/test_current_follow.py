@@ -4,13 +4,17 @@ These tests need no Spark: an output is a trace marked as a pipeline's whose upd
 sealed the way a run commits them (``make_output`` and ``seal`` of tests/helpers/store_refs.py). The writer that is
 killed runs in a fresh interpreter with ``DDCLI_FAULT`` set (storage/faults.py), so it dies
 right there, as SIGKILL would leave it; the next command that changes the store, or
-``ddcli compact``, must bring the table up to date. Readers: delta-rs and polars only,
-compared with a plain-Python fold of the updates the test wrote.
+``ddcli compact``, must bring the table up to date. Readers: delta-rs and polars, and
+DuckDB's Delta extension (in an environment of its own: the extension's package matches
+DuckDB 1.5), compared with a plain-Python fold of the updates the test wrote.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -221,3 +225,42 @@ def test_outputs_named_in_the_setting_are_published_to_iceberg_after_each_change
            for s in table.snapshots()]
     assert got == want and [s.summary["ddcli.time"] for s in table.snapshots()] == ["0", "1", "2"]
     assert not store.warnings
+
+
+# DuckDB with its Delta extension, in a process of its own: every version of a table as JSON
+DUCKDB_DELTA = """
+import glob, json, sys
+import duckdb, duckdb_extension_delta
+ext = glob.glob(duckdb_extension_delta.__path__[0] + "/extensions/*/delta.duckdb_extension")[0]
+con = duckdb.connect()
+con.execute(f"LOAD '{ext}'")
+uri, count = sys.argv[1], int(sys.argv[2])
+print(json.dumps([con.sql(f"SELECT * FROM delta_scan('{uri}', version => {v})").fetchall() for v in range(count)]))
+"""
+
+
+@pytest.fixture(scope="session")
+def duckdb_delta(tmp_path_factory) -> str:
+    """A Python with DuckDB 1.5 and the ``duckdb-extension-delta`` package (it loads the
+    extension from the package, offline)."""
+    env = tmp_path_factory.mktemp("duckdb_delta") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
+    python = str(env / "bin" / "python")
+    subprocess.run([python, "-m", "pip", "install", "-q", "duckdb==1.5.*", "duckdb-extension-delta"], check=True,
+                   capture_output=True)
+    return python
+
+
+def test_duckdbs_delta_extension_reads_every_version(tmp_path, duckdb_delta):
+    store = Store(str(tmp_path / "store"))
+    make_output(store, "out", write_updates(str(tmp_path / "a.parquet"), A, 1))
+    seal(store, "out", write_updates(str(tmp_path / "b.parquet"), B, 1), 2)
+    seal(store, "out", write_updates(str(tmp_path / "c.parquet"), C, 1), 3)
+    uri = table_of(store)
+    shown = versions(uri)
+    res = subprocess.run([duckdb_delta, "-c", DUCKDB_DELTA, uri, str(len(shown))], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    read = json.loads(res.stdout)
+    assert [v["time"] for v in shown] == [[0], [1], [2]]
+    for version, rows in zip(shown, read):
+        assert {(k, v): n for k, v, n in rows} == fold(A + B + C, tuple(version["time"])), version
