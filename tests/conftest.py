@@ -57,10 +57,19 @@ def ddcli_services():
         shutil.rmtree(folder, ignore_errors=True)
 
 
+# The current-state table of an output (storage/lake/current.py) costs its first commit
+# about half a second to create: the tests of tests/lake/ and the README's guide (which
+# reads one) run with those tables on, the product's default; every other test runs with
+# them off, which keeps the suite's time.
+_TABLES_TESTED_IN = (os.path.join(_ROOT, "tests", "lake") + os.sep, os.path.join(_ROOT, "tests", "runs", "test_guide.py"))
+
+
 @pytest.fixture(autouse=True)
-def _clean_ddcli_env(monkeypatch):
+def _clean_ddcli_env(monkeypatch, request):
     for name in _DDCLI_ENV:
         monkeypatch.delenv(name, raising=False)
+    if not str(request.node.fspath).startswith(_TABLES_TESTED_IN):
+        monkeypatch.setenv("DDCLI_TABLES", "off")
 
 
 @pytest.fixture
