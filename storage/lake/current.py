@@ -25,12 +25,11 @@ version and ddcli's version.
 
 from __future__ import annotations
 
-import json
 import time
 
 import pyarrow as pa
 
-from storage.lake.table import APP_ID, ATTEMPTS, ddcli_version, storage_options
+from storage.lake.table import APP_ID, ATTEMPTS, ddcli_version, shown, storage_options
 from storage.lake.types import delta_arrow_schema, delta_problem
 from storage.lattice import format_frontier, time_columns
 from storage.state.trace import Trace, count_column
@@ -83,20 +82,6 @@ def _properties(name: str, trace: Trace | None, version: int, how: str, empty: s
     from deltalake.transaction import CommitProperties, Transaction
     return CommitProperties(custom_metadata=_info(name, trace, version, how, empty), max_commit_retries=0,
                             app_transactions=[Transaction(APP_ID, version)])
-
-
-def shown(blobs, uri: str, version: int) -> dict | None:
-    """What Delta version ``version`` of the table says it shows (its ``ddcli`` commit info),
-    read with ddcli's own storage client; None when unknown."""
-    try:
-        lines = blobs.get(blobs.join(uri, "_delta_log", f"{version:020d}.json")).decode().splitlines()
-    except (OSError, ValueError):
-        return None
-    for line in lines:
-        info = json.loads(line).get("commitInfo", {}).get("ddcli") if line.strip() else None
-        if isinstance(info, dict):
-            return info
-    return None
 
 
 # ------------------------------------------------------------------ bringing a table up to a trace

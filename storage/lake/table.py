@@ -235,13 +235,9 @@ def _update(uri: str, table, name: str, trace: Trace | None, version: int, front
     return Published(at + 1, version, "committed")
 
 
-def _frontiers(uri: str, version: int) -> tuple | None:
-    """The since and upper the newest Delta version was committed with (None: unknown).
-
-    Read from the commit's JSON file with ddcli's own storage client: delta-rs's
-    ``history`` holds Python's lock while it waits on the network."""
-    from storage.blobs.resolve import for_path
-    blobs = for_path(uri)
+def shown(blobs, uri: str, version: int) -> dict | None:
+    """What Delta version ``version`` of the table says it shows (its ``ddcli`` commit info),
+    read with ddcli's own storage client; None when unknown."""
     try:
         lines = blobs.get(blobs.join(uri, "_delta_log", f"{version:020d}.json")).decode().splitlines()
     except (OSError, ValueError):
@@ -249,5 +245,15 @@ def _frontiers(uri: str, version: int) -> tuple | None:
     for line in lines:
         info = json.loads(line).get("commitInfo", {}).get("ddcli") if line.strip() else None
         if isinstance(info, dict):
-            return info.get("since"), info.get("upper")
+            return info
     return None
+
+
+def _frontiers(uri: str, version: int) -> tuple | None:
+    """The since and upper the newest Delta version was committed with (None: unknown).
+
+    Read from the commit's JSON file with ddcli's own storage client: delta-rs's
+    ``history`` holds Python's lock while it waits on the network."""
+    from storage.blobs.resolve import for_path
+    info = shown(for_path(uri), uri, version)
+    return None if info is None else (info.get("since"), info.get("upper"))
