@@ -31,13 +31,20 @@ import numpy as np
 import pyarrow as pa
 
 from ops.dataflow.reducers import Count, Max, Min, Reducer, Sum, TopK
+from ops.reduce.abelian_summary import invertible
 from storage.sql.duck import quote
 
 
 def summarisable(reducer: Reducer, values_schema: pa.Schema, d: int, extra: bool) -> bool:
-    """Whether ``reducer`` has a summary at all (one-dimensional times, outside loops)."""
+    """Whether ``reducer`` has a summary at all (one-dimensional times, outside loops): of
+    insertions (:func:`old_summary`) or of an invertible reduce (``ops/reduce/abelian_summary.py``)."""
     if d != 1 or extra:
         return False
+    return of_insertions(reducer, values_schema) or invertible(reducer, values_schema)
+
+
+def of_insertions(reducer: Reducer, values_schema: pa.Schema) -> bool:
+    """Whether :func:`old_summary` summarises ``reducer``'s old updates."""
     if isinstance(reducer, Sum):
         t = values_schema.field(reducer.col).type
         return pa.types.is_integer(t) or pa.types.is_boolean(t)
