@@ -35,9 +35,14 @@ import duckdb
 import pyarrow as pa
 
 from ops.dataflow.reducers import Agg, Count, Reducer, Sum
+from ops.reduce.old_updates import M
 from storage.sql.duck import quote
 
 _SUMMED, _COUNTED = "summed", "counted"
+#: the names of the columns the SQL below makes: prefixed, so that no user column (a key or
+#: value column may be named ``w``, ``t``, ``n`` or ``phase``) is taken for one of them
+_I = "_ddcli_"
+_PHASE, _T, _NEXT, _W, _N, _C = (_I + n for n in ("phase", "t", "next_t", "w", "n", "c"))
 
 
 def tracked_columns(reducer: Reducer, values_schema: pa.Schema) -> dict[str, str] | None:
@@ -86,9 +91,9 @@ def abelian_rows(con, new: pa.Table, key: list[str], values: list[str], reducer:
             return None
         types = dict(con.sql("SELECT column_name, column_type FROM (DESCRIBE new_rows)").fetchall())
         _states(con, key, values, cols, types, time_col)
-        fits = " OR ".join(f"(n_{i} > 0 AND try_cast(s_{i} AS {types[c]}) IS NULL)"
+        fits = " OR ".join(f"({_I}n_{i} > 0 AND try_cast({_I}s_{i} AS {types[c]}) IS NULL)"
                            for i, c in enumerate(cols) if cols[c] == _SUMMED) or "false"
-        if con.sql(f"SELECT count(*) FROM abelian_states WHERE n < 0 OR {fits}").fetchall()[0][0]:
+        if con.sql(f"SELECT count(*) FROM abelian_states WHERE {_N} < 0 OR {fits}").fetchall()[0][0]:
             return None
         table = con.sql(_updates_sql(key, values, cols, types, time_col)).to_arrow_table()
     except duckdb.Error:  # a total beyond DuckDB's widest type: read the updates whole
@@ -105,50 +110,51 @@ def _same(a: str, b: str, cols: list[str]) -> str:
 def _non_negative(con, key: list[str], values: list[str], time_col: str) -> bool:
     """Whether no accumulated old row is negative and no new retraction takes a row below
     0 at any new time (only the rows some new update lowers are looked at)."""
-    if con.sql("SELECT count(*) FROM old_rows WHERE m < 0").fetchall()[0][0]:
+    if con.sql(f"SELECT count(*) FROM old_rows WHERE {M} < 0").fetchall()[0][0]:
         return False
     kv = ", ".join(quote(c) for c in key + values)
     t = quote(time_col)
     by_row = f"PARTITION BY {kv}" if kv else ""
-    lowered = (f"SELECT {kv}, {t}, SUM(diff) OVER ({by_row} ORDER BY {t} ROWS UNBOUNDED PRECEDING) AS c "
+    lowered = (f"SELECT {kv}, {t}, SUM(diff) OVER ({by_row} ORDER BY {t} ROWS UNBOUNDED PRECEDING) AS {_C} "
                f"FROM (SELECT {kv}, {t}, SUM(diff) AS diff FROM new_rows GROUP BY ALL) "
                f"QUALIFY bool_or(diff < 0) OVER ({by_row})")
     con.execute(f"CREATE OR REPLACE TEMP TABLE abelian_lowered AS {lowered}")
-    olds = (f"SELECT {', '.join('o.' + quote(c) for c in key + values)}, SUM(o.m) AS m FROM old_rows o "
+    olds = (f"SELECT {', '.join('o.' + quote(c) for c in key + values)}, SUM(o.{M}) AS {M} FROM old_rows o "
             f"SEMI JOIN (SELECT DISTINCT {kv} FROM abelian_lowered) l ON {_same('o', 'l', key + values)} "
             f"GROUP BY ALL")
     below = (f"SELECT count(*) FROM abelian_lowered l LEFT JOIN ({olds}) o ON {_same('o', 'l', key + values)} "
-             f"WHERE l.c + coalesce(o.m, 0) < 0")
+             f"WHERE l.{_C} + coalesce(o.{M}, 0) < 0")
     return con.sql(below).fetchall()[0][0] == 0
 
 
 def _states(con, key: list[str], values: list[str], cols: dict[str, str], types: dict[str, str],
             time_col: str) -> None:
-    """``abelian_states``: per key, its totals before the first new time (``phase`` 0) and
-    after each of its new times (``phase`` 1), with the time the next state begins, and one
+    """``abelian_states``: per key, its totals before the first new time (phase 0) and
+    after each of its new times (phase 1), with the time the next state begins, and one
     value of each column its rows hold (``r_j``, null when they hold none)."""
     k = "".join(f"{quote(c)}, " for c in key)
     t = quote(time_col)
     first = con.sql(f"SELECT min({t}) FROM new_rows").fetchall()[0][0]
     vs = "".join(", " + quote(c) for c in values)
-    both = (f"SELECT {k}0 AS phase, {int(first)}::BIGINT AS t, m::BIGINT AS w{vs} FROM old_rows "
+    both = (f"SELECT {k}0 AS {_PHASE}, {int(first)}::BIGINT AS {_T}, {M}::BIGINT AS {_W}{vs} FROM old_rows "
             f"UNION ALL SELECT {k}1, {t}, diff::BIGINT{vs} FROM new_rows")
-    deltas, totals = ["SUM(w) AS dn"], ["SUM(dn) OVER run AS n"]
+    deltas, totals = [f"SUM({_W}) AS {_I}dn"], [f"SUM({_I}dn) OVER run AS {_N}"]
     for j, c in enumerate(values):
-        deltas.append(f"any_value({quote(c)}) AS dr_{j}")
-        totals.append(f"any_value(dr_{j}) OVER (PARTITION BY {k}NULL) AS r_{j}")
+        deltas.append(f"any_value({quote(c)}) AS {_I}dr_{j}")
+        totals.append(f"any_value({_I}dr_{j}) OVER (PARTITION BY {k}NULL) AS {_I}r_{j}")
     for i, c in enumerate(cols):
-        deltas.append(f"SUM(CASE WHEN {quote(c)} IS NULL THEN 0 ELSE w END) AS dn_{i}")
-        totals.append(f"SUM(dn_{i}) OVER run AS n_{i}")
+        deltas.append(f"SUM(CASE WHEN {quote(c)} IS NULL THEN 0 ELSE {_W} END) AS {_I}dn_{i}")
+        totals.append(f"SUM({_I}dn_{i}) OVER run AS {_I}n_{i}")
         if cols[c] == _SUMMED:
             wide = f"DECIMAL(38, {types[c].split(',')[1].strip(' )')})" if types[c].startswith("DECIMAL") \
                 else "HUGEINT"  # exact, wide enough for a key's total
-            deltas.append(f"SUM({quote(c)}::{wide} * w) AS ds_{i}")
-            totals.append(f"SUM(ds_{i}) OVER run AS s_{i}")
-    run = f"PARTITION BY {k}NULL ORDER BY phase, t ROWS UNBOUNDED PRECEDING"
-    con.execute(f"CREATE OR REPLACE TEMP TABLE abelian_states AS SELECT {k}phase, t, "
-                f"lead(t) OVER (PARTITION BY {k}NULL ORDER BY phase, t) AS next_t, {', '.join(totals)} "
-                f"FROM (SELECT {k}phase, t, {', '.join(deltas)} FROM ({both}) GROUP BY ALL) WINDOW run AS ({run})")
+            deltas.append(f"SUM({quote(c)}::{wide} * {_W}) AS {_I}ds_{i}")
+            totals.append(f"SUM({_I}ds_{i}) OVER run AS {_I}s_{i}")
+    order = f"PARTITION BY {k}NULL ORDER BY {_PHASE}, {_T}"
+    con.execute(f"CREATE OR REPLACE TEMP TABLE abelian_states AS SELECT {k}{_PHASE}, {_T}, "
+                f"lead({_T}) OVER ({order}) AS {_NEXT}, {', '.join(totals)} "
+                f"FROM (SELECT {k}{_PHASE}, {_T}, {', '.join(deltas)} FROM ({both}) GROUP BY ALL) "
+                f"WINDOW run AS ({order} ROWS UNBOUNDED PRECEDING)")
 
 
 def _updates_sql(key: list[str], values: list[str], cols: dict[str, str], types: dict[str, str],
@@ -159,7 +165,10 @@ def _updates_sql(key: list[str], values: list[str], cols: dict[str, str], types:
     the key (``n_c = N``) is not null in any synthetic row, so a column of a type that
     admits no null gets none."""
     index = {c: i for i, c in enumerate(cols)}
-    rep = {c: f"r_{j}" for j, c in enumerate(values)}
+    rep = {c: f"{_I}r_{j}" for j, c in enumerate(values)}
+
+    def n_(c):  # the state's count of rows whose c is not null
+        return f"{_I}n_{index[c]}"
 
     def zero(c):  # a value adding nothing to a sum
         return "0" if cols[c] == _SUMMED else rep[c]
@@ -168,22 +177,22 @@ def _updates_sql(key: list[str], values: list[str], cols: dict[str, str], types:
         return ", ".join(f"({fill(c) if c in index else rep[c]})::{types[c]} AS {quote(c)}" for c in values)
 
     def a_value(c):
-        i = index[c]
-        return f"CASE WHEN n_{i} > 0 THEN {'s_' + str(i) if cols[c] == _SUMMED else rep[c]} END"
+        return f"CASE WHEN {n_(c)} > 0 THEN {_I + 's_' + str(index[c]) if cols[c] == _SUMMED else rep[c]} END"
 
     def filler(c, own=None):  # R_own's value of c (E's without own)
-        return zero(c) if c == own else f"CASE WHEN n_{index[c]} = n THEN {zero(c)} END"
+        return zero(c) if c == own else f"CASE WHEN {n_(c)} = {_N} THEN {zero(c)} END"
 
     k = "".join(f"{quote(c)}, " for c in key)
-    state = "phase, t, next_t FROM abelian_states WHERE n > 0"
-    rows = [f"SELECT {k}{row(a_value)}, 1 AS m, {state}"]
-    partial = {c: f"CASE WHEN n_{i} < n THEN greatest(n_{i} - 1, 0) ELSE 0 END" for c, i in index.items()}
-    for c, i in index.items():
-        rows.append(f"SELECT {k}{row(lambda v, own=c: filler(v, own))}, {partial[c]}, {state} AND n_{i} < n")
-    rest = " - ".join(["n - 1"] + list(partial.values()))
+    state = f"{_PHASE}, {_T}, {_NEXT} FROM abelian_states WHERE {_N} > 0"
+    rows = [f"SELECT {k}{row(a_value)}, 1 AS {M}, {state}"]
+    partial = {c: f"CASE WHEN {n_(c)} < {_N} THEN greatest({n_(c)} - 1, 0) ELSE 0 END" for c in index}
+    for c in index:
+        rows.append(f"SELECT {k}{row(lambda v, own=c: filler(v, own))}, {partial[c]}, {state} AND {n_(c)} < {_N}")
+    rest = " - ".join([f"{_N} - 1"] + list(partial.values()))
     rows.append(f"SELECT {k}{row(filler)}, {rest}, {state}")
-    syn = f"SELECT * FROM ({' UNION ALL '.join(rows)}) WHERE m <> 0"
+    syn = f"SELECT * FROM ({' UNION ALL '.join(rows)}) WHERE {M} <> 0"
     kv = "".join(f"{quote(c)}, " for c in key + values)
     t = quote(time_col)
-    return (f"WITH syn AS ({syn}) SELECT {kv}t AS {t}, m::BIGINT AS diff, phase = 1 AS _new FROM syn "
-            f"UNION ALL SELECT {kv}next_t AS {t}, -m::BIGINT AS diff, true AS _new FROM syn WHERE next_t IS NOT NULL")
+    return (f"WITH syn AS ({syn}) SELECT {kv}{_T} AS {t}, {M}::BIGINT AS diff, {_PHASE} = 1 AS _new FROM syn "
+            f"UNION ALL SELECT {kv}{_NEXT} AS {t}, -{M}::BIGINT AS diff, true AS _new FROM syn "
+            f"WHERE {_NEXT} IS NOT NULL")

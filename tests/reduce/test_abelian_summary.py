@@ -271,3 +271,44 @@ def test_where_the_summary_would_not_be_exact_the_updates_are_read_whole(tmp_pat
                     Agg({"s": Aggregate("sum", "i"), "n": Aggregate("count")})):
         table = with_old_updates(new, [path], ["k"], ["x", "i"], reducer)
         assert table.num_rows == 51, reducer
+
+
+#: user column names the summaries' SQL once took for its own (a weight ``w``, a time ``t``,
+#: a multiplicity ``m``, a total ``s_0``, a phase): a key and values may be named anything
+CLASHING = {"k": "t", "q": "w", "p": "s_0", "n": "m", "s": "phase"}
+
+
+@pytest.mark.parametrize("name", sorted(REDUCERS))
+def test_columns_named_like_the_summaries_own_are_theirs(tmp_path, monkeypatch, name):
+    """Runs that retract (the invertible summary) and one that only inserts (the summary of
+    insertions), over columns renamed to the names the SQL uses inside: the answer is the
+    reference's, and the summaries are taken."""
+    import ops.reduce.budget
+    taken = []
+    for fn in ("abelian_rows", "old_summary"):
+        real = getattr(ops.reduce.budget, fn)
+        monkeypatch.setattr(ops.reduce.budget, fn, lambda *a, real=real: taken.append(real(*a)) or taken[-1])
+    rename = lambda t: t.rename_columns([CLASHING.get(c, c) for c in t.column_names])  # noqa: E731
+    back = {v: c for c, v in CLASHING.items()}
+    key, values = [CLASHING["k"]], [CLASHING[c] for c in VALUES]
+    reducer = {"agg": lambda: Agg({n: Aggregate(kind, CLASHING.get(c)) for n, (kind, c) in AGG.items()}),
+               "count": lambda: Count("c"), "sum_decimal": lambda: Sum(CLASHING["q"], "total"),
+               "sum_int": lambda: Sum(CLASHING["n"], "total")}[name]()
+    rng = random.Random(f"clash-{name}")
+    live: list[dict] = []
+    history = run_updates(rng, live, keys=4, t0=0, times=5, n=150)
+    files = []
+    for run in range(3):
+        files.append(str(tmp_path / f"layer{run}.parquet"))
+        pq.write_table(rename(pa.Table.from_pylist(history if run == 0 else new_rows, SCHEMA).sort_by("k")), files[-1])
+        new_rows = run_updates(rng, live, keys=4, t0=10 * (run + 1), times=5, n=40)
+        if run == 2:  # insertions only
+            new_rows = [r for r in new_rows if r["diff"] > 0]
+        new = rename(as_new(new_rows))
+        table = with_old_updates(new, files, key, values, reducer)
+        out = reduce_delta(table, key, values, 1, reducer)
+        got = got_changes(out.rename_columns([back.get(c, c) for c in out.column_names]))
+        assert got == expected_changes(name, history, new_rows), run
+        assert taken and taken[-1] is not None, (run, "the summary must be taken")
+        taken.clear()
+        history += new_rows
