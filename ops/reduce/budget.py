@@ -5,7 +5,9 @@ the stored old updates of the keys it holds with DuckDB (``ops/reduce/old_update
 the kernel on both. Three ways, cheapest first:
 
 * a summary of the old updates (``ops/reduce/summary.py``: one-dimensional times, new
-  updates that only insert): a few rows per key whatever its history;
+  updates that only insert): a few rows per key whatever its history; for count, sum and
+  agg of sums, averages and counts, a summary of old and new updates alike, retractions
+  included (``ops/reduce/abelian_summary.py``): a few rows per key and new time;
 * the old updates whole, when the touched keys hold at most ``budget`` of them;
 * otherwise in shares: every row of the touched keys (old and new updates alike) is dealt
   to one of ``ceil(old rows / budget)`` shares by a hash of its value columns, the shares
@@ -44,7 +46,8 @@ from ops.errors import KeyTooLarge
 from ops.reduce import kernel as rk
 from ops.reduce.held_rows import TABLE, HeldRows
 from ops.reduce.old_updates import OldLookup
-from ops.reduce.summary import accumulate_old_rows, old_summary
+from ops.reduce.abelian_summary import abelian_rows, invertible
+from ops.reduce.summary import accumulate_old_rows, of_insertions, old_summary
 from storage.lattice import time_columns
 from storage.sql.duck import quote
 
@@ -94,18 +97,31 @@ def with_old_updates(new: pa.Table, files: list[str], key: list[str], values: li
 
 def _with_old_updates(new: pa.Table, look: OldLookup, sql: str, key: list[str], values: list[str],
                       summary: rk.Reducer | None, budget: int | None) -> pa.Table | None:
-    if summary is not None and pc.min(new.column("diff")).as_py() > 0:
-        if not look.accumulated:
-            accumulate_old_rows(look.con, sql, key, values)
-            look.accumulated = True
+    if summary is not None:
         time_col = time_columns(1)[0]
-        old = old_summary(look.con, key, values, new.schema, summary, time_col, pc.min(new.column(time_col)).as_py())
-        if old is not None:
-            return _with_old(new, old)
+        values_schema = new.select(values).schema
+        if pc.min(new.column("diff")).as_py() > 0 and of_insertions(summary, values_schema):
+            _accumulated(look, sql, key, values)
+            old = old_summary(look.con, key, values, new.schema, summary, time_col,
+                              pc.min(new.column(time_col)).as_py())
+            if old is not None:
+                return _with_old(new, old)
+        elif invertible(summary, values_schema):
+            _accumulated(look, sql, key, values)
+            table = abelian_rows(look.con, new, key, values, summary, time_col)
+            if table is not None:
+                return table
     rows = look.old_count(sql)
     if budget is not None and rows > budget:
         return None
     return _with_old(new, look.con.sql(sql).to_arrow_table() if rows else None)
+
+
+def _accumulated(look: OldLookup, sql: str, key: list[str], values: list[str]) -> None:
+    """The lookup's old rows accumulated (``old_rows``), once for the reduces of a task."""
+    if not look.accumulated:
+        accumulate_old_rows(look.con, sql, key, values)
+        look.accumulated = True
 
 
 def _lookup(new: pa.Table, files: list[str], key: list[str], values: list[str]) -> tuple[OldLookup, str]:

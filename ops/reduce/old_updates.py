@@ -16,6 +16,10 @@ from contextlib import contextmanager
 
 import pyarrow as pa
 
+#: the multiplicity column of the accumulated old rows (``old_rows``): prefixed, so that no
+#: key or value column of the user's (one may be named ``m``) is taken for it
+M = "_ddcli_m"
+
 #: DuckDB memory a lookup may hold (the looked-up rows, their accumulation) before it spills.
 MEMORY_LIMIT = "512MB"
 

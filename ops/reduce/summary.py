@@ -31,13 +31,21 @@ import numpy as np
 import pyarrow as pa
 
 from ops.dataflow.reducers import Count, Max, Min, Reducer, Sum, TopK
+from ops.reduce.abelian_summary import invertible
+from ops.reduce.old_updates import M
 from storage.sql.duck import quote
 
 
 def summarisable(reducer: Reducer, values_schema: pa.Schema, d: int, extra: bool) -> bool:
-    """Whether ``reducer`` has a summary at all (one-dimensional times, outside loops)."""
+    """Whether ``reducer`` has a summary at all (one-dimensional times, outside loops): of
+    insertions (:func:`old_summary`) or of an invertible reduce (``ops/reduce/abelian_summary.py``)."""
     if d != 1 or extra:
         return False
+    return of_insertions(reducer, values_schema) or invertible(reducer, values_schema)
+
+
+def of_insertions(reducer: Reducer, values_schema: pa.Schema) -> bool:
+    """Whether :func:`old_summary` summarises ``reducer``'s old updates."""
     if isinstance(reducer, Sum):
         t = values_schema.field(reducer.col).type
         return pa.types.is_integer(t) or pa.types.is_boolean(t)
@@ -57,16 +65,16 @@ def accumulate_old_rows(con, old_sql: str, key: list[str], values: list[str]) ->
     share a shuffle, ``ops/reduce/shared_shuffle.py``, build it once for all of them)."""
     kv = ", ".join(quote(c) for c in key + values)
     # the stored files are read once: into memory, then looked at there
-    con.execute(f"CREATE OR REPLACE TEMP TABLE old_raw AS SELECT {kv}, diff::BIGINT AS m FROM ({old_sql})")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE old_raw AS SELECT {kv}, diff::BIGINT AS {M} FROM ({old_sql})")
     con.execute("DROP TABLE IF EXISTS old_rows")
-    if con.sql("SELECT coalesce(min(m) > 0, true) FROM old_raw").fetchall()[0][0]:
+    if con.sql(f"SELECT coalesce(min({M}) > 0, true) FROM old_raw").fetchall()[0][0]:
         # every stored update inserts (an append-only table): every row's sum is positive,
         # so the updates stand for their rows as they are (a row may appear several times)
         # and the hash aggregation of the keys' whole history (most of the cost) is skipped
         con.execute("ALTER TABLE old_raw RENAME TO old_rows")
         return
-    con.execute(f"CREATE TEMP TABLE old_rows AS SELECT {kv}, SUM(m)::BIGINT AS m "
-                f"FROM old_raw GROUP BY ALL HAVING SUM(m) <> 0")
+    con.execute(f"CREATE TEMP TABLE old_rows AS SELECT {kv}, SUM({M})::BIGINT AS {M} "
+                f"FROM old_raw GROUP BY ALL HAVING SUM({M}) <> 0")
     con.execute("DROP TABLE old_raw")
 
 
@@ -83,7 +91,7 @@ def old_summary(con, key: list[str], values: list[str], schema: pa.Schema,
         src, key = "old_rows_one", [ONE]
     k = ", ".join(quote(c) for c in key)
     kv = ", ".join(quote(c) for c in key + values)
-    bad = ["m < 0"]
+    bad = [f"{M} < 0"]
     if not isinstance(reducer, (Count, Sum)):
         cols, _, _ = _order(reducer)
         for c in (values if isinstance(reducer, TopK) else cols):  # a TopK orders by them all
@@ -95,33 +103,34 @@ def old_summary(con, key: list[str], values: list[str], schema: pa.Schema,
         return None
     if isinstance(reducer, Count):
         firsts = "".join(f", first({quote(c)}) AS {quote(c)}" for c in values)
-        sql = f"SELECT {k}{firsts}, SUM(m)::BIGINT AS diff FROM {src} GROUP BY {k}"
+        sql = f"SELECT {k}{firsts}, SUM({M})::BIGINT AS diff FROM {src} GROUP BY {k}"
     elif isinstance(reducer, Sum):
         col, others = quote(reducer.col), [quote(c) for c in values if c != reducer.col]
         firsts = "".join(f", first({c}) AS {c}" for c in others)
-        totals = f"SELECT {k}, SUM(m * COALESCE({col}::BIGINT, 0))::BIGINT AS s{firsts} FROM {src} GROUP BY {k}"
-        sql = (f"SELECT {k}, CASE WHEN s = 0 THEN 0 ELSE 1 END AS {col}{''.join(', ' + c for c in others)}, "
-               f"CASE WHEN s = 0 THEN 1 ELSE s END AS diff FROM ({totals})")
+        s = "_ddcli_s"  # (a value column may be named s)
+        totals = f"SELECT {k}, SUM({M} * COALESCE({col}::BIGINT, 0))::BIGINT AS {s}{firsts} FROM {src} GROUP BY {k}"
+        sql = (f"SELECT {k}, CASE WHEN {s} = 0 THEN 0 ELSE 1 END AS {col}{''.join(', ' + c for c in others)}, "
+               f"CASE WHEN {s} = 0 THEN 1 ELSE {s} END AS diff FROM ({totals})")
     else:  # the rows holding the first `limit` records, in the kernel's own order
         cols, directions, limit = _order(reducer)
         order = [f"{quote(c)} {d}" for c, d in zip(cols, directions)]
         direction = directions[0]
         if isinstance(reducer, TopK):  # ties broken by the other value columns, ascending
             order += [f"{quote(c)} ASC NULLS LAST" for c in values if c not in cols]
-        # every row (or update of it) counts at least once (m > 0), so the first `limit`
-        # records lie among the rows whose first order column reaches the key's `limit`-th
-        # value of it: the window below sorts those few candidates, not the key's every row
+        # every row (or update of it) counts at least once (a positive multiplicity), so the
+        # first `limit` records lie among the rows whose first order column reaches the key's
+        # `limit`-th value of it: the window below sorts those few candidates, not every row
         first, best = quote(cols[0]), "max" if direction == "DESC" else "min"
         reach = ">=" if direction == "DESC" else "<="
-        bounds = f"SELECT {k}, list_{'min' if direction == 'DESC' else 'max'}({best}({first}, {int(limit)})) AS _bound " \
+        bounds = f"SELECT {k}, list_{'min' if direction == 'DESC' else 'max'}({best}({first}, {int(limit)})) AS _ddcli_bound " \
                  f"FROM {src} GROUP BY {k}"
         same_key = " AND ".join(f"o.{quote(c)} IS NOT DISTINCT FROM b.{quote(c)}" for c in key)  # null keys too
         okv = ", ".join(f"o.{quote(c)}" for c in key + values)  # a row's updates summed (see accumulate_old_rows)
-        candidates = (f"SELECT {okv}, SUM(o.m)::BIGINT AS m FROM {src} o JOIN ({bounds}) b ON {same_key} "
-                      f"WHERE o.{first} {reach} b._bound GROUP BY ALL")
-        before = f"SUM(m) OVER (PARTITION BY {k} ORDER BY {', '.join(order)} ROWS UNBOUNDED PRECEDING) - m"
-        sql = (f"SELECT {kv}, m AS diff FROM (SELECT *, {before} AS before FROM ({candidates})) "
-               f"WHERE before < {int(limit)}")
+        candidates = (f"SELECT {okv}, SUM(o.{M})::BIGINT AS {M} FROM {src} o JOIN ({bounds}) b ON {same_key} "
+                      f"WHERE o.{first} {reach} b._ddcli_bound GROUP BY ALL")
+        before = f"SUM({M}) OVER (PARTITION BY {k} ORDER BY {', '.join(order)} ROWS UNBOUNDED PRECEDING) - {M}"
+        sql = (f"SELECT {kv}, {M} AS diff FROM (SELECT *, {before} AS _ddcli_before FROM ({candidates})) "
+               f"WHERE _ddcli_before < {int(limit)}")
     table = con.sql(sql).to_arrow_table()
     n = table.num_rows
     table = table.append_column(time_col, pa.array(np.full(n, at, np.int64)))
