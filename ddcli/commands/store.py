@@ -154,7 +154,7 @@ def _ingest_message(trace: str, res, tr, by_key, upsert: str | None, pending: in
 
 def _lake_tables(sources: list[str], lake_options: dict) -> bool:
     """Whether the sources are a lake table; the options only lake tables take refused otherwise."""
-    from storage.sources.lake import is_lake_source
+    from storage.sources import is_lake_source
     if any(is_lake_source(s) for s in sources):
         return True
     for name, value in lake_options.items():

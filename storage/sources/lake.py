@@ -38,7 +38,6 @@ from storage.state.seal import check_open
 from storage.state.trace import Trace, check_name, check_new_name
 from storage.writes.diff_sums import check_diff_sums
 
-PREFIXES = ("delta:", "iceberg:")
 TIME_FROM = ("version", "timestamp")
 _RESERVED = re.compile(r"(time|diff|count|time_\d+)\Z", re.IGNORECASE)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -53,10 +52,6 @@ class LakeIngest:
     upper: Frontier | None = None
     created: bool = False
     position: dict | None = None  # how far the trace has taken the table now
-
-
-def is_lake_source(source: str) -> bool:
-    return isinstance(source, str) and source.startswith(PREFIXES)
 
 
 def open_table(spec: str):
