@@ -320,8 +320,7 @@ class Oracle:
                     value = F.when(shift(F.lit(1), f.offset).over(by_row).isNull(),
                                    F.lit(f.default).cast(types[f.column])).otherwise(value)
             else:
-                frame = peers if f.frame.unit == "range" else by_row.rowsBetween(
-                    Window.unboundedPreceding if f.frame.preceding is None else -f.frame.preceding, 0)
+                frame = _spark_frame(f.frame, part, peers, by_row, bool(order))
                 t = types.get(f.column, "")
                 if f.kind == "count":
                     value = F.count(F.lit(1) if f.column is None else F.col(f.column)).over(frame)
@@ -400,3 +399,15 @@ def _differs(pairs: list[tuple[DataFrame, DataFrame]]) -> bool:
     for d in diffs[1:]:
         out = out.union(d)
     return out.count() > 0
+
+
+def _spark_frame(frame, part, peers, by_row, ordered: bool):
+    """A window function's frame as a Spark window: ROWS over ``by_row``, RANGE over
+    ``peers`` (without an order every row is a peer: the whole partition)."""
+    lo = Window.unboundedPreceding if frame.preceding is None else -frame.preceding
+    hi = Window.unboundedFollowing if frame.following is None else frame.following
+    if frame.unit == "rows":
+        return by_row.rowsBetween(lo, hi)
+    if not ordered:
+        return part.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    return peers.rangeBetween(lo, hi)
