@@ -90,7 +90,8 @@ def _reducer(r, key) -> str:
         return f"the first {r.k} rows by {order} {per}"
     if isinstance(r, reducers.Agg):
         parts = [f"{name} = {kind}({col or ''})" for name, (kind, col) in r.components.items()]
-        return f"{', '.join(parts)} {per}, in one reduce"
+        empty = " (one row also over no rows: counts 0, the rest null)" if r.when_empty else ""
+        return f"{', '.join(parts)} {per}, in one reduce{empty}"
     if isinstance(r, Window):
         order = ", ".join(f"{c}{' descending' if d == 'descending' else ''}" for c, d in zip(r.order_by, r.directions))
         parts = [f"{name} = {_window_function(f)}" for name, f in r.functions.items()]

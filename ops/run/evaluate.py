@@ -391,6 +391,7 @@ def _when_empty(n: Node, ctx: EvalContext, changes: DataFrame | None, runtime: R
     changes with the values replaced), plus the empty row once at the least time when the
     output starts (``runtime.origin``). The reduce has one row or none at a time, so the
     sum has exactly one: its row, or the empty one. Linear in the changes: no Spark job."""
+    runtime.key_partitioned.pop(n.id, None)  # a union: no longer in the reduce's partitions
     reducer = n.args["reducer"]
     schema = runtime.schemas[n.id] if runtime.schemas and n.id in runtime.schemas else None
     empty = reducer.empty_row()
