@@ -127,7 +127,11 @@ class Collection:
         (``by=[]`` or None: the whole collection as one group)."""
         if not isinstance(reducer, Reducer):
             raise PipelineError(f"reduce ({declared_at()}): expects a reducer (Count(), Sum(col), ...), got {reducer!r}")
-        return self._new("reduce", [self], key=[] if by is None else _names("reduce", by, "by"), reducer=reducer)
+        key = [] if by is None else _names("reduce", by, "by")
+        if getattr(reducer, "when_empty", False) and (key or self.scope is not None):
+            raise PipelineError(f"reduce ({declared_at()}): when_empty=True gives the row of an empty input to a "
+                                f"reduce over no key (by=[]) outside loops only")
+        return self._new("reduce", [self], key=key, reducer=reducer)
 
     def agg(self, by, **aggregates) -> "Collection":
         """Per key, several aggregates in one reduce: ``agg("k", n=count(), total=sum("x"),

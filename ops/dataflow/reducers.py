@@ -268,9 +268,17 @@ class Agg(Reducer):
       present (0 when none is).
 
     A key whose rows cancel out (multiplicities summing to 0 or less) still has a row:
-    ``count()`` says so, the other components are what the rules give."""
+    ``count()`` says so, the other components are what the rules give.
 
-    def __init__(self, components: dict):
+    ``when_empty=True`` (only over no key, ``reduce([], ...)``: SQL's aggregate without
+    GROUP BY) gives the one key a row at every time, also while the input is empty: the
+    :meth:`empty_row` (counts 0, the rest NULL). The run adds it where the reduce has no
+    row (ops/run/evaluate.py: ``_when_empty``), not the reducer, which only sees keys with
+    rows."""
+
+    when_empty = False
+
+    def __init__(self, components: dict, when_empty: bool = False):
         if not components:
             raise ValueError("agg: give at least one aggregate, e.g. n=count()")
         for name, a in components.items():
@@ -280,6 +288,12 @@ class Agg(Reducer):
             if a.column is None and a.kind != "count":
                 raise ValueError(f"agg: {name}={a.kind}() needs a column")
         self.components = dict(components)
+        if when_empty:  # an instance attribute only when set: other pipelines' fingerprints stay
+            self.when_empty = True
+
+    def empty_row(self) -> dict:
+        """Each component's value over no rows: 0 for counts, NULL for the rest (as SQL)."""
+        return {name: 0 if kind in ("count", "count_distinct") else None for name, (kind, _) in self.components.items()}
 
     def output_schema(self, values_schema):
         fields = []

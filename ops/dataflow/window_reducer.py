@@ -93,45 +93,59 @@ class Window(Reducer):
     def reach(self) -> "Reach":
         """How far a change at a position of the order moves the functions' values."""
         back = fwd = 0
-        prefix = peers = False
+        prefix = suffix = peers = False
         for fn in self.functions.values():
             if fn.kind in ("lag", "lead"):
                 back, fwd = (max(back, fn.offset), fwd) if fn.kind == "lag" else (back, max(fwd, fn.offset))
-            elif fn.kind in ("row_number", "rank", "dense_rank") or unbounded(fn):
+                continue
+            if fn.kind in ("row_number", "rank", "dense_rank"):
                 prefix = True
-                peers = peers or fn.kind in ("rank", "dense_rank") or fn.frame.unit == "range"
-            else:  # rows(n): the n rows before
-                back = max(back, fn.frame.preceding)
-        return Reach(back, fwd, prefix, peers)
+                peers = peers or fn.kind != "row_number"
+                continue
+            frame = fn.frame
+            peers = peers or frame.unit == "range"
+            if frame.preceding is None:
+                prefix = True
+            else:  # a ROWS frame from n rows before: the n rows after a change see it
+                back = max(back, frame.preceding)
+            if frame.following is None:
+                suffix = True
+            else:  # to m rows after: the m rows before a change see it
+                fwd = max(fwd, frame.following)
+        return Reach(back, fwd, prefix, peers, suffix)
 
 
 class Reach(NamedTuple):
     """A change at position ``p`` of a partition's order (one row per unit of multiplicity)
-    moves the values of the rows ``p - fwd .. p + back`` (``lead``'s and ``lag``'s offsets,
-    a ROWS frame's preceding rows); with ``prefix`` functions (ranks, frames from the
-    partition's first row) every row from ``p`` on, from the first of ``p``'s peers with
-    ``peers`` (ranks and RANGE frames see peers as one)."""
+    moves the values of the rows ``p - fwd .. p + back`` (``lead``'s offset and a ROWS
+    frame's following rows, ``lag``'s offset and its preceding rows); with ``prefix``
+    functions (ranks, frames from the partition's first row) every row from ``p`` on, with
+    ``suffix`` ones (frames to the partition's last row) every row up to ``p``; with
+    ``peers`` (ranks and RANGE frames see peers as one) the whole of ``p``'s peer group too."""
 
     back: int
     fwd: int
     prefix: bool
     peers: bool
+    suffix: bool = False
 
 
 class Offsets(NamedTuple):
     """Per row, what the rows of its partition before its group contribute: their number
     (``count``), their distinct orders (``dense``), and per column its non-null values
-    (``n``) and their exact sum (``sums``, ops/exact_sum.py)."""
+    (``n``) and their exact sum (``sums``, ops/exact_sum.py); and what the rows after its
+    group contribute (``after``: an ``Offsets`` of count, n and sums, None: nothing)."""
 
     count: np.ndarray
     dense: np.ndarray | None
     n: dict
     sums: dict
+    after: "Offsets | None" = None
 
 
 def unbounded(fn: WindowFunction) -> bool:
-    """Whether ``fn`` is a running aggregate from the partition's first row."""
-    return fn.kind in ("sum", "count", "avg") and (fn.frame.unit == "range" or fn.frame.preceding is None)
+    """Whether ``fn`` is a running aggregate from the partition's first row or to its last."""
+    return fn.kind in ("sum", "count", "avg") and (fn.frame.preceding is None or fn.frame.following is None)
 
 
 def _type(name: str, fn: WindowFunction, values_schema: pa.Schema) -> pa.DataType:
@@ -224,40 +238,50 @@ def _evaluate(fn: WindowFunction, rows: pa.Table, at: _Positions, out_t: pa.Data
         col = rows.column(fn.column)
         taken = col.take(pa.array(np.where(inside, src, 0))) if len(src) else col
         return pc.if_else(pa.array(inside), taken, _default("", fn, out_t))
-    return _running(fn, rows, at, out_t, prefixes, offsets if unbounded(fn) else None)
+    return _running(fn, rows, at, out_t, prefixes, offsets)
 
 
 def _running(fn: WindowFunction, rows: pa.Table, at: _Positions, out_t: pa.DataType, prefixes: dict,
              offsets: Offsets | None) -> pa.Array:
     """A running ``sum``/``count``/``avg`` over each row's frame ``[lo, hi]``: differences
-    of prefix sums over all rows (a frame never leaves its partition), plus ``offsets``
-    for a frame from the partition's first row. Sums are exact integers
+    of prefix sums over all rows (a frame never leaves its partition; an empty frame
+    counts nothing), plus ``offsets`` for a frame from the partition's first row and its
+    ``after`` for a frame to the partition's last. Sums are exact integers
     (ops/exact_sum.py), rounded once."""
-    if fn.frame.unit == "range":
-        lo, hi = at.first, at.peer_last
-    else:
-        lo = at.first if fn.frame.preceding is None else np.maximum(at.index - fn.frame.preceding, at.first)
-        hi = at.index
+    lo, hi = _bounds(fn.frame, at)
+    hi = np.maximum(hi, lo - 1)
+    parts = [] if offsets is None else \
+        ([offsets] if fn.frame.preceding is None else []) + \
+        ([offsets.after] if fn.frame.following is None and offsets.after is not None else [])
     if fn.column is None:
-        return pa.array(hi - lo + 1 + (0 if offsets is None else offsets.count), pa.int64())
+        return pa.array(hi - lo + 1 + sum(o.count for o in parts), pa.int64())
     col = rows.column(fn.column)
     if ("n", fn.column) not in prefixes:
         prefixes["n", fn.column] = _prefix(pc.is_valid(col).to_numpy(zero_copy_only=False).astype(np.int64))
-    n = _framed(prefixes["n", fn.column], lo, hi)
-    if offsets is not None:
-        n = n + offsets.n[fn.column]
+    n = _framed(prefixes["n", fn.column], lo, hi) + sum(o.n[fn.column] for o in parts)
     if fn.kind == "count":
         return pa.array(n, pa.int64())
     sum_t = exact_sum.sum_type(col.type)
     if ("sum", fn.column) not in prefixes:
         prefixes["sum", fn.column] = _prefix(exact_sum.weights(col, sum_t, np.ones(len(lo), np.int64)))
     total = _framed(prefixes["sum", fn.column], lo, hi)
-    if offsets is not None:
-        total = total + offsets.sums[fn.column]
+    for o in parts:
+        total = total + o.sums[fn.column]
     total = exact_sum.values(total, sum_t)
     if fn.kind == "avg":
         total = pc.divide(total.cast(pa.float64()), pa.array(n, pa.float64()))
     return pc.if_else(pa.array(n > 0), total.cast(out_t), pa.scalar(None, out_t))
+
+
+def _bounds(frame, at: _Positions) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's frame as its first and last index (clipped to its partition)."""
+    if frame.unit == "range":
+        lo = at.first if frame.preceding is None else at.peer_first
+        hi = at.last if frame.following is None else at.peer_last
+        return lo, hi
+    lo = at.first if frame.preceding is None else np.clip(at.index - frame.preceding, at.first, at.last + 1)
+    hi = at.last if frame.following is None else np.clip(at.index + frame.following, at.first - 1, at.last)
+    return lo, hi
 
 
 def _prefix(x: np.ndarray) -> np.ndarray:

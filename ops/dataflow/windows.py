@@ -4,7 +4,8 @@ prev=lag("x"), total=running_sum("x", frame=rows(2)))``.
 A pipeline file imports them (``from ops.dataflow.windows import row_number, lag, ...``);
 each is a plain :class:`WindowFunction` value, which a SQL front end may also build
 directly: ``SUM(x) OVER (PARTITION BY k ORDER BY t ROWS BETWEEN 2 PRECEDING AND CURRENT
-ROW)`` is ``WindowFunction("sum", "x", frame=Frame("rows", 2))``. The meanings are SQL's,
+ROW)`` is ``WindowFunction("sum", "x", frame=Frame("rows", 2))``, and ``... ROWS BETWEEN 1
+PRECEDING AND UNBOUNDED FOLLOWING`` is ``Frame("rows", 1, None)``. The meanings are SQL's,
 as DuckDB computes them (ops/dataflow/window_reducer.py evaluates them).
 """
 
@@ -12,18 +13,23 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["Frame", "WindowFunction", "RANGE", "rows", "row_number", "rank", "dense_rank", "lag", "lead",
+__all__ = ["Frame", "WindowFunction", "RANGE", "rows", "range_frame", "row_number", "rank", "dense_rank", "lag", "lead",
            "running_sum", "running_count", "running_avg", "WINDOW_KINDS"]
 
 
 class Frame(NamedTuple):
-    """The rows a running aggregate covers, ending at the current row: ``unit`` ``"rows"``
-    (from ``preceding`` rows before it, None: from the partition's first row) or
-    ``"range"`` (from the partition's first row to the current row's last peer, the rows
-    equal to it in the window's order: SQL's default frame with ORDER BY)."""
+    """The rows a running aggregate covers around the current row. ``unit`` ``"rows"``:
+    from ``preceding`` rows before it to ``following`` rows after it (None: from the
+    partition's first row, to its last; a negative number counts the other way, so
+    ``preceding=-1`` starts at the next row). ``"range"``: rows count by peers (the rows
+    equal to the current row in the window's order): ``preceding`` None starts at the
+    partition's first row, 0 at the current row's first peer; ``following`` 0 ends at its
+    last peer, None at the partition's last row. SQL's default frame with ORDER BY is
+    ``Frame("range")``."""
 
     unit: str
     preceding: int | None = None
+    following: int | None = 0
 
 
 #: ``RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW``, SQL's default with ORDER BY
@@ -31,9 +37,16 @@ class Frame(NamedTuple):
 RANGE = Frame("range")
 
 
-def rows(preceding: int | None = None) -> Frame:
-    """``ROWS BETWEEN preceding PRECEDING AND CURRENT ROW`` (None: ``UNBOUNDED PRECEDING``)."""
-    return Frame("rows", preceding)
+def rows(preceding: int | None = None, following: int | None = 0) -> Frame:
+    """``ROWS BETWEEN preceding PRECEDING AND following FOLLOWING`` (None: ``UNBOUNDED``;
+    the default ends at the current row)."""
+    return Frame("rows", preceding, following)
+
+
+def range_frame(preceding: int | None = None, following: int | None = 0) -> Frame:
+    """``RANGE BETWEEN`` ``UNBOUNDED PRECEDING`` (None) or ``CURRENT ROW`` (0) ``AND``
+    ``CURRENT ROW`` (0) or ``UNBOUNDED FOLLOWING`` (None)."""
+    return Frame("range", preceding, following)
 
 
 class WindowFunction(NamedTuple):
@@ -64,12 +77,15 @@ def problem(fn) -> str | None:
         return f"{fn.kind}: the offset is an integer >= 0, got {fn.offset!r}"
     frame = fn.frame
     if not isinstance(frame, Frame) or frame.unit not in ("rows", "range"):
-        return f"{fn.kind}: the frame is rows(n), rows() or RANGE (ops.dataflow.windows), got {frame!r}"
-    if frame.preceding is not None:
-        if frame.unit == "range":
-            return f"{fn.kind}: a RANGE frame runs from the partition's first row (RANGE n PRECEDING is not supported)"
-        if isinstance(frame.preceding, bool) or not isinstance(frame.preceding, int) or frame.preceding < 0:
-            return f"{fn.kind}: rows(n) takes an integer n >= 0, got {frame.preceding!r}"
+        return f"{fn.kind}: the frame is rows(n, m), range_frame(...) or RANGE (ops.dataflow.windows), got {frame!r}"
+    for bound in (frame.preceding, frame.following):
+        if frame.unit == "range" and bound not in (None, 0):
+            return f"{fn.kind}: a RANGE frame is bounded by UNBOUNDED or the CURRENT ROW's peers " \
+                   f"(RANGE n PRECEDING or FOLLOWING is not supported), got {frame!r}"
+        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)):
+            return f"{fn.kind}: rows(preceding, following) takes integers or None, got {frame!r}"
+    if frame.preceding is not None and frame.following is not None and -frame.preceding > frame.following:
+        return f"{fn.kind}: the frame starts after it ends, got {frame!r}"
     return None
 
 

@@ -90,7 +90,8 @@ def _reducer(r, key) -> str:
         return f"the first {r.k} rows by {order} {per}"
     if isinstance(r, reducers.Agg):
         parts = [f"{name} = {kind}({col or ''})" for name, (kind, col) in r.components.items()]
-        return f"{', '.join(parts)} {per}, in one reduce"
+        empty = " (one row also over no rows: counts 0, the rest null)" if r.when_empty else ""
+        return f"{', '.join(parts)} {per}, in one reduce{empty}"
     if isinstance(r, Window):
         order = ", ".join(f"{c}{' descending' if d == 'descending' else ''}" for c, d in zip(r.order_by, r.directions))
         parts = [f"{name} = {_window_function(f)}" for name, f in r.functions.items()]
@@ -105,8 +106,12 @@ def _reducer(r, key) -> str:
 def _window_upkeep(r) -> str:
     """Which rows a change recomputes (ops/reduce/window_sweep.py; loops: the whole partition)."""
     reach = r.reach()
+    if reach.prefix and reach.suffix:
+        return "a change recomputing its whole partition"
     if reach.prefix:
         return "a change recomputing the rows from it to its partition's end"
+    if reach.suffix:
+        return "a change recomputing the rows from its partition's start to it"
     near = []
     if reach.fwd:
         near.append(f"{reach.fwd} before")
@@ -123,8 +128,22 @@ def _window_function(f) -> str:
         return f"{f.kind}({', '.join(args)})"
     if f.kind in ("row_number", "rank", "dense_rank"):
         return f"{f.kind}()"
-    start = "unbounded" if f.frame.preceding is None else str(f.frame.preceding)
-    return f"{f.kind}({args[0]}) {f.frame.unit} {start} preceding"
+    return f"{f.kind}({args[0]}) {frame_sql(f.frame)}"
+
+
+def frame_sql(frame) -> str:
+    """A window frame as SQL writes it: ``rows 2 preceding`` (to the current row), ``rows
+    between 2 preceding and 1 following``."""
+    if frame.following == 0 and (frame.preceding is None or (frame.unit == "rows" and frame.preceding >= 0)):
+        return f"{frame.unit} {'unbounded' if frame.preceding is None else frame.preceding} preceding"
+
+    def bound(n, side):
+        if n is None:
+            return f"unbounded {side}"
+        if n == 0:
+            return "current row"
+        return f"{n} {side}" if n > 0 else f"{-n} {'following' if side == 'preceding' else 'preceding'}"
+    return f"{frame.unit} between {bound(frame.preceding, 'preceding')} and {bound(frame.following, 'following')}"
 
 
 def _names(cols) -> str:

@@ -5,8 +5,10 @@ A key's (partition's) distinct value rows are sorted once in the window's order,
 *universe*; the input at any time is a multiplicity per universe position. The times at
 which the key changes are its *steps*, in order. A step that changes positions ``p``
 moves the values of the rows ``p - fwd .. p + back`` only (``Window.reach``: ``lead``,
-``lag``, ROWS n PRECEDING), or, with ranks and frames from the partition's first row,
-every row from ``p`` (from the first of its peers) on. So per step the kernel takes the
+``lag``, ROWS n PRECEDING / m FOLLOWING), or, with ranks and frames from the partition's
+first row, every row from ``p`` (from the first of its peers) on, and with frames to the
+partition's last row every row up to ``p`` (to the last of its peers); what the rows after
+a segment contribute to the latter is ``Offsets.after``. So per step the kernel takes the
 *segments* of positions those rows and their own inputs cover (a position is reached by
 counting the rows of positions no step of the run touches, which hold the same rows
 before and after every step), evaluates the window functions over each segment as it is
@@ -106,7 +108,7 @@ class _Universe:
         self.key_first, self.key_last = _runs(index, np.r_[True, self.key[1:] != self.key[:-1]])
         peer = row_ids(self.rows, [GROUP, *reducer.order_by], ordered=False)[0]
         starts = np.r_[True, peer[1:] != peer[:-1]]
-        self.peer_first = _runs(index, starts)[0]
+        self.peer_first, self.peer_last = _runs(index, starts)
         self.peer_id = np.cumsum(starts) - 1
 
 
@@ -169,12 +171,14 @@ class _Sweep:
             return np.minimum(np.searchsorted(cp, cp[p] - rows, side="right") - 1, p)
 
         first = uni.peer_first[pu] if reach.peers else pu
+        last = uni.peer_last[pu] if reach.peers else pu
         a = np.minimum(back(first, reach.back), back(pu, reach.back + reach.fwd))
-        b = np.maximum(np.searchsorted(cp, cp[pu + 1] + reach.back + reach.fwd, side="left") - 1, pu)
-        a = np.maximum(a, uni.key_first[pu])
+        b = np.searchsorted(cp, cp[last + 1] + reach.back + reach.fwd, side="left") - 1
+        b = np.maximum(b, last)
+        a = uni.key_first[pu] if reach.suffix else np.maximum(a, uni.key_first[pu])
         b = uni.key_last[pu] if reach.prefix else np.minimum(b, uni.key_last[pu])
-        if reach.peers:  # a rank sees a whole peer group
-            a = uni.peer_first[a]
+        if reach.peers:  # a rank or a RANGE frame sees a whole peer group
+            a, b = uni.peer_first[a], uni.peer_last[b]
         o = lex_order([ps, a])
         ps, a, b = ps[o], a[o], b[o]
         reach_end = np.maximum.accumulate(ps * (uni.size + 1) + b) - ps * (uni.size + 1)
@@ -196,7 +200,8 @@ class _Sweep:
                               f"(DDCLI_REDUCE_MEMORY); split the key or raise the budget")
         chunk = (np.cumsum(lens) - lens) // max(int(max_cells), 1)
         bounds = np.flatnonzero(np.r_[True, chunk[1:] != chunk[:-1], True])
-        totals = self._totals() if self.reducer.reach().prefix else None
+        reach = self.reducer.reach()
+        totals = self._totals() if reach.prefix or reach.suffix else None
         for s0, s1 in zip(bounds[:-1], bounds[1:]):
             part = self._chunk(seg_step[s0:s1], seg_a[s0:s1], lens[s0:s1], totals)
             if part is not None:
@@ -292,7 +297,13 @@ class _Sweep:
                 col = rows.column(name[1])
                 w = exact_sum.weights(col, exact_sum.sum_type(col.type), np.ones(len(group), np.int64))
                 sums[name[1]] = before_segment(total, _summed(group, w, G))
-        return Offsets(count, dense, n, sums)
+        rest = Offsets(count, dense, n, sums)
+        if not self.reducer.reach().suffix:
+            return rest
+        # with frames to the partition's last row every segment starts at its key's first
+        # row: nothing is before it, the rest is after it
+        zero = Offsets(count * 0, dense * 0, {c: v * 0 for c, v in n.items()}, {c: v * 0 for c, v in sums.items()})
+        return zero._replace(after=rest)
 
 
 def _summed(ids: np.ndarray, x: np.ndarray, n: int) -> np.ndarray:

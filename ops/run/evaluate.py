@@ -15,9 +15,12 @@ from __future__ import annotations
 
 from typing import Callable
 
+import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from ops.dataflow.builder import Pipeline
 from ops.dataflow.graph import Node, arranged_nodes, reduce_spec, scope_nodes, uses
@@ -65,6 +68,9 @@ class Runtime:
         self.sources: dict[str, DataFrame | None] = {}  # input trace -> this batch's new updates
         self.feedback: dict[int, DataFrame | None] = {}  # loop variable -> this round's fed-back updates
         self.planned: dict[int, DataFrame | None] = {}  # planning: every node's (empty) frame
+        # the least time, while the batch evaluated starts the outputs (a first run, a
+        # rebuild): where a global aggregate's row of an empty input begins (None: not now)
+        self.origin: tuple[int, ...] | None = None
         self.key_partitioned: dict[int, list[str]] = {}  # frames hash-partitioned by these columns
         self.ran: list[Node] = []  # top-level stateful operators with changes in this run, in order
         # the first time coordinate every later read of this batch's loop state is at or
@@ -355,8 +361,14 @@ def _small(ctx: EvalContext) -> bool:
 def _reduce(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame | None:
     """``reduce``, ``distinct`` and ``threshold``: the changes of their output (ops/reduce/)."""
     df = ins[0]
+    if getattr(n.args.get("reducer"), "when_empty", False) and not ctx.extra and not runtime.planning:
+        return _when_empty(n, ctx, None if df is None else _changes(n, ctx, df, runtime), runtime)
     if df is None:
         return None
+    return _changes(n, ctx, df, runtime)
+
+
+def _changes(n: Node, ctx: EvalContext, df: DataFrame, runtime: Runtime) -> DataFrame:
     key, reducer = reduce_spec(n, ctx.data_columns(df))
     _need_columns(n, df, key, ctx, "reduce key")
     arr = None if runtime.planning else runtime.arrangement(n.inputs[0])
@@ -371,6 +383,35 @@ def _reduce(n: Node, ctx: EvalContext, ins: list, runtime: Runtime) -> DataFrame
                               old_partitioned=arr is not None and arr.viewable(ctx))
     except (KeyError, ValueError, TypeError) as e:
         raise PipelineError(f"{n.describe()}: {e}") from None
+
+
+def _when_empty(n: Node, ctx: EvalContext, changes: DataFrame | None, runtime: Runtime) -> DataFrame | None:
+    """A global aggregate's changes with SQL's row of an empty input: the reduce's own
+    (``changes``), minus the empty row wherever the reduce's row comes and goes (its
+    changes with the values replaced), plus the empty row once at the least time when the
+    output starts (``runtime.origin``). The reduce has one row or none at a time, so the
+    sum has exactly one: its row, or the empty one. Linear in the changes: no Spark job."""
+    runtime.key_partitioned.pop(n.id, None)  # a union: no longer in the reduce's partitions
+    reducer = n.args["reducer"]
+    schema = runtime.schemas[n.id] if runtime.schemas and n.id in runtime.schemas else None
+    empty = reducer.empty_row()
+    parts = []
+    if changes is not None:
+        types = dict(changes.dtypes)
+        parts += [changes, changes.select(*[F.lit(v).cast(types[c]).alias(c) for c, v in empty.items()],
+                                          *ctx.tcols, (-F.col("diff")).alias("diff"))]
+    if runtime.origin is not None:
+        if schema is None:
+            raise PipelineError(f"{n.describe()}: the row of an empty input needs the planned schema")
+        fields = list(schema) + [pa.field(t, pa.int64()) for t in ctx.tcols] + [pa.field("diff", pa.int64())]
+        row = tuple(empty[f.name] for f in schema) + tuple(runtime.origin) + (1,)
+        parts.append(ctx.spark.createDataFrame([row], from_arrow_schema(pa.schema(fields))))
+    if not parts:
+        return None
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.unionByName(part)
+    return out
 
 
 Evaluator = Callable[[Node, EvalContext, list, Runtime], "DataFrame | None"]

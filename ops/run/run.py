@@ -57,7 +57,7 @@ from ops.spark.errors import failed_on_data
 from ops.spark.session import check_interrupt, get_spark, no_interrupts, partitions, size_partitions
 from ops.spark.user_code import user_code_status
 from storage.errors import Conflict
-from storage.lattice import Frontier, format_frontier, time_columns
+from storage.lattice import Frontier, format_frontier, minimum, time_columns
 from storage.layer import Layer, update_schema
 from storage.state.history import history_limit, run_entry
 from storage.state.readers import describe_holder
@@ -464,6 +464,7 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
         runtime.record_floor = _record_floor(d, hi, plan.frontier)
         preset = None if backfill is None else (  # boundaries read from state; what is not recomputed, nothing
             {nid: batch_sources.get(t.name) for nid, t in boundaries.items()} | dict.fromkeys(backfill.skipped))
+        runtime.origin = minimum(d) if i == 0 and (plan.record is None or plan.rebuild) else None
         with progress.step("batch", batch=i + 1):
             frames = evaluate(p, ctx, batch_sources, runtime, preset)
             outs = {node.id: frames.get(node.id) for node in p.outputs.values()}

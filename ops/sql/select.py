@@ -12,6 +12,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from ops.dataflow import aggregates as A
+from ops.dataflow.reducers import Agg
 from ops.errors import PipelineError
 from ops.sql.expressions import conjuncts, expression_key, output_name, spark_sql, substituting
 from ops.sql.from_clause import has_subquery, plan_from
@@ -48,7 +49,7 @@ def plan_select(pl, sel: exp.Select, env: dict, outer: Scope | None) -> Rel:
     aggregates = _aggregates([e for _, e in items] + ([having] if having is not None else []) +
                              [o.this for o in order])
     if group is not None or aggregates:
-        rel, scope, substitute = _aggregate(pl, rel, scope, group or [], aggregates)
+        rel, scope, substitute = _aggregate(pl, rel, scope, group, aggregates)
     if having is not None:
         for c in conjuncts(having):
             if has_subquery(c):
@@ -155,12 +156,15 @@ def _under(n: exp.Expression, root: exp.Expression, kinds) -> bool:
     return False
 
 
-def _aggregate(pl, rel: Rel, scope: Scope, group: list[exp.Expression], aggregates: list[exp.AggFunc]):
+def _aggregate(pl, rel: Rel, scope: Scope, group: list[exp.Expression] | None, aggregates: list[exp.AggFunc]):
     """GROUP BY ``group`` computing ``aggregates`` in one ``agg``: the relation after it, its
-    scope (the group's plain columns) and the substitution of group expressions and aggregates."""
+    scope (the group's plain columns) and the substitution of group expressions and aggregates.
+    Without GROUP BY (``group`` None) it has one row at every time, also over no rows
+    (``Agg(when_empty=True)``: count 0, the rest NULL), as SQL has; inside a recursive
+    step (a loop) none while its input is empty."""
     where = pl.where
     pre, by, post_cols, keys = {}, [], [], {}
-    for i, g in enumerate(group):
+    for i, g in enumerate(group or []):
         if has_subquery(g):
             raise PipelineError(where.at(g, "a subquery in GROUP BY is not supported"))
         sql = spark_sql(g, scope, where)
@@ -190,7 +194,7 @@ def _aggregate(pl, rel: Rel, scope: Scope, group: list[exp.Expression], aggregat
     if not pre:  # count(*) over no key: the rows are the input
         pre["__one"] = "1"
     staged = rel.coll.select(**pre)
-    grouped = staged.agg(by, **specs)
+    grouped = staged.reduce(by, Agg(specs, when_empty=group is None and staged.scope is None))
     after = Rel(grouped, post_cols, by + list(specs))
     new_scope = Scope(post_cols, scope.outer, where)
 

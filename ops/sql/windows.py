@@ -2,9 +2,12 @@
 as ``Collection.window`` (ops/dataflow/windows.py), one operator per distinct PARTITION BY
 and ORDER BY, each adding its functions' columns to every row.
 
-ROW_NUMBER, RANK, DENSE_RANK, LAG and LEAD, and SUM, COUNT and AVG over a frame that ends at
-the current row (``ROWS n PRECEDING``, ``ROWS`` or ``RANGE UNBOUNDED PRECEDING``; SQL's
-default frame is RANGE with ORDER BY, the whole partition without). Rows tied in the order
+ROW_NUMBER, RANK, DENSE_RANK, LAG and LEAD, and SUM, COUNT and AVG over a ROWS frame
+between any bounds (``UNBOUNDED PRECEDING``, ``n PRECEDING``, ``CURRENT ROW``, ``n
+FOLLOWING``, ``UNBOUNDED FOLLOWING``) or a RANGE frame between ``UNBOUNDED PRECEDING`` or
+``CURRENT ROW`` and ``CURRENT ROW`` or ``UNBOUNDED FOLLOWING`` (SQL's default frame is
+RANGE from UNBOUNDED PRECEDING to the CURRENT ROW with ORDER BY, the whole partition
+without). Rows tied in the order
 follow their other columns, so ROW_NUMBER is deterministic.
 """
 
@@ -102,24 +105,39 @@ def _frame(w: exp.Window, where) -> W.Frame:
     spec = w.args.get("spec")
     if spec is None:
         return W.RANGE
+    if spec.args.get("exclude"):
+        raise PipelineError(where.at(w, "EXCLUDE in a window frame is not supported"))
     kind = (spec.args.get("kind") or "").lower()
-    start, side = spec.args.get("start"), (spec.args.get("start_side") or "").lower()
-    end = spec.args.get("end")
-    end_text = end.upper() if isinstance(end, str) else (end.sql().upper() if end is not None else "CURRENT ROW")
-    if end_text != "CURRENT ROW" or side not in ("preceding", ""):
-        raise PipelineError(where.at(w, "a window frame must end at the CURRENT ROW and start before it"))
-    unbounded = isinstance(start, str) and start.upper() == "UNBOUNDED"
+    start, s_rank = _bound(spec.args.get("start"), spec.args.get("start_side"), "preceding", w, where)
+    end, e_rank = _bound(spec.args.get("end") or "CURRENT ROW", spec.args.get("end_side"), "following", w, where)
+    if s_rank > e_rank or s_rank == 4 or e_rank == 0:
+        raise PipelineError(where.at(w, "a window frame must start before it ends (UNBOUNDED PRECEDING, n PRECEDING, "
+                                        "CURRENT ROW, n FOLLOWING, UNBOUNDED FOLLOWING)"))
+    if start is not None and end is not None and -start > end:
+        raise PipelineError(where.at(w, "a window frame must start before it ends"))
     if kind == "range":
-        if not unbounded:
-            raise PipelineError(where.at(w, "RANGE frames run from UNBOUNDED PRECEDING"))
-        return W.RANGE
-    if unbounded:
-        return W.rows(None)
-    if isinstance(start, exp.Literal) and not start.is_string and start.this.isdigit():
-        return W.rows(int(start.this))
-    if isinstance(start, str) and start.upper() == "CURRENT ROW":
-        return W.rows(0)
-    raise PipelineError(where.at(w, "ROWS frames start UNBOUNDED PRECEDING or n PRECEDING"))
+        if start not in (None, 0) or end not in (None, 0):
+            raise PipelineError(where.at(w, "RANGE frames are bounded by UNBOUNDED or the CURRENT ROW "
+                                            "(RANGE n PRECEDING or FOLLOWING is not supported: use ROWS)"))
+        return W.range_frame(start, end)
+    return W.rows(start, end)
+
+
+def _bound(value, side, toward: str, w, where) -> tuple[int | None, int]:
+    """A frame bound as rows ``toward`` its side of the current row (None: unbounded;
+    negative: the other side), and its rank from UNBOUNDED PRECEDING (0) to UNBOUNDED
+    FOLLOWING (4)."""
+    side = (side or "").lower()
+    text = value.upper() if isinstance(value, str) else None
+    if text == "CURRENT ROW":
+        return 0, 2
+    if text == "UNBOUNDED":
+        return None, 0 if side == "preceding" else 4
+    if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit() and side:
+        n = int(value.this)
+        return (n if side == toward else -n), (1 if side == "preceding" else 3)
+    raise PipelineError(where.at(w, "a window frame bound is UNBOUNDED, CURRENT ROW or a whole number of rows "
+                                    "PRECEDING or FOLLOWING"))
 
 
 def _constant(e: exp.Expression):

@@ -14,7 +14,8 @@ plain driver loop for fixed points. It follows the model's definitions (docs/arc
   matches nothing, or Spark's ``<=>`` when the join says ``nulls_equal``; ``semijoin``
   multiplies by the key's multiplicity on the right;
 * ``reduce``: for every key whose accumulated input is non-empty, the key's output rows
-  are ``f(input rows of the key)``, each once unless ``f`` says otherwise;
+  are ``f(input rows of the key)``, each once unless ``f`` says otherwise (an ``agg``
+  with ``when_empty``, SQL's aggregate without GROUP BY, has its row at every time);
 * ``iterate``: ``x0 = input``, ``x(i+1) = body(x(i))`` until a round changes nothing.
   Priorities (``enter_at``, ``iterate(priority=…)``) only order the arrival of records;
   once every priority is past, a prioritized loop that stops is at a fixed point of the
@@ -95,8 +96,9 @@ class Oracle:
     """Evaluates a pipeline's nodes on collections; ``inputs`` maps each input trace to its
     collection at every checked time (``_at``, data columns, ``_m``)."""
 
-    def __init__(self, spark, p: Pipeline, inputs: dict[str, DataFrame]):
+    def __init__(self, spark, p: Pipeline, inputs: dict[str, DataFrame], checked: DataFrame | None = None):
         self.spark, self.p, self.inputs = spark, p, inputs
+        self.checked = checked  # every checked time (``_at``): where a global aggregate has its row
 
     def output(self, node: Node) -> DataFrame:
         return consolidated(self.value(node, {}))
@@ -254,7 +256,13 @@ class Oracle:
             m = F.least(F.col(M), F.greatest(F.lit(reducer.k) - before, F.lit(0)))
             return present.withColumn(M, m.cast("long")).filter(F.col(M) > 0)
         if kind == "Agg":
-            return self._agg(df, group, reducer).select(*group, *reducer.components, one)
+            out = self._agg(df, group, reducer).select(*group, *reducer.components, one)
+            if reducer.when_empty and self.checked is not None:  # SQL's one row of an empty input too
+                types = dict(out.dtypes)
+                absent = self.checked.select(AT).join(out.select(AT), AT, "left_anti")
+                out = out.unionByName(absent.select(AT, *[F.lit(v).cast(types[c]).alias(c)
+                                                          for c, v in reducer.empty_row().items()], one))
+            return out
         if kind == "Window":
             return self._window(present, group, values, reducer)
         if kind == "PerKey":
@@ -320,8 +328,7 @@ class Oracle:
                     value = F.when(shift(F.lit(1), f.offset).over(by_row).isNull(),
                                    F.lit(f.default).cast(types[f.column])).otherwise(value)
             else:
-                frame = peers if f.frame.unit == "range" else by_row.rowsBetween(
-                    Window.unboundedPreceding if f.frame.preceding is None else -f.frame.preceding, 0)
+                frame = _spark_frame(f.frame, part, peers, by_row, bool(order))
                 t = types.get(f.column, "")
                 if f.kind == "count":
                     value = F.count(F.lit(1) if f.column is None else F.col(f.column)).over(frame)
@@ -400,3 +407,15 @@ def _differs(pairs: list[tuple[DataFrame, DataFrame]]) -> bool:
     for d in diffs[1:]:
         out = out.union(d)
     return out.count() > 0
+
+
+def _spark_frame(frame, part, peers, by_row, ordered: bool):
+    """A window function's frame as a Spark window: ROWS over ``by_row``, RANGE over
+    ``peers`` (without an order every row is a peer: the whole partition)."""
+    lo = Window.unboundedPreceding if frame.preceding is None else -frame.preceding
+    hi = Window.unboundedFollowing if frame.following is None else frame.following
+    if frame.unit == "rows":
+        return by_row.rowsBetween(lo, hi)
+    if not ordered:
+        return part.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    return peers.rangeBetween(lo, hi)

@@ -135,7 +135,7 @@ def verify_pipeline(store: Store, path: str, *, name: str | None = None, at: lis
                                                               + [pa.field(M, pa.int64())])))
              for n, (t, _) in inputs.items()}
     sources = {n: accumulate(frames[n], inputs[n][0].data_columns) if n in frames else empty[n] for n in inputs}
-    oracle = Oracle(spark, p, sources)
+    oracle = Oracle(spark, p, sources, checked=tdf)
 
     for out, node in p.outputs.items():
         say(f"checking output {out} at {len(times)} time{'s' if len(times) != 1 else ''}: the pipeline from "

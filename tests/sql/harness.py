@@ -22,6 +22,8 @@ def outputs(model: str) -> list[str]:
 
 
 def _write(path, schema: pa.Schema, rows: list[dict], t: int, diffs: list[int]) -> str:
+    if not rows:  # no change at t: a row of nulls inserted and retracted (the trace's time still moves)
+        rows, diffs = [dict.fromkeys(schema.names)] * 2, [1, -1]
     schema = schema.append(pa.field("time", pa.int64())).append(pa.field("diff", pa.int64()))
     pq.write_table(pa.Table.from_pylist([dict(r, time=t, diff=c) for r, c in zip(rows, diffs)], schema=schema), path)
     return str(path)

@@ -1,7 +1,8 @@
 """SQL models against DuckDB at every time: one model of many views (WITH, derived tables,
-USING and CROSS joins, outer joins, GROUP BY with several aggregates and HAVING, subqueries of every kind, set operations,
+USING and CROSS joins, outer joins, GROUP BY with several aggregates and HAVING, global aggregates over
+an empty input (one row: counts 0, the rest NULL), subqueries of every kind, set operations,
 DISTINCT, ORDER BY ... LIMIT, WITH RECURSIVE, division by zero as IEEE divides, a date shifted
-by an interval as a timestamp) over two random tables of mixed column types
+by an interval as a timestamp) over random tables of mixed column types
 (nulls in keys and values, doubles of mixed magnitudes, decimals, dates, strings) changed
 by inserts and retractions over two runs of two times each, with compaction between. After every run,
 each view's trace at every time equals DuckDB running the same statements on the tables as
@@ -63,6 +64,15 @@ CREATE MATERIALIZED VIEW ratios AS
   SELECT a.k, x / (y % 3) AS by_zero, d / y AS per, (x / y) / d AS nested,
          dt + INTERVAL 1 MONTH AS next_month, dt - INTERVAL '2' DAY AS before
   FROM a JOIN b ON a.k = b.k ORDER BY a.k;
+-- global aggregates have one row at every time, also over no rows: c is empty at the first
+-- time, has rows at the second, none from the third on (retracted in the second run)
+CREATE MATERIALIZED VIEW c_total AS
+  SELECT count(*) AS n, sum(v) AS sv, sum(p) AS sp, avg(p) AS ap, min(dt) AS lo, max(s) AS hi,
+         count(DISTINCT s) AS ns, count(v) AS nv FROM c;
+CREATE MATERIALIZED VIEW c_having AS SELECT count(*) AS n FROM c HAVING count(*) > 0;
+CREATE MATERIALIZED VIEW rare_total AS SELECT count(*) AS n, sum(d) AS sd, max(g) AS hi FROM a WHERE x > 1e5;
+CREATE MATERIALIZED VIEW below_c AS SELECT k, y FROM b WHERE y < (SELECT 20 * avg(v) FROM c);
+CREATE MATERIALIZED VIEW with_nc AS SELECT k, g, (SELECT count(*) FROM c) AS nc FROM a WHERE g = 'g2';
 CREATE MATERIALIZED VIEW reach AS
   WITH RECURSIVE r(n) AS (
     SELECT k FROM a WHERE g = 'g0'
@@ -86,10 +96,25 @@ def _rows_b(rng: random.Random, n: int) -> list[dict]:
             for _ in range(n)]
 
 
+def _rows_c():
+    """A maker for table c: rows at its second time only (the harness then retracts them all)."""
+    calls = []
+
+    def make(rng: random.Random, n: int) -> list[dict]:
+        calls.append(n)
+        if len(calls) != 2:
+            return []
+        return [{"v": rng.choice([None, 0.5, 2.0 ** 40, -3.25]), "p": decimal.Decimal(rng.randrange(-999, 999)) / 100,
+                 "dt": datetime.date(2024, 1, 1) + datetime.timedelta(days=rng.randrange(9)),
+                 "s": rng.choice([None, "x", "y"])} for _ in range(3)]
+    return make
+
+
 SCHEMAS = {"a": pa.schema([("k", pa.int64()), ("g", pa.string()), ("x", pa.float64()),
                            ("d", pa.decimal128(12, 2)), ("dt", pa.date32())]),
-           "b": pa.schema([("k", pa.int64()), ("y", pa.int64()), ("s", pa.string())])}
+           "b": pa.schema([("k", pa.int64()), ("y", pa.int64()), ("s", pa.string())]),
+           "c": pa.schema([("v", pa.float64()), ("p", pa.decimal128(9, 2)), ("dt", pa.date32()), ("s", pa.string())])}
 
 
 def test_sql_model_equals_duckdb_at_every_time(tmp_path):
-    check_model(tmp_path, MODEL, SCHEMAS, {"a": _rows_a, "b": _rows_b}, seed=7)
+    check_model(tmp_path, MODEL, SCHEMAS, {"a": _rows_a, "b": _rows_b, "c": _rows_c()}, seed=7)

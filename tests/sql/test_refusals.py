@@ -22,6 +22,8 @@ REFUSED = [
     ("SELECT k FROM t WHERE k NOT IN (SELECT k FROM t AS t2 WHERE t2.v = t.v)", 1, 23, "NOT IN with a correlated"),
     ("SELECT stddev(v) AS s FROM t", 1, 8, "aggregate STDDEV(v)"),
     ("SELECT k FROM t ORDER BY k NULLS FIRST LIMIT 1", 1, 26, "NULLS FIRST"),
+    ("SELECT k, sum(v) OVER (ORDER BY d RANGE BETWEEN 2 PRECEDING AND CURRENT ROW) AS s FROM t", 1, None,
+     "RANGE n PRECEDING or FOLLOWING is not supported"),
 ]
 PREFIX = "CREATE MATERIALIZED VIEW out AS "
 

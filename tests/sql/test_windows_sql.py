@@ -1,6 +1,6 @@
 """Window functions in SQL models against DuckDB at every time: ROW_NUMBER, RANK and
 DENSE_RANK (filtered to a top-n per partition, and not), LAG and LEAD, running SUM, COUNT
-and AVG over ROWS and RANGE frames, over random updates of a table with nulls, ties in
+and AVG over ROWS and RANGE frames (also ending after the current row), over random updates of a table with nulls, ties in
 the order (RANK's business) and doubles, decimals and dates."""
 
 from __future__ import annotations
@@ -31,8 +31,15 @@ CREATE MATERIALIZED VIEW running AS
   SELECT id, g,
          sum(v) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS s3,
          sum(amount) OVER (PARTITION BY g ORDER BY day) AS upto,
+         sum(amount) OVER (PARTITION BY g ORDER BY day RANGE BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS from_day,
          count(*) OVER (PARTITION BY g) AS n,
          avg(v) OVER (ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS mean
+  FROM t;
+CREATE MATERIALIZED VIEW ahead AS
+  SELECT id, g,
+         sum(amount) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN 1 PRECEDING AND 2 FOLLOWING) AS around,
+         count(v) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS rest,
+         avg(v) OVER (PARTITION BY g ORDER BY id ROWS BETWEEN 1 FOLLOWING AND 3 FOLLOWING) AS next3
   FROM t;
 """
 

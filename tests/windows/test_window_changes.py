@@ -46,7 +46,27 @@ WINDOWS = {
                  "sum(f) OVER (wf ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"),
     "unordered": (None, False, dict(n=W.running_count(), drk=W.dense_rank(), osum=W.running_sum("o")),
                   "count(*) OVER w, dense_rank() OVER w, sum(o) OVER w"),
+    "following": (["o", "s"], [False, True], dict(fw=W.running_sum("p", W.rows(1, 2)),
+                                                 nx=W.running_count("f", W.rows(-1, 3)),
+                                                 tail=W.running_avg("f", W.rows(0, None)),
+                                                 gone=W.running_sum("o", W.rows(2, -1))),
+                  "sum(p) OVER (wf ROWS BETWEEN 1 PRECEDING AND 2 FOLLOWING), "
+                  "count(f) OVER (wf ROWS BETWEEN 1 FOLLOWING AND 3 FOLLOWING), "
+                  "avg(f) OVER (wf ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING), "
+                  "sum(o) OVER (wf ROWS BETWEEN 2 PRECEDING AND 1 PRECEDING)"),
+    "suffix": (["dt"], False, dict(rs=W.running_sum("p", W.range_frame(0, None)),
+                                   whole=W.running_count(frame=W.range_frame(None, None)),
+                                   here=W.running_count("s", W.range_frame(0, 0)),
+                                   ds=W.running_sum("f", W.rows(0, None))),
+               "sum(p) OVER (w RANGE BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING), "
+               "count(*) OVER (w RANGE BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING), "
+               "count(s) OVER (w RANGE BETWEEN CURRENT ROW AND CURRENT ROW), "
+               "sum(f) OVER (wf ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING)"),
+    "both ends": (["s", "o"], [True, False], dict(rn=W.row_number(), ds=W.running_sum("p", W.rows(None, None)),
+                                                 mid=W.running_avg("p", W.rows(3, 3)))),
 }
+WINDOWS["both ends"] += ("row_number() OVER wf, sum(p) OVER (wf ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED "
+                         "FOLLOWING), avg(p) OVER (wf ROWS BETWEEN 3 PRECEDING AND 3 FOLLOWING)",)
 APPROX = {"mean"}
 
 
@@ -201,6 +221,31 @@ def test_a_change_at_the_tail_costs_a_few_rows_not_the_partition(monkeypatch, na
     # the new row, and for lag its successor's neighbour: never the partition
     assert out.num_rows <= most + 1, out.to_pylist()
     assert sum(evaluated) <= 8, f"{name}: evaluated {sum(evaluated)} rows for a one-row change"
+
+
+def test_a_change_at_the_head_of_a_frame_to_the_partition_end_costs_a_few_rows(monkeypatch):
+    n = 5000
+    head = (0, -1, 0.5, Decimal("1.00"), datetime.date(2024, 1, 2), "y")
+    updates = _big_partition(n, [(head, 1)])
+    rows = [u[0] for u in updates]
+    table = pa.table({c: pa.array([r[i] for r in rows], SCHEMA.field(c).type) for i, c in enumerate(SCHEMA.names)},
+                     schema=SCHEMA)
+    table = table.append_column("time", pa.array([u[1] for u in updates], pa.int64())) \
+        .append_column("diff", pa.array(np.ones(len(rows), np.int64))) \
+        .append_column("_new", pa.array([u[3] for u in updates]))
+    evaluated = []
+    columns = Window.columns
+
+    def counted(self, rows, out_schema, offsets=None):
+        evaluated.append(rows.num_rows)
+        return columns(self, rows, out_schema, offsets)
+
+    monkeypatch.setattr(Window, "columns", counted)
+    functions = dict(rest=W.running_sum("p", W.rows(0, None)), near=W.running_count(frame=W.rows(1, 2)))
+    out = reduce_delta(table, ["k"], VALUES, 1, Window(["o"], False, functions, partition_by=["k"]))
+    # the new row and its successor, whose near frame now holds it (the rest is after the change)
+    assert int(np.sum(np.asarray(out.column("diff")) > 0)) == 2, out.to_pylist()
+    assert sum(evaluated) <= 12, f"evaluated {sum(evaluated)} rows for a one-row change"
 
 
 def test_a_change_at_the_head_moves_the_ranks_but_a_lag_only_its_neighbours(monkeypatch):

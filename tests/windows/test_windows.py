@@ -38,8 +38,8 @@ def xs_row(rng):
 PIPELINE = '''
 from decimal import Decimal
 
-from ops.dataflow.windows import (dense_rank, lag, lead, rank, row_number, rows, running_avg, running_count,
-                                  running_sum)
+from ops.dataflow.windows import (dense_rank, lag, lead, range_frame, rank, row_number, rows, running_avg,
+                                  running_count, running_sum)
 
 
 def pipeline(p):
@@ -49,11 +49,14 @@ def pipeline(p):
                                mean3=running_avg("f", frame=rows(2))))
     p.output("by_kg", xs.window(["k", "g"], [("dt", "desc"), "s"], rk=rank(), drk=dense_rank(),
                                 fsum=running_sum("f", frame=rows()), fcnt=running_count("f", frame=rows(1)),
-                                before=lag("dt"), tcur=running_sum("t", frame=rows(0))))
+                                before=lag("dt"), tcur=running_sum("t", frame=rows(0)),
+                                ahead=running_sum("f", frame=rows(1, 2))))
     p.output("whole", xs.window([], "f", descending=True, rn=row_number(), tsum=running_sum("t"),
-                                pavg=running_avg("p"), after=lead("f"), n3=running_count("p", frame=rows(3))))
+                                pavg=running_avg("p"), after=lead("f"), n3=running_count("p", frame=rows(3)),
+                                rest=running_count("p", frame=rows(0, None))))
     p.output("by_s", xs.window("s", ["p", "dt"], descending=[False, True], rk=rank(), fsum=running_sum("f"),
-                               back3=lag("t", 3, 0), same=lag("g", 0)))
+                               back3=lag("t", 3, 0), same=lag("g", 0),
+                               fafter=running_sum("f", frame=range_frame(0, None))))
     # no order (or only partition columns): every row a peer, a RANGE frame the whole partition
     p.output("unordered", xs.window("g", ["g"], n=running_count(), tot=running_sum("p"), rk=dense_rank(),
                                     nt=running_count("t", frame=rows())))
@@ -72,15 +75,18 @@ SQL = {
                   sum(f) OVER (full_order ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS fsum,
                   count(f) OVER (full_order ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS fcnt,
                   lag(dt) OVER full_order AS before,
-                  sum(t) OVER (full_order ROWS BETWEEN CURRENT ROW AND CURRENT ROW) AS tcur
+                  sum(t) OVER (full_order ROWS BETWEEN CURRENT ROW AND CURRENT ROW) AS tcur,
+                  sum(f) OVER (full_order ROWS BETWEEN 1 PRECEDING AND 2 FOLLOWING) AS ahead
                 FROM xs WINDOW w AS (PARTITION BY k, g ORDER BY dt DESC, s),
                                full_order AS (PARTITION BY k, g ORDER BY dt DESC, s, {by_kg})""",
     "whole": """SELECT *, row_number() OVER full_order AS rn, sum(t) OVER w AS tsum, avg(p) OVER w AS pavg,
                   lead(f) OVER full_order AS after,
-                  count(p) OVER (full_order ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) AS n3
+                  count(p) OVER (full_order ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) AS n3,
+                  count(p) OVER (full_order ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS rest
                 FROM xs WINDOW w AS (ORDER BY f DESC), full_order AS (ORDER BY f DESC, {whole})""",
     "by_s": """SELECT *, rank() OVER w AS rk, sum(f) OVER w AS fsum, lag(t, 3, 0) OVER full_order AS back3,
-                 lag(g, 0) OVER full_order AS same
+                 lag(g, 0) OVER full_order AS same,
+                 sum(f) OVER (w RANGE BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS fafter
                FROM xs WINDOW w AS (PARTITION BY s ORDER BY p, dt DESC),
                               full_order AS (PARTITION BY s ORDER BY p, dt DESC, {by_s})""",
     "unordered": """SELECT *, count(*) OVER w AS n, sum(p) OVER w AS tot, dense_rank() OVER (w ORDER BY g) AS rk,
