@@ -18,8 +18,6 @@ from ddcli.bench.process import Usage, tree_rss
 
 MATERIALIZED = re.compile(r"(?i)\bcreate\s+materialized\s+view\s+(\w+)")
 REL = 1e-9  # doubles agree within this relative difference; everything else exactly
-GLOBAL_AGGREGATE = ("DuckDB's one row of nulls, none in ddcli: a global aggregate over no rows has no row "
-                    "in ddcli (README, Pipelines in SQL)")
 
 
 def query_name(path: str) -> str:
@@ -114,14 +112,12 @@ def duckdb_all(con, views: dict[str, list[str]]) -> tuple[dict[str, float], dict
     return seconds, answers
 
 
-def check(store_path: str, answers: dict[str, tuple], views: dict[str, list[str]], skip=(),
-          known: dict | None = None) -> dict[str, str]:
+def check(store_path: str, answers: dict[str, tuple], views: dict[str, list[str]], skip=()) -> dict[str, str]:
     """query -> the first difference between ddcli's views (at their latest time) and
-    DuckDB's answers, for every query not in ``skip``. The one difference the README
-    documents (a global aggregate over no rows) goes to ``known`` instead."""
+    DuckDB's answers, for every query not in ``skip``."""
     from storage.sql.query import as_of, count_column
     from storage.store import Store
-    store, problems, known = Store(store_path), {}, {} if known is None else known
+    store, problems = Store(store_path), {}
     for query, names in views.items():
         for v in names if query not in skip else []:
             try:
@@ -142,9 +138,7 @@ def check(store_path: str, answers: dict[str, tuple], views: dict[str, list[str]
                 break
             rows = list(zip(*[table.column(c).to_pylist() for c in order])) if table.num_rows else []
             diff = same_bag(want, [row for row, n in zip(rows, counts) for _ in range(n)])
-            if diff and not rows and len(want) == 1 and all(v is None for v in want[0]):
-                known[query] = f"{v}: {GLOBAL_AGGREGATE}"
-            elif diff:
+            if diff:
                 problems[query] = f"{v}: {diff}"
                 break
     return problems
