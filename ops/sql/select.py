@@ -108,7 +108,13 @@ def _limit(sel: exp.Select, where) -> int | None:
     node = sel.args.get("limit")
     if node is None:
         return None
-    value = node.expression if isinstance(node, exp.Limit) else node
+    if isinstance(node, exp.Fetch):  # FETCH FIRST n ROWS ONLY, the standard's LIMIT
+        options = node.args.get("limit_options")
+        if options is not None and (options.args.get("with_ties") or options.args.get("percent")):
+            raise PipelineError(where.at(node, "FETCH ... WITH TIES and PERCENT are not supported"))
+        value = node.args.get("count") or exp.Literal.number(1)
+    else:
+        value = node.expression if isinstance(node, exp.Limit) else node
     if not (isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit() and int(value.this) > 0):
         raise PipelineError(where.at(node, "LIMIT takes a positive whole number"))
     return int(value.this)
@@ -194,7 +200,10 @@ def _aggregate(pl, rel: Rel, scope: Scope, group: list[exp.Expression] | None, a
     if not pre:  # count(*) over no key: the rows are the input
         pre["__one"] = "1"
     staged = rel.coll.select(**pre)
-    grouped = staged.reduce(by, Agg(specs, when_empty=group is None and staged.scope is None))
+    if not specs:  # GROUP BY alone: the distinct keys
+        grouped = staged.distinct()
+    else:
+        grouped = staged.reduce(by, Agg(specs, when_empty=group is None and staged.scope is None))
     after = Rel(grouped, post_cols, by + list(specs))
     new_scope = Scope(post_cols, scope.outer, where)
 
