@@ -4,9 +4,12 @@ first's plan, which tests/sql/test_models.py runs against DuckDB."""
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 import pytest
 
+from ops.errors import PipelineError
 from ops.explain.operators import summary
 from ops.sql.model import load_model
 
@@ -22,11 +25,38 @@ SAME = [  # (the plan's usual spelling, another party's)
 ]
 
 
+HELPER = "CREATE VIEW v (key, total) AS SELECT k, sum(d) FROM t GROUP BY k;\n"
+SAME_MODELS = [  # whole models: a helper view dropped at the end, as TPC-H's Q15 is written
+    (HELPER + "CREATE MATERIALIZED VIEW out AS SELECT key FROM v WHERE total = (SELECT max(total) FROM v);",
+     HELPER + "CREATE MATERIALIZED VIEW out AS SELECT key FROM v WHERE total = (SELECT max(total) FROM v);\n"
+              "DROP VIEW v;\nDROP VIEW IF EXISTS gone;"),
+]
+
+
 def plan(query: str) -> list[str]:
-    p = load_model("m.sql", "m", f"CREATE MATERIALIZED VIEW out AS {query};", SCHEMAS.get)
+    return plan_model(f"CREATE MATERIALIZED VIEW out AS {query};")
+
+
+def plan_model(text: str) -> list[str]:
+    p = load_model("m.sql", "m", text, SCHEMAS.get)
     return [summary(n) for n in p.nodes]
 
 
 @pytest.mark.parametrize("usual,other", SAME)
 def test_other_spellings_compile_to_the_same_dataflow(usual, other):
     assert plan(other) == plan(usual)
+
+
+@pytest.mark.parametrize("usual,other", SAME_MODELS)
+def test_other_models_compile_to_the_same_dataflow(usual, other):
+    assert plan_model(other) == plan_model(usual)
+
+
+@pytest.mark.parametrize("drops,why", [
+    ("DROP VIEW out;", "DROP VIEW out: a model drops only a (not materialized) view it declares"),
+    ("DROP VIEW w;", "DROP VIEW w: a model drops only"),
+    ("DROP VIEW v;\nCREATE VIEW w AS SELECT k FROM t;", "not DROP"),
+])
+def test_a_model_drops_only_its_own_views_at_its_end(drops, why):
+    with pytest.raises(PipelineError, match=re.escape(why)):
+        plan_model(HELPER + "CREATE MATERIALIZED VIEW out AS SELECT key FROM v;\n" + drops)
