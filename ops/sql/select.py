@@ -147,8 +147,13 @@ def _aggregates(exprs) -> list[exp.AggFunc]:
     for e in exprs:
         for n in e.walk():
             if isinstance(n, exp.AggFunc) and not _under(n, e, (exp.Subquery, exp.Window)):
-                found.append(n)
+                found.append(n.parent if _filtered(n.parent) else n)
     return found
+
+
+def _filtered(node) -> bool:
+    """Whether ``node`` is an aggregate's FILTER (WHERE ...): the two are one aggregate."""
+    return isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc)
 
 
 def _under(n: exp.Expression, root: exp.Expression, kinds) -> bool:
@@ -208,7 +213,7 @@ def _aggregate(pl, rel: Rel, scope: Scope, group: list[exp.Expression] | None, a
     new_scope = Scope(post_cols, scope.outer, where)
 
     def substitute(node):
-        if isinstance(node, exp.AggFunc):
+        if isinstance(node, exp.AggFunc) or _filtered(node):
             key = expression_key(node, scope, where)
             if key in agg_keys:
                 return agg_keys[key]
@@ -224,6 +229,10 @@ def _aggregate(pl, rel: Rel, scope: Scope, group: list[exp.Expression] | None, a
 
 
 def _aggregate_kind(a: exp.AggFunc, where) -> tuple[str, exp.Expression | None]:
+    if _filtered(a):  # agg(x) FILTER (WHERE c) is agg(CASE WHEN c THEN x END): aggregates skip nulls
+        kind, arg = _aggregate_kind(a.this, where)
+        then = arg.copy() if arg is not None else exp.Literal.number(1)
+        return kind, exp.Case(ifs=[exp.If(this=a.expression.this.copy(), true=then)])
     arg = a.this
     if isinstance(a, exp.Count):
         if isinstance(arg, exp.Star) or arg is None:
