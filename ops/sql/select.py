@@ -39,7 +39,7 @@ def plan_select(pl, sel: exp.Select, env: dict, outer: Scope | None) -> Rel:
     scope = Scope(rel.cols, outer, where)
     items = _items(sel, rel, where)
     having = sel.args["having"].this if sel.args.get("having") else None
-    order = list(sel.args["order"].expressions) if sel.args.get("order") else []
+    order = _order_all(list(sel.args["order"].expressions) if sel.args.get("order") else [], items)
     limit = _limit(sel, where)
     if limit is not None and not order:
         raise PipelineError(where.at(sel.args["limit"], "LIMIT without ORDER BY picks arbitrary rows, which cannot "
@@ -104,6 +104,13 @@ def _items(sel: exp.Select, rel: Rel, where) -> list[tuple[str, exp.Expression]]
     return out
 
 
+def _order_all(order: list[exp.Ordered], items) -> list[exp.Ordered]:
+    """DuckDB's ORDER BY ALL [DESC]: by every SELECT item, left to right."""
+    if len(order) != 1 or not (isinstance(order[0].this, exp.Var) and order[0].this.name.upper() == "ALL"):
+        return order
+    return [exp.Ordered(this=exp.Literal.number(i + 1), desc=order[0].args.get("desc")) for i in range(len(items))]
+
+
 def _limit(sel: exp.Select, where) -> int | None:
     node = sel.args.get("limit")
     if node is None:
@@ -124,8 +131,11 @@ def _group_exprs(sel, items, scope: Scope, where) -> list[exp.Expression] | None
     group = sel.args.get("group")
     if group is None:
         return None
-    if group.args.get("all") or group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
-        raise PipelineError(where.at(group, "GROUP BY ALL, ROLLUP, CUBE and GROUPING SETS are not supported"))
+    if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets") or \
+            any(isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)) for g in group.expressions):
+        raise PipelineError(where.at(group, "ROLLUP, CUBE and GROUPING SETS are not supported"))
+    if group.args.get("all"):  # DuckDB's GROUP BY ALL: every SELECT item without an aggregate
+        return [e for _, e in items if not _aggregates([e]) and not e.find(exp.Window)]
     aliases = {name.lower(): e for name, e in items}
     out = []
     for g in group.expressions:

@@ -22,6 +22,9 @@ SAME = [  # (the plan's usual spelling, another party's)
     ("SELECT k FROM t ORDER BY k LIMIT 1", "SELECT k FROM t ORDER BY k FETCH NEXT ROW ONLY"),
     ("SELECT DISTINCT g, k FROM t", "SELECT g, k FROM t GROUP BY g, k"),
     ("SELECT g FROM (SELECT DISTINCT g FROM t) AS s WHERE g > 'a'", "SELECT g FROM t GROUP BY g HAVING g > 'a'"),
+    ("SELECT g, k, sum(d) AS s FROM t GROUP BY g, k", "SELECT g, k, sum(d) AS s FROM t GROUP BY ALL"),
+    ("SELECT g, k, sum(d) AS s FROM t GROUP BY g, k ORDER BY g, k, s LIMIT 2",
+     "SELECT g, k, sum(d) AS s FROM t GROUP BY ALL ORDER BY ALL LIMIT 2"),
     ("SELECT g, sum(CASE WHEN k > 1 THEN d END) AS s, count(CASE WHEN k > 1 THEN 1 END) AS n, sum(d) AS a FROM t GROUP BY g",
      "SELECT g, sum(d) FILTER (WHERE k > 1) AS s, count(*) FILTER (WHERE k > 1) AS n, sum(d) AS a FROM t GROUP BY g"),
 ]
