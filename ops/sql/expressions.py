@@ -52,6 +52,10 @@ def resolved(e: exp.Expression, scope: Scope, where, substitute: Callable | None
             name = substitute(node)
             if name is not None:
                 return internal_column(name)
+        if isinstance(node, exp.Interval) and isinstance(node.args.get("unit"), exp.Func):
+            # INTERVAL '90' DAY (3), the standard's precision of the leading field (TPC-H's Q1 as
+            # specified): the precision does not change the value, and Spark does not parse it
+            return exp.Interval(this=node.this.copy(), unit=exp.var(node.args["unit"].sql_name()))
         if isinstance(node, exp.Column):
             if node.meta.get(INTERNAL):
                 return node

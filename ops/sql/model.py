@@ -29,6 +29,7 @@ def load_model(path: str, name: str, text: str, tables: Callable[[str], pa.Schem
     where = Located(path, text)
     statements = _parse(text, where)
     views, outputs, notes = {}, [], []
+    statements = _without_trailing_drops(statements, where)
     for stmt in statements:
         if not isinstance(stmt, exp.Create) or (stmt.args.get("kind") or "").upper() != "VIEW":
             raise PipelineError(where.at(stmt, "a model holds CREATE [MATERIALIZED] VIEW name AS SELECT ... "
@@ -71,6 +72,24 @@ def load_model(path: str, name: str, text: str, tables: Callable[[str], pa.Schem
         if view not in planner.planned:
             Planner(Pipeline(name), where, lambda n: _table(tables, n), views).view(view)
     return p
+
+
+def _without_trailing_drops(statements: list[exp.Expression], where: Located) -> list[exp.Expression]:
+    """The statements before the trailing ``DROP VIEW name`` ones (a query written to run
+    once drops its helper view at its end, as TPC-H's Q15 does): each must name a plain view
+    the model declares; a DROP before another statement is refused, as any statement not
+    a CREATE is."""
+    end = len(statements)
+    while end and isinstance(statements[end - 1], exp.Drop) and (statements[end - 1].args.get("kind") or "").upper() == "VIEW":
+        end -= 1
+    declared = {s.this.this.name.lower() if isinstance(s.this, exp.Schema) else s.this.name.lower()
+                for s in statements[:end] if isinstance(s, exp.Create) and s.find(exp.MaterializedProperty) is None}
+    for drop in statements[end:]:
+        for table in drop.args.get("tables") or []:
+            if drop.args.get("materialized") or (table.name.lower() not in declared and not drop.args.get("exists")):
+                raise PipelineError(where.at(table, f"DROP VIEW {table.name}: a model drops only a (not materialized) "
+                                                    f"view it declares"))
+    return statements[:end]
 
 
 def _parse(text: str, where: Located) -> list[exp.Expression]:

@@ -39,7 +39,7 @@ def plan_select(pl, sel: exp.Select, env: dict, outer: Scope | None) -> Rel:
     scope = Scope(rel.cols, outer, where)
     items = _items(sel, rel, where)
     having = sel.args["having"].this if sel.args.get("having") else None
-    order = list(sel.args["order"].expressions) if sel.args.get("order") else []
+    order = _order_all(list(sel.args["order"].expressions) if sel.args.get("order") else [], items)
     limit = _limit(sel, where)
     if limit is not None and not order:
         raise PipelineError(where.at(sel.args["limit"], "LIMIT without ORDER BY picks arbitrary rows, which cannot "
@@ -104,11 +104,24 @@ def _items(sel: exp.Select, rel: Rel, where) -> list[tuple[str, exp.Expression]]
     return out
 
 
+def _order_all(order: list[exp.Ordered], items) -> list[exp.Ordered]:
+    """DuckDB's ORDER BY ALL [DESC]: by every SELECT item, left to right."""
+    if len(order) != 1 or not (isinstance(order[0].this, exp.Var) and order[0].this.name.upper() == "ALL"):
+        return order
+    return [exp.Ordered(this=exp.Literal.number(i + 1), desc=order[0].args.get("desc")) for i in range(len(items))]
+
+
 def _limit(sel: exp.Select, where) -> int | None:
     node = sel.args.get("limit")
     if node is None:
         return None
-    value = node.expression if isinstance(node, exp.Limit) else node
+    if isinstance(node, exp.Fetch):  # FETCH FIRST n ROWS ONLY, the standard's LIMIT
+        options = node.args.get("limit_options")
+        if options is not None and (options.args.get("with_ties") or options.args.get("percent")):
+            raise PipelineError(where.at(node, "FETCH ... WITH TIES and PERCENT are not supported"))
+        value = node.args.get("count") or exp.Literal.number(1)
+    else:
+        value = node.expression if isinstance(node, exp.Limit) else node
     if not (isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit() and int(value.this) > 0):
         raise PipelineError(where.at(node, "LIMIT takes a positive whole number"))
     return int(value.this)
@@ -118,8 +131,11 @@ def _group_exprs(sel, items, scope: Scope, where) -> list[exp.Expression] | None
     group = sel.args.get("group")
     if group is None:
         return None
-    if group.args.get("all") or group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
-        raise PipelineError(where.at(group, "GROUP BY ALL, ROLLUP, CUBE and GROUPING SETS are not supported"))
+    if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets") or \
+            any(isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)) for g in group.expressions):
+        raise PipelineError(where.at(group, "ROLLUP, CUBE and GROUPING SETS are not supported"))
+    if group.args.get("all"):  # DuckDB's GROUP BY ALL: every SELECT item without an aggregate
+        return [e for _, e in items if not _aggregates([e]) and not e.find(exp.Window)]
     aliases = {name.lower(): e for name, e in items}
     out = []
     for g in group.expressions:
@@ -141,8 +157,13 @@ def _aggregates(exprs) -> list[exp.AggFunc]:
     for e in exprs:
         for n in e.walk():
             if isinstance(n, exp.AggFunc) and not _under(n, e, (exp.Subquery, exp.Window)):
-                found.append(n)
+                found.append(n.parent if _filtered(n.parent) else n)
     return found
+
+
+def _filtered(node) -> bool:
+    """Whether ``node`` is an aggregate's FILTER (WHERE ...): the two are one aggregate."""
+    return isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc)
 
 
 def _under(n: exp.Expression, root: exp.Expression, kinds) -> bool:
@@ -194,12 +215,15 @@ def _aggregate(pl, rel: Rel, scope: Scope, group: list[exp.Expression] | None, a
     if not pre:  # count(*) over no key: the rows are the input
         pre["__one"] = "1"
     staged = rel.coll.select(**pre)
-    grouped = staged.reduce(by, Agg(specs, when_empty=group is None and staged.scope is None))
+    if not specs:  # GROUP BY alone: the distinct keys
+        grouped = staged.distinct()
+    else:
+        grouped = staged.reduce(by, Agg(specs, when_empty=group is None and staged.scope is None))
     after = Rel(grouped, post_cols, by + list(specs))
     new_scope = Scope(post_cols, scope.outer, where)
 
     def substitute(node):
-        if isinstance(node, exp.AggFunc):
+        if isinstance(node, exp.AggFunc) or _filtered(node):
             key = expression_key(node, scope, where)
             if key in agg_keys:
                 return agg_keys[key]
@@ -215,6 +239,10 @@ def _aggregate(pl, rel: Rel, scope: Scope, group: list[exp.Expression] | None, a
 
 
 def _aggregate_kind(a: exp.AggFunc, where) -> tuple[str, exp.Expression | None]:
+    if _filtered(a):  # agg(x) FILTER (WHERE c) is agg(CASE WHEN c THEN x END): aggregates skip nulls
+        kind, arg = _aggregate_kind(a.this, where)
+        then = arg.copy() if arg is not None else exp.Literal.number(1)
+        return kind, exp.Case(ifs=[exp.If(this=a.expression.this.copy(), true=then)])
     arg = a.this
     if isinstance(a, exp.Count):
         if isinstance(arg, exp.Star) or arg is None:
