@@ -78,6 +78,11 @@ def too_long(what: str, limit: int) -> str:
             f"shorter, or raise DDCLI_MAX_LINE_BYTES")
 
 
+class OverBudget(UpdateFileError):
+    """The updates read take more than ``DDCLI_INGEST_MEMORY``: an ingest then reads its
+    files again in chunks, out of core (storage/writes/spill.py), where it can."""
+
+
 class ReadBudget:
     """The bytes of updates one ingest holds in memory while it reads its files.
 
@@ -97,7 +102,7 @@ class ReadBudget:
     def check(self, nbytes: int, path: str) -> None:
         """Refuse before reading ``nbytes`` more that would not fit."""
         if self.used + nbytes > self.limit:
-            raise UpdateFileError(path, f"the updates read so far take more than {show_size(self.limit)} "
+            raise OverBudget(path, f"the updates read so far take more than {show_size(self.limit)} "
                                         f"of memory (DDCLI_INGEST_MEMORY); ingest the files in smaller "
                                         f"parts, or raise DDCLI_INGEST_MEMORY")
 
