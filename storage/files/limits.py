@@ -29,6 +29,7 @@ from storage.errors import DiffOverflow, StoreError, UpdateFileError
 MAX_COLUMNS = 1_000
 DEFAULT_MAX_LINE_BYTES = 16 << 20
 DEFAULT_INGEST_MEMORY = 1 << 30  # an ingest peaks at about 7x what it read (typing, sorting, the layer)
+OUT_OF_CORE = 16  # the largest Parquet file an ingest reads out of core, in DDCLI_INGEST_MEMORY
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 

@@ -92,7 +92,7 @@ def read_update_chunks(source: str | UpdateObject, take: Callable[[UpdateBatch, 
     types (or ``schema``) are the file's, every later chunk must fit them. Errors are the
     ones :func:`read_update_file` gives, rows numbered in the file.
     """
-    src = _source(source, fmt, d, limits.ReadBudget(memory), types)
+    src = _source(source, fmt, d, limits.ReadBudget(limits.OUT_OF_CORE * memory), types)
     seen = {"schema": schema, "d": d, "rows": 0}
 
     def on_table(table: pa.Table) -> None:

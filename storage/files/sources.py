@@ -534,10 +534,18 @@ class ParquetSource(Source):
                 return self._read_batches(pf)
 
     def _too_big(self, size: int) -> UpdateFileError:
-        """A Parquet file is read whole: one bigger than the memory left is refused unread."""
-        return self.fail(f"the Parquet file is at least {limits.show_size(size)}, more than the "
-                         f"{limits.show_size(self.budget.room())} of DDCLI_INGEST_MEMORY left for the updates of "
-                         f"this ingest; ingest it in smaller parts, or raise DDCLI_INGEST_MEMORY")
+        """A Parquet file is read whole: one bigger than the memory left is refused unread
+        (a plain local one is then read out of core, up to :data:`limits.OUT_OF_CORE` times
+        the budget)."""
+        if self.on_chunk is not None:
+            return self.fail(f"the Parquet file is at least {limits.show_size(size)}, more than the "
+                             f"{limits.show_size(self.budget.limit)} ({limits.OUT_OF_CORE} x DDCLI_INGEST_MEMORY) an "
+                             f"ingest reads out of core; ingest it in smaller parts, or raise DDCLI_INGEST_MEMORY")
+        plain = not self.obj.on_s3 and without_compression(self.path) == self.path
+        return (limits.OverBudget if plain else UpdateFileError)(
+            self.path, f"the Parquet file is at least {limits.show_size(size)}, more than the "
+                       f"{limits.show_size(self.budget.room())} of DDCLI_INGEST_MEMORY left for the updates of "
+                       f"this ingest; ingest it in smaller parts, or raise DDCLI_INGEST_MEMORY")
 
     def _read_batches(self, pf: pq.ParquetFile) -> pa.Table:
         problem = limits.too_many_columns(pf.metadata.num_columns)
@@ -548,11 +556,14 @@ class ParquetSource(Source):
         keep = [n for n in names if not _PANDAS_INDEX.match(n)]
         meta = pf.metadata
         # a few compressed bytes may decode to gigabytes: refuse before decoding them
+        size, batch_rows = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)), 65_536
         if self.on_chunk is None:
-            self.budget.check(sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)), self.path)
+            self.budget.check(size, self.path)
+        elif meta.num_rows:  # batches of a few per chunk
+            batch_rows = int(min(batch_rows, max(1_024, self.chunk_bytes * meta.num_rows // max(size, 1) // 4)))
         batches, rows = [], 0
         try:
-            for batch in pf.iter_batches(columns=keep, use_threads=True):
+            for batch in pf.iter_batches(batch_size=batch_rows, columns=keep, use_threads=True):
                 self._check_values(batch, rows)
                 rows += batch.num_rows
                 self.hold(batches, batch)
