@@ -8,8 +8,9 @@ Hostile or broken files must end in one line within seconds, never in a hang, an
 * files are read in blocks, never whole: a line (a CSV row, a JSON record) or a Parquet
   text value longer than ``DDCLI_MAX_LINE_BYTES`` (default 16 MiB) is refused as soon as
   it is met, and the updates one ingest holds in memory are capped by
-  ``DDCLI_INGEST_MEMORY`` (default 1 GiB, :class:`ReadBudget`), so a 20 GB sparse file or
-  a gzip bomb ends in one line within seconds rather than exhausting the machine;
+  ``DDCLI_INGEST_MEMORY`` (default 1 GiB, :class:`ReadBudget`): past it an ingest goes
+  out of core (storage/writes/spill.py), holding a chunk at a time, and a 20 GB sparse file
+  or a gzip bomb still ends in one line within seconds rather than exhausting the machine;
 * data columns are flat: numbers, text, binary, booleans, dates, times (nested JSON,
   Parquet structs, lists and maps cannot be sorted, compared or summed as rows), and
   not ``float16`` (pyarrow cannot sort it);
@@ -88,8 +89,9 @@ class ReadBudget:
     """The bytes of updates one ingest holds in memory while it reads its files.
 
     Every file is validated whole before anything is written, so what was read stays in
-    memory until the layer is written; this caps it (``DDCLI_INGEST_MEMORY``) and turns
-    an input too big to hold into one line instead of a machine out of memory.
+    memory until the layer is written; this caps it (``DDCLI_INGEST_MEMORY``): an input
+    too big to hold raises :class:`OverBudget`, and the ingest goes out of core (or, an
+    upsert, refuses in one line) instead of running the machine out of memory.
     """
 
     def __init__(self, limit: int | None = None):

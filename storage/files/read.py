@@ -12,8 +12,9 @@ Why one pass, in memory: every row of every file of an ingest is validated befor
 ingest writes its layer, and a layer is one sorted, consolidated file written in one
 piece, so the updates are held until then anyway. What they may take is capped instead
 (``DDCLI_INGEST_MEMORY``, :class:`storage.files.limits.ReadBudget`): blocks are charged as they
-are read, a file's text columns are given back once they are typed, and an input too big
-to hold is refused in one line before anything is written. The bytes of a file are never
+are read, and a file's text columns are given back once they are typed. An input too big
+to hold (:class:`storage.files.limits.OverBudget`) is read again by
+:func:`read_update_chunks`, chunk by chunk, for an ingest out of core (storage/writes/spill.py). The bytes of a file are never
 held whole, so a huge sparse file, a line without end or a gzip bomb is refused within
 the first blocks.
 """
