@@ -254,26 +254,41 @@ def write_layer_file(table: pa.Table, directory: str, *, key: list[str], lower: 
                      upper: Frontier, since: Frontier, name: str | None = None) -> LayerFile:
     """Write an already consolidated and sorted table as one layer file, once, under a
     unique name (locally tmp → fsync → rename; see storage/blobs/base.py)."""
+    ends = (key_value(table.column(key[0]), 0), key_value(table.column(key[0]), -1)) if key and table.num_rows else (None, None)
+    return write_layer_parts(lambda: [table], table.schema, directory, key=key, lower=lower, upper=upper,
+                             since=since, rows=table.num_rows, key_ends=ends, dmax=diff_max(table), name=name)
+
+
+def key_value(column, i: int):
+    """The value of row ``i`` of a key column, as the log and the footer record it."""
+    if pa.types.is_timestamp(column.type) and column.type.tz:
+        # the instants in UTC: a zone's local time of one may be beyond Python's years
+        column = column.cast(pa.timestamp(column.type.unit, "UTC"))
+    return column[i].as_py()
+
+
+def write_layer_parts(parts, schema: pa.Schema, directory: str, *, key: list[str], lower: Frontier,
+                      upper: Frontier, since: Frontier, rows: int, key_ends: tuple, dmax: int,
+                      name: str | None = None) -> LayerFile:
+    """Write a layer file from ``parts()``, consolidated and sorted tables in order of
+    ``schema`` (each but the last a multiple of :data:`ROW_GROUP_ROWS` rows, so the row
+    groups are those one table makes), with ``rows`` rows, first and last key values
+    ``key_ends`` and largest |diff| ``dmax``: a layer bigger than memory is written as
+    one written whole (storage/writes/spill.py)."""
     blobs = for_path(directory)
     name = name or f"{uuid.uuid4().hex}.parquet"
-    key_min = key_max = None
-    if key and table.num_rows:
-        k = table.column(key[0])
-        if pa.types.is_timestamp(k.type) and k.type.tz:
-            # the instants in UTC: a zone's local time of one may be beyond Python's years
-            k = k.cast(pa.timestamp(k.type.unit, "UTC"))
-        key_min, key_max = key_bounds(k[0].as_py(), k[-1].as_py())
+    key_min, key_max = key_bounds(*key_ends) if key and rows else (None, None)
     meta = {"lower": lower.to_json(), "upper": upper.to_json(), "since": since.to_json(),
-            "rows": table.num_rows, "key": key, "key_min": key_min, "key_max": key_max}
-    schema = table.schema.with_metadata({META_KEY: json.dumps(meta).encode()})
+            "rows": rows, "key": key, "key_min": key_min, "key_max": key_max}
+    schema = schema.with_metadata({META_KEY: json.dumps(meta).encode()})
 
     def write(fh) -> None:
-        pq.write_table(table.replace_schema_metadata(schema.metadata), fh,
-                       row_group_size=ROW_GROUP_ROWS, compression="zstd", write_page_checksum=True)
+        with pq.ParquetWriter(fh, schema, compression="zstd", write_page_checksum=True) as writer:
+            for part in parts():
+                writer.write_table(part.replace_schema_metadata(schema.metadata), row_group_size=ROW_GROUP_ROWS)
 
     done = blobs.write_new(blobs.join(directory, name), write)
-    return LayerFile(name, table.num_rows, done["bytes"], key_min, key_max,
-                     done["sha256"], done["footer_sha256"], diff_max(table))
+    return LayerFile(name, rows, done["bytes"], key_min, key_max, done["sha256"], done["footer_sha256"], dmax)
 
 
 def read_layer_files(paths: list[str], columns: list[str] | None = None,

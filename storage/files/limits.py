@@ -8,8 +8,9 @@ Hostile or broken files must end in one line within seconds, never in a hang, an
 * files are read in blocks, never whole: a line (a CSV row, a JSON record) or a Parquet
   text value longer than ``DDCLI_MAX_LINE_BYTES`` (default 16 MiB) is refused as soon as
   it is met, and the updates one ingest holds in memory are capped by
-  ``DDCLI_INGEST_MEMORY`` (default 1 GiB, :class:`ReadBudget`), so a 20 GB sparse file or
-  a gzip bomb ends in one line within seconds rather than exhausting the machine;
+  ``DDCLI_INGEST_MEMORY`` (default 1 GiB, :class:`ReadBudget`): past it an ingest goes
+  out of core (storage/writes/spill.py), holding a chunk at a time, and a 20 GB sparse file
+  or a gzip bomb still ends in one line within seconds rather than exhausting the machine;
 * data columns are flat: numbers, text, binary, booleans, dates, times (nested JSON,
   Parquet structs, lists and maps cannot be sorted, compared or summed as rows), and
   not ``float16`` (pyarrow cannot sort it);
@@ -29,6 +30,7 @@ from storage.errors import DiffOverflow, StoreError, UpdateFileError
 MAX_COLUMNS = 1_000
 DEFAULT_MAX_LINE_BYTES = 16 << 20
 DEFAULT_INGEST_MEMORY = 1 << 30  # an ingest peaks at about 7x what it read (typing, sorting, the layer)
+OUT_OF_CORE = 16  # the largest Parquet file an ingest reads out of core, in DDCLI_INGEST_MEMORY
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -78,12 +80,18 @@ def too_long(what: str, limit: int) -> str:
             f"shorter, or raise DDCLI_MAX_LINE_BYTES")
 
 
+class OverBudget(UpdateFileError):
+    """The updates read take more than ``DDCLI_INGEST_MEMORY``: an ingest then reads its
+    files again in chunks, out of core (storage/writes/spill.py), where it can."""
+
+
 class ReadBudget:
     """The bytes of updates one ingest holds in memory while it reads its files.
 
     Every file is validated whole before anything is written, so what was read stays in
-    memory until the layer is written; this caps it (``DDCLI_INGEST_MEMORY``) and turns
-    an input too big to hold into one line instead of a machine out of memory.
+    memory until the layer is written; this caps it (``DDCLI_INGEST_MEMORY``): an input
+    too big to hold raises :class:`OverBudget`, and the ingest goes out of core (or, an
+    upsert, refuses in one line) instead of running the machine out of memory.
     """
 
     def __init__(self, limit: int | None = None):
@@ -97,7 +105,7 @@ class ReadBudget:
     def check(self, nbytes: int, path: str) -> None:
         """Refuse before reading ``nbytes`` more that would not fit."""
         if self.used + nbytes > self.limit:
-            raise UpdateFileError(path, f"the updates read so far take more than {show_size(self.limit)} "
+            raise OverBudget(path, f"the updates read so far take more than {show_size(self.limit)} "
                                         f"of memory (DDCLI_INGEST_MEMORY); ingest the files in smaller "
                                         f"parts, or raise DDCLI_INGEST_MEMORY")
 

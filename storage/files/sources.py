@@ -73,6 +73,7 @@ def choose_format(path: str, fmt: str | None) -> str:
 class Source:
     fmt = ""
     text = False  # every column arrives as text (CSV)
+    rows_read = 0  # data rows read so far: where a line too long starts
 
     def __init__(self, obj: UpdateObject, budget: limits.ReadBudget, types: dict | None = None):
         self.obj = obj
@@ -81,12 +82,31 @@ class Source:
         self.types = dict(types or {})  # column -> the type asked for (storage/files/column_types.py)
         self.line_limit = limits.max_line_bytes()
         self.sha256 = ""  # of the file's stored bytes, once read
+        # out of core (storage/files/read.py, read_update_chunks): every ``chunk_bytes`` read
+        # are handed to ``on_chunk`` instead of held; ``row_offset`` numbers a chunk's rows in the file
+        self.on_chunk = None
+        self.chunk_bytes = 0
+        self.row_offset = 0
+
+    def hold(self, held: list, part) -> None:
+        """Keep a block (record batch or table) read, charged to the budget; out of core,
+        hand the blocks on once they make a chunk."""
+        self.budget.take(part.nbytes, self.path)
+        held.append(part)
+        if self.on_chunk is not None and sum(p.nbytes for p in held) >= self.chunk_bytes:
+            self.on_chunk(list(held))
+            self.budget.give_back(sum(p.nbytes for p in held))
+            held.clear()
 
     def fail(self, detail: str, *, row: int | None = None, column: str | None = None) -> UpdateFileError:
-        return UpdateFileError(self.path, detail, row=row, column=column)
+        return UpdateFileError(self.path, detail, row=None if row is None else row + self.row_offset, column=column)
 
     def read(self) -> pa.Table:
         raise NotImplementedError
+
+    def assemble(self, parts: list) -> pa.Table:
+        """The blocks of a chunk as one table."""
+        return pa.Table.from_batches(parts)
 
     def raw(self, table: pa.Table, name: str, i: int):
         """The value of row ``i`` (0-based) of column ``name`` as the user wrote it."""
@@ -121,7 +141,6 @@ class CsvSource(Source):
     # a quote may hide a newline inside a value: pyarrow's quote-aware chunking, always
     # (measured: under 1.3x the plain read)
     _PARSE = pacsv.ParseOptions(newlines_in_values=True)
-    rows_read = 0  # data rows read so far: where a line too long starts
 
     def read(self) -> pa.Table:
         with open_stream(self.obj) as stream:
@@ -182,9 +201,8 @@ class CsvSource(Source):
         out = []
         for batch in reader:
             self._check_lines(batch, self.rows_read)
-            self.budget.take(batch.nbytes, self.path)
-            out.append(batch)
             self.rows_read += batch.num_rows
+            self.hold(out, batch)
         return out
 
     def _check_lines(self, batch: pa.RecordBatch, rows: int) -> None:
@@ -265,13 +283,16 @@ class JsonSource(Source):
             self._check_width(head)
             for line, piece in self._pieces(stream):
                 self._check_nesting(piece, line)
-                table = self._parse(piece, sum(t.num_rows for t in tables))
+                table = self._parse(piece, self.rows_read)
                 if table is not None:
-                    self.budget.take(table.nbytes, self.path)
-                    tables.append(table)
+                    self.rows_read += table.num_rows
+                    self.hold(tables, table)
             self.sha256 = stream.finish()
-        if not tables:
+        if not tables and not self.rows_read:
             raise self.fail("empty file (no rows)")
+        return self.assemble(tables) if tables else pa.table({})
+
+    def assemble(self, tables: list) -> pa.Table:
         try:
             table = pa.concat_tables(tables, promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
@@ -452,6 +473,7 @@ class JsonSource(Source):
         if not isinstance(v, float):
             return v
         lines = self.lines()
+        i += self.row_offset
         if i < len(lines):
             try:
                 obj = json.loads(lines[i][1], parse_int=_RawNumber, parse_float=_RawNumber, parse_constant=_RawNumber)
@@ -512,10 +534,18 @@ class ParquetSource(Source):
                 return self._read_batches(pf)
 
     def _too_big(self, size: int) -> UpdateFileError:
-        """A Parquet file is read whole: one bigger than the memory left is refused unread."""
-        return self.fail(f"the Parquet file is at least {limits.show_size(size)}, more than the "
-                         f"{limits.show_size(self.budget.room())} of DDCLI_INGEST_MEMORY left for the updates of "
-                         f"this ingest; ingest it in smaller parts, or raise DDCLI_INGEST_MEMORY")
+        """A Parquet file is read whole: one bigger than the memory left is refused unread
+        (a plain local one is then read out of core, up to :data:`limits.OUT_OF_CORE` times
+        the budget)."""
+        if self.on_chunk is not None:
+            return self.fail(f"the Parquet file is at least {limits.show_size(size)}, more than the "
+                             f"{limits.show_size(self.budget.limit)} ({limits.OUT_OF_CORE} x DDCLI_INGEST_MEMORY) an "
+                             f"ingest reads out of core; ingest it in smaller parts, or raise DDCLI_INGEST_MEMORY")
+        plain = not self.obj.on_s3 and without_compression(self.path) == self.path
+        return (limits.OverBudget if plain else UpdateFileError)(
+            self.path, f"the Parquet file is at least {limits.show_size(size)}, more than the "
+                       f"{limits.show_size(self.budget.room())} of DDCLI_INGEST_MEMORY left for the updates of "
+                       f"this ingest; ingest it in smaller parts, or raise DDCLI_INGEST_MEMORY")
 
     def _read_batches(self, pf: pq.ParquetFile) -> pa.Table:
         problem = limits.too_many_columns(pf.metadata.num_columns)
@@ -526,14 +556,17 @@ class ParquetSource(Source):
         keep = [n for n in names if not _PANDAS_INDEX.match(n)]
         meta = pf.metadata
         # a few compressed bytes may decode to gigabytes: refuse before decoding them
-        self.budget.check(sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)), self.path)
+        size, batch_rows = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)), 65_536
+        if self.on_chunk is None:
+            self.budget.check(size, self.path)
+        elif meta.num_rows:  # batches of a few per chunk
+            batch_rows = int(min(batch_rows, max(1_024, self.chunk_bytes * meta.num_rows // max(size, 1) // 4)))
         batches, rows = [], 0
         try:
-            for batch in pf.iter_batches(columns=keep, use_threads=True):
+            for batch in pf.iter_batches(batch_size=batch_rows, columns=keep, use_threads=True):
                 self._check_values(batch, rows)
-                self.budget.take(batch.nbytes, self.path)
-                batches.append(batch)
                 rows += batch.num_rows
+                self.hold(batches, batch)
             schema = pa.schema([pf.schema_arrow.field(n) for n in keep])
             return pa.Table.from_batches(batches, schema=batches[0].schema if batches else schema)
         except (pa.ArrowException, OSError) as e:

@@ -32,12 +32,7 @@ def check_diff_sums(store, name: str, existing: Trace | None, updates: pa.Table,
     trace ``name`` holds, would let a row's positive or negative diffs sum beyond int64."""
     if not updates.num_rows:
         return
-    bound = updates.num_rows * diff_max(updates)
-    for lf, path in _files(store, existing):
-        if bound > INT64_MAX:
-            break
-        bound += lf.rows * _file_diff_max(lf, path)
-    if bound <= INT64_MAX:
+    if within_bound(store, existing, updates.num_rows * diff_max(updates)):
         return
     row, positive, negative = _worst_row(store, existing, updates, data_columns)
     if row is None:
@@ -49,6 +44,16 @@ def check_diff_sums(store, name: str, existing: Trace | None, updates: pa.Table,
                        f"{counting}, beyond the int64 range of a count (±{INT64_MAX:,}); every "
                        f"partial sum of a row's diffs must fit, so its additions and its retractions are each "
                        f"bounded; nothing was ingested")
+
+
+def within_bound(store, existing: Trace | None, bound: int) -> bool:
+    """Whether new updates whose diffs' sums are at most ``bound`` in size, with those
+    trace ``existing`` holds, keep every sum within int64 (no row need be looked up)."""
+    for lf, path in _files(store, existing):
+        if bound > INT64_MAX:
+            break
+        bound += lf.rows * _file_diff_max(lf, path)
+    return bound <= INT64_MAX
 
 
 def _files(store, trace: Trace | None) -> list:

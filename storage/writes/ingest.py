@@ -23,14 +23,15 @@ import pyarrow as pa
 
 from storage.errors import DiffOverflow, StoreError
 from storage.files.column_types import describe
-from storage.files.limits import ReadBudget
+from storage.files.limits import OverBudget, ReadBudget
 from storage.files.locations import expand_sources
 from storage.lattice import Frontier, beyond_mask, format_frontier, format_time, parse_frontier, time_columns
 from storage.layer import updates_table
 from storage.state import ingested, transitions
 from storage.state.seal import check_open
 from storage.state.trace import Trace, check_name, check_new_name
-from storage.writes.diff_sums import check_diff_sums
+from storage.writes import spill as out_of_core
+from storage.writes.diff_sums import check_diff_sums, within_bound
 
 
 @dataclass
@@ -74,9 +75,18 @@ def ingest(store, name: str, paths: list, *, key: list[str] | None = None,
         time = tuple(int(c) for c in time) if isinstance(time, (tuple, list)) else (int(time),)
     tag = "" if time is None else "@" + format_time(time)
 
-    fresh, files, skipped, schema, d = _read_new(name, existing, expand_sources(paths, store.path), tag, fmt=fmt,
-                                                 time=time, null=null, columns=columns, types=types,
-                                                 progress=progress)
+    objects = expand_sources(paths, store.path)
+    try:
+        fresh, files, skipped, schema, d = _read_new(name, existing, objects, tag, fmt=fmt, time=time, null=null,
+                                                     columns=columns, types=types, progress=progress)
+    except OverBudget:
+        if columns is not None or not _out_of_core_fits(existing, prepare):
+            raise
+        fresh = None  # out of the except block: its traceback holds what was read
+    if fresh is None:
+        return _ingest_out_of_core(store, name, existing, objects, tag, key=key, time=time, upper=upper, fmt=fmt,
+                                   null=null, types=types, progress=progress,
+                                   check=getattr(prepare, "on_disk", None))
     key = _key(name, existing, key, schema, [b.path for b in fresh])
     cur_upper = existing.upper if existing else Frontier.minimum(d)
     if isinstance(upper, str):
@@ -86,7 +96,7 @@ def ingest(store, name: str, paths: list, *, key: list[str] | None = None,
     for b in fresh:
         _check_times(name, b, cur_upper, upper, new_upper, record)
     if upper is None:
-        new_upper = _upper_after(fresh, cur_upper, d)
+        new_upper = _upper_after([int(b.times[0].max()) for b in fresh if len(b.diff)], cur_upper, d)
     if not fresh:
         return IngestResult(name, 0, [], skipped, cur_upper, False)
 
@@ -185,10 +195,11 @@ def _given_upper(upper: Frontier | None, cur_upper: Frontier, d: int) -> Frontie
     return upper
 
 
-def _upper_after(fresh: list, cur_upper: Frontier, d: int) -> Frontier:
-    """Without ``--upper``: for d = 1 just past the largest time ingested, else unchanged."""
-    if d == 1 and any(len(b.diff) for b in fresh):
-        top = max(int(b.times[0].max()) for b in fresh if len(b.diff))
+def _upper_after(tops: list[int], cur_upper: Frontier, d: int) -> Frontier:
+    """Without ``--upper``: for d = 1 just past the largest time ingested (``tops``: of
+    each file), else unchanged."""
+    if d == 1 and tops:
+        top = max(tops)
         if top >= 2**63 - 1:
             raise StoreError(f"time {top} is the largest int64; the upper cannot move past it")
         return Frontier([(max(top + 1, cur_upper.elements[0][0]),)], 1) if not cur_upper.is_empty() else cur_upper
@@ -196,13 +207,14 @@ def _upper_after(fresh: list, cur_upper: Frontier, d: int) -> Frontier:
 
 
 def _check_times(name: str, b, cur_upper: Frontier, upper: Frontier | None, new_upper: Frontier,
-                 record: dict) -> None:
-    """Every time of a file is beyond the trace's upper (and, with ``--upper``, not beyond the new one)."""
+                 record: dict, first_row: int = 0) -> None:
+    """Every time of a file is beyond the trace's upper (and, with ``--upper``, not beyond
+    the new one); ``first_row``: the rows of the file before ``b`` (a chunk of it)."""
     mask = beyond_mask(b.times, cur_upper)
     if not mask.all():
         i = int(np.argmin(mask))
         t = tuple(int(c[i]) for c in b.times)
-        raise StoreError(f"{b.path}: row {i + 1}: time {format_time(t)} is not beyond the upper "
+        raise StoreError(f"{b.path}: row {first_row + i + 1}: time {format_time(t)} is not beyond the upper "
                          f"{format_frontier(cur_upper)} of trace {name!r} (those times are sealed); "
                          f"to correct the past, ingest the correction at a time beyond the upper "
                          f"(e.g. at time {format_frontier(cur_upper).split()[0]}), with --upsert KEYCOLS "
@@ -212,6 +224,92 @@ def _check_times(name: str, b, cur_upper: Frontier, upper: Frontier | None, new_
         if late.any():
             i = int(np.argmax(late))
             t = tuple(int(c[i]) for c in b.times)
-            raise StoreError(f"{b.path}: row {i + 1}: time {format_time(t)} is beyond the new upper "
+            raise StoreError(f"{b.path}: row {first_row + i + 1}: time {format_time(t)} is beyond the new upper "
                              f"{format_frontier(new_upper)}")
 
+
+
+def _out_of_core_fits(existing: Trace | None, prepare) -> bool:
+    """Whether updates too big for memory can be ingested out of core: into a new trace,
+    or one with no pending updates whose times need no advancing (nothing else to merge),
+    with no ``prepare`` step or one that can check updates on disk (``on_disk``, it changes
+    none: storage/writes/retractions.py); an upsert's needs its updates in memory."""
+    if prepare is not None and not hasattr(prepare, "on_disk"):
+        return False
+    return existing is None or (not existing.pending and existing.effective_since() == Frontier.minimum(existing.d))
+
+
+def _ingest_out_of_core(store, name: str, existing: Trace | None, objects: list, tag: str, *, key, time, upper,
+                        fmt, null, types, progress, check) -> IngestResult:
+    """:func:`ingest` for updates bigger than ``DDCLI_INGEST_MEMORY``: every file read
+    again in chunks, validated and kept on disk (storage/writes/spill.py), then one layer
+    consolidated and sorted out of core, committed as :func:`ingest` commits its own."""
+    from storage.files.read import read_update_chunks
+    st = {"schema": existing.schema if existing else None, "d": existing.d if existing else None}
+    record = existing.ingested if existing else {}
+
+    def frontiers() -> tuple:
+        d = st["d"]
+        cur = existing.upper if existing else Frontier.minimum(d)
+        given = parse_frontier(upper, d) if isinstance(upper, str) else upper
+        return cur, given, _given_upper(given, cur, d)
+
+    spill = out_of_core.Spill(ReadBudget().limit)
+    try:
+        seen = ingested.keys(record)
+        files, skipped = {}, []
+        for o in objects:
+            version = o.version()
+            if version is not None and ingested.version_key(version, tag) in seen:
+                skipped.append(o.url)
+                continue
+            if progress:
+                progress(o.url)
+
+            def take(b, first_row: int, path=o.url) -> None:
+                if st["schema"] is None:
+                    st["schema"], st["d"] = b.data.schema, b.d
+                _check_times(name, b, *frontiers(), record, first_row)
+                spill.add(path, out_of_core.chunk_table(b, st["d"], st["schema"]), st["d"])
+
+            sha = read_update_chunks(o, take, memory=spill.memory, fmt=fmt, schema=st["schema"], d=st["d"],
+                                     time=time, null=null, types=types)
+            sig = sha + tag if version is None else f"{sha}{ingested.version_key(version, tag)}"
+            if ingested.entry_keys(sig)[0] in seen:
+                skipped.append(o.url)
+                spill.drop(o.url)
+                continue
+            seen.update(ingested.entry_keys(sig))
+            files[o.url] = sig
+        schema, d = st["schema"], st["d"]
+        key = _key(name, existing, key, schema, list(files))
+        cur_upper, given, new_upper = frontiers()
+        if not files:
+            return IngestResult(name, 0, [], skipped, cur_upper, False)
+        if given is None:
+            new_upper = _upper_after(list(spill.top.values()), cur_upper, d)
+        if not within_bound(store, existing, spill.bound()):
+            raise StoreError(f"trace {name!r}: the updates of this ingest are too many, or their diffs too big, to "
+                             f"check the sums of their diffs out of core; ingest them in smaller parts, or raise "
+                             f"DDCLI_INGEST_MEMORY; nothing was ingested")
+        if check is not None:
+            check(existing, spill.dataset(), spill.retracts)
+        proto = existing or Trace(name, schema, key, d, Frontier.minimum(d), cur_upper)
+        sealed = given is not None or d == 1
+        seal_to = new_upper if sealed else cur_upper
+
+        def write(written) -> tuple:
+            seal = store.write_seal(proto, None, seal_to, written)
+            if not sealed:
+                return seal, [written.add(name, out_of_core.write_layer(store, proto, spill, lower=cur_upper,
+                                                                         upper=cur_upper, seq_lo=-1, seq_hi=-1))]
+            seal.layers = [written.add(name, out_of_core.write_layer(store, proto, spill, lower=cur_upper, upper=seal_to,
+                                                                      seq_lo=proto.next_seq, seq_hi=proto.next_seq + 1))]
+            return seal, []
+
+        store.write_and_commit("ingest", write, lambda s, w: transitions.ingest(s, proto, existing, w[0], seal_to,
+                                                                                w[1], files), merge=[name])
+    finally:
+        spill.close()
+    return IngestResult(name, spill.total_rows(), list(files), skipped, seal_to, existing is None,
+                        store.committed.traces.get(name))

@@ -64,9 +64,9 @@ def with_stored_updates(store, existing: Trace | None, updates: pa.Table, data_c
 
 
 def negative_rows(store, existing: Trace | None, updates: pa.Table, data_columns: list[str]) -> Negative:
-    """The rows of ``updates`` with a negative diff whose total count, over the trace's
-    updates and ``updates``, is negative."""
-    if not updates.num_rows or not pc.any(pc.less(updates.column("diff"), 0)).as_py():
+    """The rows of ``updates`` (a table, or a ``pyarrow.dataset`` of files) with a negative
+    diff whose total count, over the trace's updates and ``updates``, is negative."""
+    if isinstance(updates, pa.Table) and (not updates.num_rows or not pc.any(pc.less(updates.column("diff"), 0)).as_py()):
         return Negative()
     cols = ", ".join(quote(c) for c in data_columns)
     found = with_stored_updates(store, existing, updates, data_columns, "WHERE diff < 0",
@@ -82,11 +82,20 @@ def negative_rows(store, existing: Trace | None, updates: pa.Table, data_columns
 def checker(store, *, strict: bool, found: list[Negative]):
     """A ``prepare`` step for :meth:`Store.ingest`: finds negative rows; with ``strict``
     refuses the ingest (nothing written), otherwise appends what it found to ``found``."""
-    def check(existing: Trace | None, updates: pa.Table) -> pa.Table:
-        data = [c for c in updates.column_names if not _NOT_DATA.match(c)]
-        neg = negative_rows(store, existing, updates, data)
+    def report(neg: Negative) -> None:
         if neg.rows and strict:
             raise StoreError(f"{neg.describe()}; nothing was ingested (--strict)")
         found.append(neg)
+
+    def check(existing: Trace | None, updates: pa.Table) -> pa.Table:
+        report(negative_rows(store, existing, updates, [c for c in updates.column_names if not _NOT_DATA.match(c)]))
         return updates
+
+    def check_on_disk(existing: Trace | None, updates, retracts: bool) -> None:
+        """The same for updates too big for memory: a ``pyarrow.dataset`` of the files
+        that hold them (storage/writes/spill.py); ``retracts``: whether a diff is negative."""
+        data = [c for c in updates.schema.names if not _NOT_DATA.match(c)]
+        report(negative_rows(store, existing, updates, data) if retracts else Negative())
+
+    check.on_disk = check_on_disk  # an ingest out of core checks with it (it changes nothing)
     return check
