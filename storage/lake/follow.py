@@ -40,11 +40,11 @@ import os
 
 from storage import faults
 from storage.lake.retention import retention_seconds
+from storage.lake.span import CommitSpan
 from storage.lake.table import Published, append, publish, storage_options
 from storage.state.trace import Trace
 
 RECORD = "_delta_synced.json"
-_WATCHED = ("layers", "since", "upper", "schema", "d")  # what a trace's Delta table shows
 
 
 def enabled() -> bool:
@@ -66,39 +66,13 @@ def _appendable(entry: list | None, before: dict | None, after: dict | None, sta
     return after is None or (after["schema"], after["d"]) == (before["schema"], before["d"])
 
 
-class Follower:
+class Follower(CommitSpan):
     """What the commits of one command changed, and the Delta versions that follow them."""
 
-    def __init__(self, store):
-        self.store = store
-        self._reset()
+    watched = ("layers", "since", "upper", "schema", "d")  # what a trace's Delta table shows
 
-    def _reset(self) -> None:
-        self.start: int | None = None      # the version before this command's first commit
-        self.end = 0                       # this command's newest version
-        self.end_state: dict | None = None
-        self.changed: dict[str, bool] = {}  # trace -> its since or upper moved
-        self.old: dict[str, dict | None] = {}  # trace -> its metadata before this command changed it
-        self.gap = False                   # another writer committed between our commits
-
-    def committed(self, before: dict | None, after: dict) -> None:
-        """Note one commit of ddcli's log: ``before`` the state it changed, ``after`` the new one."""
-        old_version = before.get("version", 0) if before else 0
-        if self.start is None:
-            self.start = old_version
-        elif old_version != self.end:
-            self.gap = True
-        self.end, self.end_state = after["version"], after
-        old = (before or {}).get("traces", {})
-        new = after.get("traces", {})
-        for name in set(old) | set(new):
-            if not public(name):
-                continue
-            a, b = old.get(name), new.get(name)
-            if a is None or b is None or any(a.get(k) != b.get(k) for k in _WATCHED):
-                moved = a is None or b is None or a.get("since") != b.get("since") or a.get("upper") != b.get("upper")
-                self.changed[name] = self.changed.get(name, False) or moved
-                self.old.setdefault(name, a)
+    def follows(self, name: str, before: dict | None, after: dict | None) -> bool:
+        return public(name)
 
     def follow(self) -> None:
         """Write the Delta versions of what this command committed (after its commits)."""

@@ -32,10 +32,10 @@ import os
 
 from storage import faults
 from storage.lake.current import bring_up, is_output
+from storage.lake.span import CommitSpan
 from storage.state.trace import Trace
 
 RECORD = "_tables_synced.json"
-_WATCHED = ("upper", "schema", "d", "owner")  # what the collection at the latest time depends on
 
 
 def enabled() -> bool:
@@ -50,35 +50,13 @@ def iceberg_targets() -> dict[str, str]:
     return {name.strip(): target.strip() for name, _, target in pairs}
 
 
-class Tables:
+class Tables(CommitSpan):
     """The outputs the commits of one command changed, and their tables' versions."""
 
-    def __init__(self, store):
-        self.store = store
-        self._reset()
+    watched = ("upper", "schema", "d", "owner")  # what the collection at the latest time depends on
 
-    def _reset(self) -> None:
-        self.start: int | None = None  # the version before this command's first commit
-        self.end = 0
-        self.end_state: dict | None = None
-        self.changed: set[str] = set()
-        self.gap = False  # another writer committed between our commits
-
-    def committed(self, before: dict | None, after: dict) -> None:
-        """Note one commit of ddcli's log: ``before`` the state it changed, ``after`` the new one."""
-        old_version = before.get("version", 0) if before else 0
-        if self.start is None:
-            self.start = old_version
-        elif old_version != self.end:
-            self.gap = True
-        self.end, self.end_state = after["version"], after
-        old, new = (before or {}).get("traces", {}), after.get("traces", {})
-        for name in set(old) | set(new):
-            a, b = old.get(name), new.get(name)
-            if not (is_output(name, a) or is_output(name, b)):
-                continue
-            if a is None or b is None or any(a.get(k) != b.get(k) for k in _WATCHED):
-                self.changed.add(name)
+    def follows(self, name: str, before: dict | None, after: dict | None) -> bool:
+        return is_output(name, before) or is_output(name, after)
 
     def follow(self) -> None:
         """Write the table versions of what this command committed (after its commits)."""

@@ -55,21 +55,7 @@ def kept_files(store, name: str, cutoff: float) -> set[str] | None:
         return set()
     except Exception:  # noqa: BLE001 - a damaged table: keep every file it may name
         return None
-    import pyarrow as pa
-    keep = set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())
-    folder = log_folder(store, name)
-    for v in range(table.version(), 0, -1):
-        path = blobs.join(folder, _COMMIT.format(v))
-        try:
-            if blobs.stat(path).mtime < cutoff:
-                break
-            lines = blobs.get(path).decode().splitlines()
-        except FileNotFoundError:
-            break  # cleaned up behind a checkpoint: older than any retention
-        for line in lines:
-            action = json.loads(line) if line.strip() else {}
-            if "remove" in action:
-                keep.add(action["remove"]["path"])
+    keep = _named_within(blobs, store.trace_dir(name), table, cutoff, ("remove",))
     return {p.rsplit("/", 1)[-1] for p in keep}
 
 
@@ -100,26 +86,11 @@ def vacuum_table(blobs, uri: str, cutoff: float) -> int:
     storage/lake/current.py) that neither its newest version nor a commit newer than
     ``cutoff`` names, and that are older than ``cutoff``: Delta's VACUUM, without the
     commits delta-rs's own would add to the log. Returns the files deleted."""
-    import pyarrow as pa
     from deltalake import DeltaTable
 
     from storage.lake.table import storage_options
     table = DeltaTable(uri, storage_options=storage_options(blobs))
-    keep = set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())
-    folder = blobs.join(uri, "_delta_log")
-    for v in range(table.version(), -1, -1):
-        path = blobs.join(folder, _COMMIT.format(v))
-        try:
-            if blobs.stat(path).mtime < cutoff:
-                break
-            lines = blobs.get(path).decode().splitlines()
-        except FileNotFoundError:
-            break
-        for line in lines:
-            action = json.loads(line) if line.strip() else {}
-            for kind in ("remove", "cdc"):
-                if kind in action:
-                    keep.add(action[kind]["path"])
+    keep = _named_within(blobs, uri, table, cutoff, ("remove", "cdc"))
     deleted = 0
     for sub in ("", "_change_data"):
         where = blobs.join(uri, sub) if sub else uri
@@ -134,3 +105,26 @@ def vacuum_table(blobs, uri: str, cutoff: float) -> int:
             except FileNotFoundError:
                 pass
     return deleted
+
+
+def _named_within(blobs, uri: str, table, cutoff: float, kinds: tuple[str, ...]) -> set[str]:
+    """The paths the newest version of ``table`` (at ``uri``) adds, and those the actions
+    of ``kinds`` name in every commit newer than ``cutoff``: the files some version that
+    was the newest within the retention names."""
+    import pyarrow as pa
+    keep = set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())
+    folder = blobs.join(uri, "_delta_log")
+    for v in range(table.version(), -1, -1):
+        path = blobs.join(folder, _COMMIT.format(v))
+        try:
+            if blobs.stat(path).mtime < cutoff:
+                break
+            lines = blobs.get(path).decode().splitlines()
+        except FileNotFoundError:
+            break  # cleaned up behind a checkpoint: older than any retention
+        for line in lines:
+            action = json.loads(line) if line.strip() else {}
+            for kind in kinds:
+                if kind in action:
+                    keep.add(action[kind]["path"])
+    return keep
