@@ -67,6 +67,42 @@ WINDOWS = {
 }
 WINDOWS["both ends"] += ("row_number() OVER wf, sum(p) OVER (wf ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED "
                          "FOLLOWING), avg(p) OVER (wf ROWS BETWEEN 3 PRECEDING AND 3 FOLLOWING)",)
+WINDOWS.update({
+    "by value": (["f"], False, dict(near=W.running_sum("p", W.range_frame(1.5, 0)),
+                                    wide=W.running_count(frame=W.range_frame(2, 1)),
+                                    ahead=W.running_avg("o", W.range_frame(0, 3.0)),
+                                    upto=W.running_sum("o", W.range_frame(None, 1)),
+                                    rn=W.row_number()),
+                 "sum(p) OVER (w RANGE BETWEEN 1.5 PRECEDING AND CURRENT ROW), "
+                 "count(*) OVER (w RANGE BETWEEN 2 PRECEDING AND 1 FOLLOWING), "
+                 "avg(o) OVER (w RANGE BETWEEN CURRENT ROW AND 3 FOLLOWING), "
+                 "sum(o) OVER (w RANGE BETWEEN UNBOUNDED PRECEDING AND 1 FOLLOWING), row_number() OVER wf"),
+    "by decimal desc": (["p"], True, dict(a=W.running_sum("o", W.range_frame(Decimal("0.5"), Decimal("1.25"))),
+                                         b=W.running_count("f", W.range_frame(None, Decimal(2))),
+                                         c=W.running_sum("f", W.range_frame(1, None)),
+                                         d=W.running_count(frame=W.range_frame(-1, 3)),
+                                         prev=W.lag("o")),
+                        "sum(o) OVER (w RANGE BETWEEN 0.5 PRECEDING AND 1.25 FOLLOWING), "
+                        "count(f) OVER (w RANGE BETWEEN UNBOUNDED PRECEDING AND 2 FOLLOWING), "
+                        "sum(f) OVER (w RANGE BETWEEN 1 PRECEDING AND UNBOUNDED FOLLOWING), "
+                        "count(*) OVER (w RANGE BETWEEN 1 FOLLOWING AND 3 FOLLOWING), lag(o) OVER wf"),
+    "by days": (["dt"], False, dict(wk=W.running_sum("o", W.range_frame(datetime.timedelta(days=1), 0)),
+                                    nx=W.running_count(frame=W.range_frame(0, datetime.timedelta(hours=36))),
+                                    back=W.running_sum("p", W.range_frame(datetime.timedelta(days=2),
+                                                                          -datetime.timedelta(days=1))),
+                                    days=W.running_count("s", W.range_frame(1, 1))),
+                "sum(o) OVER (w RANGE BETWEEN INTERVAL 1 DAY PRECEDING AND CURRENT ROW), "
+                "count(*) OVER (w RANGE BETWEEN CURRENT ROW AND INTERVAL 36 HOUR FOLLOWING), "
+                "sum(p) OVER (w RANGE BETWEEN INTERVAL 2 DAY PRECEDING AND INTERVAL 1 DAY PRECEDING), "
+                "count(s) OVER (w RANGE BETWEEN 1 PRECEDING AND 1 FOLLOWING)"),
+    "by ints desc": (["o"], True, dict(two=W.running_sum("p", W.range_frame(2, 0)),
+                                      around=W.running_avg("f", W.range_frame(1, 2)),
+                                      rest=W.running_count(frame=W.range_frame(0, None)),
+                                      rk=W.rank()),
+                     "sum(p) OVER (w RANGE BETWEEN 2 PRECEDING AND CURRENT ROW), "
+                     "avg(f) OVER (w RANGE BETWEEN 1 PRECEDING AND 2 FOLLOWING), "
+                     "count(*) OVER (w RANGE BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING), rank() OVER w"),
+})
 APPROX = {"mean"}
 
 
