@@ -300,6 +300,52 @@ def test_a_change_at_the_head_moves_the_ranks_but_a_lag_only_its_neighbours(monk
         assert inserted == want, (functions, inserted)
 
 
+@pytest.mark.parametrize("descending", [False, True])
+def test_a_change_in_the_middle_recomputes_only_the_rows_whose_value_frame_holds_it(monkeypatch, descending):
+    n = 5000  # o = 0 .. n - 1; a new row at o = 2500 is in the frames of o = 2499 .. 2502 (ascending)
+    updates = _big_partition(n, [((0, n // 2, 0.5, Decimal("1.00"), datetime.date(2024, 1, 2), "y"), 1)])
+    rows = [u[0] for u in updates]
+    table = pa.table({c: pa.array([r[i] for r in rows], SCHEMA.field(c).type) for i, c in enumerate(SCHEMA.names)},
+                     schema=SCHEMA)
+    table = table.append_column("time", pa.array([u[1] for u in updates], pa.int64())) \
+        .append_column("diff", pa.array(np.ones(len(rows), np.int64))) \
+        .append_column("_new", pa.array([u[3] for u in updates]))
+    evaluated = []
+    columns = Window.columns
+
+    def counted(self, rows, out_schema, offsets=None):
+        evaluated.append(rows.num_rows)
+        return columns(self, rows, out_schema, offsets)
+
+    monkeypatch.setattr(Window, "columns", counted)
+    functions = dict(near=W.running_sum("p", W.range_frame(2, 1)), n=W.running_count(frame=W.range_frame(0, 1)))
+    out = reduce_delta(table, ["k"], VALUES, 1, Window(["o"], descending, functions, partition_by=["k"]))
+    moved = sorted(r["o"] for r in out.to_pylist() if r["diff"] > 0)
+    # near moves o - 1 .. o + 2 (ascending) or o - 2 .. o + 1 (descending); n moves o - 1 or o + 1 and o
+    want = [n // 2 - 2, n // 2 - 1, n // 2, n // 2, n // 2 + 1] if descending else \
+        [n // 2 - 1, n // 2, n // 2, n // 2 + 1, n // 2 + 2]
+    assert moved == want, moved
+    assert sum(evaluated) <= 20, f"evaluated {sum(evaluated)} rows for a one-row change"
+
+
+def test_value_frames_over_nan_infinities_and_nulls_equal_duckdb():
+    """A NaN's or a null's frame is its peers; an infinity's reaches only equal infinities."""
+    xs = [1.0, 2.0, float("nan"), float("inf"), None, None, 3.0, float("-inf"), 2.5]
+    rows = [((0, i, x, Decimal(i), datetime.date(2024, 1, 1), "x"), 0, 1, False) for i, x in enumerate(xs)]
+    rows += [((0, 9, float("nan"), Decimal(1), None, "y"), 1, 1, True), (rows[3][0], 2, -1, True),
+             ((0, 10, None, None, None, None), 3, 1, True)]
+    WINDOWS["extremes"] = (["f"], True, dict(a=W.running_sum("o", W.range_frame(1, 0)),
+                                           b=W.running_count(frame=W.range_frame(None, 0.5)),
+                                           c=W.running_sum("p", W.range_frame(0.5, None))),
+                           "sum(o) OVER (w RANGE BETWEEN 1 PRECEDING AND CURRENT ROW), "
+                           "count(*) OVER (w RANGE BETWEEN UNBOUNDED PRECEDING AND 0.5 FOLLOWING), "
+                           "sum(p) OVER (w RANGE BETWEEN 0.5 PRECEDING AND UNBOUNDED FOLLOWING)")
+    try:
+        check(rows, "extremes")
+    finally:
+        del WINDOWS["extremes"]
+
+
 # ------------------------------------------------------------------ through runs on Spark
 
 BIG = pa.schema([("k", pa.int64()), ("o", pa.int64()), ("x", pa.decimal128(9, 2)), ("s", pa.string())])
