@@ -319,16 +319,16 @@ def _check_value_frame(name: str, fn: WindowFunction, order_by: list[str], value
     """A RANGE frame by value offset needs one numeric, date or timestamp order column, and
     interval offsets (``datetime.timedelta``) for a date or timestamp (a number is days there)."""
     if len(order_by) != 1:
-        raise ValueError(f"{name}={fn.kind}(...): a RANGE frame with an offset needs exactly one order column, "
-                         f"got {order_by}")
+        raise ValueError(f"{name}={fn.kind}(...): a RANGE frame with an offset needs exactly one order column "
+                         f"(not a partition column), got {order_by}")
     t = values_schema.field(order_by[0]).type
     interval = any(isinstance(b, datetime.timedelta) for b in (fn.frame.preceding, fn.frame.following))
     temporal = pa.types.is_date(t) or pa.types.is_timestamp(t)
     numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
     if not (temporal or numeric) or (interval and not temporal):
-        raise ValueError(f"{name}={fn.kind}(...): a RANGE frame with an offset orders by a number, date or "
-                         f"timestamp (an interval offset by a date or timestamp); order column "
-                         f"{order_by[0]!r} is {t}")
+        raise ValueError(f"{name}={fn.kind}(...): a RANGE frame with {'an interval' if interval else 'an'} offset "
+                         f"orders by {'a date or timestamp' if interval else 'a number, date or timestamp'}, "
+                         f"but its order column {order_by[0]!r} is {t}")
 
 
 def _value_reach(frame) -> tuple:
