@@ -175,8 +175,9 @@ def _offset(value, w, where):
             amount, unit = amount.split()[0], amount.split()[1].upper()
         unit = unit[:-1] if unit.endswith("S") else unit
         if unit not in _UNITS:
-            raise PipelineError(where.at(value.this, f"an INTERVAL offset of a RANGE frame is in days, hours, minutes or "
-                                                f"seconds (months and years have no fixed length), got {value.sql()}"))
+            raise PipelineError(where.at(value.this, "an INTERVAL offset of a RANGE frame is in days, hours, "
+                                                     f"minutes or seconds (months and years have no fixed length), "
+                                                     f"got {value.sql()}"))
         try:
             number = decimal.Decimal(amount)
         except decimal.InvalidOperation:
