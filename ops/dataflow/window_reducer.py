@@ -356,7 +356,11 @@ def _shifted(col: pa.ChunkedArray, offset, sign: int) -> tuple[pa.Array, pa.Arra
     if pa.types.is_integer(t):
         col = col.cast(pa.decimal128(20, 0))
     amount = decimal.Decimal(repr(offset)) if isinstance(offset, float) else decimal.Decimal(offset)
-    moved = pc.add(col, pa.scalar(amount if sign > 0 else -amount))
+    step = pa.scalar(amount if sign > 0 else -amount)
+    if col.type.precision > 36:  # room for the sum's digits
+        col = col.cast(pa.decimal256(min(col.type.precision + 2, 76), col.type.scale))
+        step = step.cast(pa.decimal256(step.type.precision, step.type.scale))
+    moved = pc.add(col, step)
     return col.cast(moved.type), moved
 
 
