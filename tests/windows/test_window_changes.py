@@ -18,6 +18,7 @@ import pyarrow as pa
 import pytest
 
 from ops.dataflow import windows as W
+from ops.columnar import COUNT, GROUP
 from ops.dataflow.window_reducer import Window
 from ops.reduce.kernel import reduce_delta
 
@@ -344,6 +345,31 @@ def test_value_frames_over_nan_infinities_and_nulls_equal_duckdb():
         check(rows, "extremes")
     finally:
         del WINDOWS["extremes"]
+
+
+@pytest.mark.parametrize("t,values,frame,sql", [
+    (pa.timestamp("ns", "UTC"), [datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(
+        hours=h % 50, seconds=h % 3) for h in range(0, 120, 7)],
+     W.range_frame(datetime.timedelta(hours=36), datetime.timedelta(minutes=90)),
+     "INTERVAL 36 HOUR PRECEDING AND INTERVAL 90 MINUTE FOLLOWING"),
+    (pa.decimal128(38, 2), [Decimal(10 ** 35) - Decimal(i) / 4 for i in range(12)] + [Decimal(1)],
+     W.range_frame(Decimal("1.5"), 2), "1.5 PRECEDING AND 2 FOLLOWING"),
+    (pa.int64(), [2 ** 62 + i for i in range(6)] + [-2 ** 62, 2 ** 63 - 4], W.range_frame(3, 2),
+     "3 PRECEDING AND 2 FOLLOWING"),
+])
+@pytest.mark.parametrize("descending", [False, True])
+def test_value_frames_over_timestamps_wide_decimals_and_extreme_integers(t, values, frame, sql, descending):
+    values = values + [None]
+    xs = pa.table({"x": pa.array(values, t), "y": pa.array(range(len(values)), pa.int64())})
+    rows = xs.append_column(GROUP, pa.array(np.zeros(len(values), np.int64))) \
+        .append_column(COUNT, pa.array(np.ones(len(values), np.int64)))
+    got = Window(["x"], descending, dict(s=W.running_sum("y", frame)))(rows)
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.register("xs", xs)
+    want = con.execute(f"SELECT y, sum(y) OVER (ORDER BY x {'DESC' if descending else 'ASC'} NULLS LAST "
+                       f"RANGE BETWEEN {sql}) FROM xs").fetchall()
+    assert sorted(zip(got.column("y").to_pylist(), got.column("s").to_pylist())) == sorted(want)
 
 
 # ------------------------------------------------------------------ through runs on Spark
