@@ -19,6 +19,7 @@ multiplicity ``c`` is ``c`` rows, each with its own ``row_number``.
 
 from __future__ import annotations
 
+import datetime
 import decimal
 from typing import NamedTuple
 
@@ -29,7 +30,7 @@ import pyarrow.compute as pc
 from ops import exact_sum
 from ops.columnar import COUNT, GROUP, np_int, row_ids, sql_order
 from ops.dataflow.reducers import Reducer, sort_directions
-from ops.dataflow.windows import WindowFunction, problem
+from ops.dataflow.windows import WindowFunction, problem, value_frame, value_offset
 
 
 class Window(Reducer):
@@ -63,6 +64,8 @@ class Window(Reducer):
                 raise ValueError(f"order_by column {c!r} is not a value column (value columns: {values_schema.names})")
         fields = list(values_schema)
         for name, fn in self.functions.items():
+            if value_frame(fn.frame):
+                _check_value_frame(name, fn, self.order_by, values_schema)
             if name in values_schema.names:
                 raise ValueError(f"window column {name!r} has the name of an input column; rename it")
             fields.append(pa.field(name, _type(name, fn, values_schema)))
@@ -85,7 +88,7 @@ class Window(Reducer):
         """Each window function's column over ``rows`` (one row per unit of multiplicity,
         by ``GROUP`` then the window's order); with ``offsets``, each group is the end of
         its partition and ``offsets`` what the partition's rows before it contribute."""
-        at = _Positions(rows, self.order_by)
+        at = _Positions(rows, self.order_by, self.directions)
         prefixes = {}  # a column's prefix sums, shared by the functions over it
         return {name: _evaluate(fn, rows, at, out_schema.field(name).type, prefixes, offsets)
                 for name, fn in self.functions.items()}
@@ -94,6 +97,7 @@ class Window(Reducer):
         """How far a change at a position of the order moves the functions' values."""
         back = fwd = 0
         prefix = suffix = peers = False
+        spans = []
         for fn in self.functions.values():
             if fn.kind in ("lag", "lead"):
                 back, fwd = (max(back, fn.offset), fwd) if fn.kind == "lag" else (back, max(fwd, fn.offset))
@@ -104,15 +108,17 @@ class Window(Reducer):
                 continue
             frame = fn.frame
             peers = peers or frame.unit == "range"
+            if value_frame(frame):
+                spans.append(_value_reach(frame))
             if frame.preceding is None:
                 prefix = True
-            else:  # a ROWS frame from n rows before: the n rows after a change see it
+            elif frame.unit == "rows":  # a ROWS frame from n rows before: the n rows after a change see it
                 back = max(back, frame.preceding)
             if frame.following is None:
                 suffix = True
-            else:  # to m rows after: the m rows before a change see it
+            elif frame.unit == "rows":  # to m rows after: the m rows before a change see it
                 fwd = max(fwd, frame.following)
-        return Reach(back, fwd, prefix, peers, suffix)
+        return Reach(back, fwd, prefix, peers, suffix, tuple(spans))
 
 
 class Reach(NamedTuple):
@@ -121,13 +127,16 @@ class Reach(NamedTuple):
     frame's following rows, ``lag``'s offset and its preceding rows); with ``prefix``
     functions (ranks, frames from the partition's first row) every row from ``p`` on, with
     ``suffix`` ones (frames to the partition's last row) every row up to ``p``; with
-    ``peers`` (ranks and RANGE frames see peers as one) the whole of ``p``'s peer group too."""
+    ``peers`` (ranks and RANGE frames see peers as one) the whole of ``p``'s peer group too;
+    with ``values`` (per RANGE frame by value offset, its (preceding, following) offsets,
+    None: unbounded) every row whose frame holds ``p``'s order value."""
 
     back: int
     fwd: int
     prefix: bool
     peers: bool
     suffix: bool = False
+    values: tuple = ()
 
 
 class Offsets(NamedTuple):
@@ -202,7 +211,8 @@ class _Positions:
     """Per row of the ordered rows: its index, its partition's first and last index, and
     its peer group's (the rows equal in the window's order) first and last index."""
 
-    def __init__(self, rows: pa.Table, order_by: list[str]):
+    def __init__(self, rows: pa.Table, order_by: list[str], directions=()):
+        self.rows, self.order_by, self.directions = rows, order_by, list(directions)
         n = rows.num_rows
         self.index = np.arange(n, dtype=np.int64)
         g = np_int(rows.column(GROUP))
@@ -210,6 +220,14 @@ class _Positions:
         peer = row_ids(rows, [GROUP, *order_by], ordered=False)[0]
         self.peer_starts = np.r_[True, peer[1:] != peer[:-1]] if n else np.zeros(0, bool)
         self.peer_first, self.peer_last = self._runs(self.peer_starts)
+
+    def by_value(self, offset, side: str) -> np.ndarray:
+        """Per row, the first row of its partition not before its order value moved
+        ``offset`` back in the window's direction (``side`` "lo"), or the last not after it
+        moved ``offset`` on ("hi"): a RANGE frame's bound by value."""
+        col = self.rows.column(self.order_by[0])
+        return value_positions(self.rows.column(GROUP), col, self.directions[0] == "descending",
+                               self.rows.column(GROUP), col, offset, side)
 
     def _runs(self, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each row's run's first and last index, the runs beginning where ``starts``."""
@@ -276,8 +294,9 @@ def _running(fn: WindowFunction, rows: pa.Table, at: _Positions, out_t: pa.DataT
 def _bounds(frame, at: _Positions) -> tuple[np.ndarray, np.ndarray]:
     """Each row's frame as its first and last index (clipped to its partition)."""
     if frame.unit == "range":
-        lo = at.first if frame.preceding is None else at.peer_first
-        hi = at.last if frame.following is None else at.peer_last
+        p, f = frame.preceding, frame.following
+        lo = at.first if p is None else at.by_value(p, "lo") if value_offset(p) else at.peer_first
+        hi = at.last if f is None else at.by_value(f, "hi") if value_offset(f) else at.peer_last
         return lo, hi
     lo = at.first if frame.preceding is None else np.clip(at.index - frame.preceding, at.first, at.last + 1)
     hi = at.last if frame.following is None else np.clip(at.index + frame.following, at.first - 1, at.last)
@@ -294,3 +313,78 @@ def _prefix(x: np.ndarray) -> np.ndarray:
 def _framed(prefix: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """``x[lo] + ... + x[hi]`` per row from ``x``'s :func:`_prefix`."""
     return prefix[hi + 1] - prefix[lo]
+
+
+def _check_value_frame(name: str, fn: WindowFunction, order_by: list[str], values_schema: pa.Schema) -> None:
+    """A RANGE frame by value offset needs one numeric, date or timestamp order column, and
+    interval offsets (``datetime.timedelta``) for a date or timestamp (a number is days there)."""
+    if len(order_by) != 1:
+        raise ValueError(f"{name}={fn.kind}(...): a RANGE frame with an offset needs exactly one order column "
+                         f"(not a partition column), got {order_by}")
+    t = values_schema.field(order_by[0]).type
+    interval = any(isinstance(b, datetime.timedelta) for b in (fn.frame.preceding, fn.frame.following))
+    temporal = pa.types.is_date(t) or pa.types.is_timestamp(t)
+    numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+    if not (temporal or numeric) or (interval and not temporal):
+        raise ValueError(f"{name}={fn.kind}(...): a RANGE frame with {'an interval' if interval else 'an'} offset "
+                         f"orders by {'a date or timestamp' if interval else 'a number, date or timestamp'}, "
+                         f"but its order column {order_by[0]!r} is {t}")
+
+
+def _value_reach(frame) -> tuple:
+    """A value-offset frame's bounds as (preceding, following) value offsets: CURRENT ROW
+    as a zero of the other bound's kind, None where unbounded."""
+    zero = next(b for b in (frame.preceding, frame.following) if value_offset(b)) * 0
+    return tuple(None if b is None else b if value_offset(b) else zero for b in (frame.preceding, frame.following))
+
+
+def _shifted(col: pa.ChunkedArray, offset, sign: int) -> tuple[pa.Array, pa.Array]:
+    """The order column and each value moved by ``sign * offset``, as one comparable type:
+    integers as decimals (no overflow), dates as timestamps, a number of days by a date."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    t = col.type
+    if pa.types.is_date(t) or pa.types.is_timestamp(t):
+        if not isinstance(offset, datetime.timedelta):
+            offset = datetime.timedelta(days=float(offset))
+        unit = t.unit if pa.types.is_timestamp(t) and t.unit == "ns" else "us"
+        col = col.cast(pa.timestamp(unit, getattr(t, "tz", None)))
+        step = pa.scalar(offset if sign > 0 else -offset, pa.duration(unit))
+        return col, pc.add(col, step)
+    if pa.types.is_floating(t):
+        col = col.cast(pa.float64())
+        return col, pc.add(col, pa.scalar(sign * float(offset), pa.float64()))
+    if pa.types.is_integer(t):
+        col = col.cast(pa.decimal128(20, 0))
+    amount = decimal.Decimal(repr(offset)) if isinstance(offset, float) else decimal.Decimal(offset)
+    step = pa.scalar(amount if sign > 0 else -amount)
+    if col.type.precision > 36:  # room for the sum's digits
+        col = col.cast(pa.decimal256(min(col.type.precision + 2, 76), col.type.scale))
+        step = step.cast(pa.decimal256(step.type.precision, step.type.scale))
+    moved = pc.add(col, step)
+    return col.cast(moved.type), moved
+
+
+def value_positions(groups, col, descending: bool, query_groups, query_col, offset, side: str) -> np.ndarray:
+    """For each query row (``query_groups``, ``query_col``), among rows sorted by group then
+    ``col`` (in its direction, nulls last, NaN the greatest), the index of the first row
+    of its group not before the query's value moved ``offset`` back in that direction
+    (``side`` "lo"), or of the last not after it moved ``offset`` on ("hi"): one merge sort
+    of the rows and the moved queries. A null or NaN query finds its null or NaN peers."""
+    back = side == "lo"
+    sign = 1 if back == descending else -1
+    values = _shifted(col, 0, 1)[0]
+    query = _shifted(query_col, offset, sign)[1].cast(values.type)
+    n, q = len(values), len(query)
+    g = pa.concat_arrays([_combined(groups).cast(pa.int64()), _combined(query_groups).cast(pa.int64())])
+    tag = np.r_[np.ones(n, np.int8), np.zeros(q, np.int8)] if back else np.r_[np.zeros(n, np.int8), np.ones(q, np.int8)]
+    merged = pa.table({"g": g, "v": pa.concat_arrays([values, query]), "t": pa.array(tag)})
+    o = sql_order(merged, [("g", "ascending"), ("v", "descending" if descending else "ascending"), ("t", "ascending")])
+    is_row = o < n
+    before = np.cumsum(is_row) - is_row
+    out = np.empty(q, np.int64)
+    out[o[~is_row] - n] = before[~is_row]
+    return out if back else out - 1
+
+
+def _combined(a) -> pa.Array:
+    return a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a

@@ -11,10 +11,13 @@ as DuckDB computes them (ops/dataflow/window_reducer.py evaluates them).
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import math
 from typing import NamedTuple
 
-__all__ = ["Frame", "WindowFunction", "RANGE", "rows", "range_frame", "row_number", "rank", "dense_rank", "lag", "lead",
-           "running_sum", "running_count", "running_avg", "WINDOW_KINDS"]
+__all__ = ["Frame", "WindowFunction", "RANGE", "rows", "range_frame", "value_frame", "row_number", "rank",
+           "dense_rank", "lag", "lead", "running_sum", "running_count", "running_avg", "WINDOW_KINDS"]
 
 
 class Frame(NamedTuple):
@@ -24,7 +27,12 @@ class Frame(NamedTuple):
     ``preceding=-1`` starts at the next row). ``"range"``: rows count by peers (the rows
     equal to the current row in the window's order): ``preceding`` None starts at the
     partition's first row, 0 at the current row's first peer; ``following`` 0 ends at its
-    last peer, None at the partition's last row. SQL's default frame with ORDER BY is
+    last peer, None at the partition's last row; another number (an int, float or Decimal,
+    or a ``datetime.timedelta`` for a date or timestamp order) is a value offset: the rows
+    whose order value is within ``preceding`` before the current row's and ``following``
+    after it, in the window's direction (with a descending order, preceding values are
+    larger), as ``RANGE BETWEEN n PRECEDING AND m FOLLOWING`` (one order column; a row whose
+    order value is null sees its null peers). SQL's default frame with ORDER BY is
     ``Frame("range")``."""
 
     unit: str
@@ -43,10 +51,45 @@ def rows(preceding: int | None = None, following: int | None = 0) -> Frame:
     return Frame("rows", preceding, following)
 
 
-def range_frame(preceding: int | None = None, following: int | None = 0) -> Frame:
-    """``RANGE BETWEEN`` ``UNBOUNDED PRECEDING`` (None) or ``CURRENT ROW`` (0) ``AND``
-    ``CURRENT ROW`` (0) or ``UNBOUNDED FOLLOWING`` (None)."""
+def range_frame(preceding=None, following=0) -> Frame:
+    """``RANGE BETWEEN`` ``UNBOUNDED PRECEDING`` (None), ``CURRENT ROW`` (0) or ``n PRECEDING``
+    (a number or ``datetime.timedelta``: a value offset, negative for ``FOLLOWING``) ``AND``
+    ``CURRENT ROW`` (0), ``m FOLLOWING`` or ``UNBOUNDED FOLLOWING`` (None)."""
     return Frame("range", preceding, following)
+
+
+def value_offset(bound) -> bool:
+    """Whether a RANGE frame's bound is a value offset (not UNBOUNDED nor CURRENT ROW)."""
+    return bound is not None and not (type(bound) is int and bound == 0)
+
+
+def value_frame(frame: Frame) -> bool:
+    """Whether ``frame`` is a RANGE frame with a value offset on either side."""
+    return frame.unit == "range" and (value_offset(frame.preceding) or value_offset(frame.following))
+
+
+def _offset_problem(frame: Frame) -> str | None:
+    """What is wrong with a RANGE frame's value offsets (None: nothing)."""
+    kinds = set()
+    for bound in (frame.preceding, frame.following):
+        if bound is None or (type(bound) is int and bound == 0):
+            continue
+        if isinstance(bound, datetime.timedelta):
+            kinds.add("interval")
+        elif isinstance(bound, (int, float, decimal.Decimal)) and not isinstance(bound, bool):
+            if not math.isfinite(bound):
+                return f"a RANGE offset is a finite number, got {frame!r}"
+            kinds.add("number")
+        else:
+            return f"a RANGE frame's bounds are None, 0, numbers or datetime.timedelta, got {frame!r}"
+    if len(kinds) > 1:
+        return f"a RANGE frame's offsets are both numbers or both intervals, got {frame!r}"
+    p, f = frame.preceding, frame.following
+    if p is not None and f is not None:
+        zero = datetime.timedelta(0) if "interval" in kinds else 0
+        if -(p or zero) > (f or zero):
+            return f"the frame starts after it ends, got {frame!r}"
+    return None
 
 
 class WindowFunction(NamedTuple):
@@ -78,10 +121,10 @@ def problem(fn) -> str | None:
     frame = fn.frame
     if not isinstance(frame, Frame) or frame.unit not in ("rows", "range"):
         return f"{fn.kind}: the frame is rows(n, m), range_frame(...) or RANGE (ops.dataflow.windows), got {frame!r}"
+    if frame.unit == "range":
+        why = _offset_problem(frame)
+        return None if why is None else f"{fn.kind}: {why}"
     for bound in (frame.preceding, frame.following):
-        if frame.unit == "range" and bound not in (None, 0):
-            return f"{fn.kind}: a RANGE frame is bounded by UNBOUNDED or the CURRENT ROW's peers " \
-                   f"(RANGE n PRECEDING or FOLLOWING is not supported), got {frame!r}"
         if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)):
             return f"{fn.kind}: rows(preceding, following) takes integers or None, got {frame!r}"
     if frame.preceding is not None and frame.following is not None and -frame.preceding > frame.following:

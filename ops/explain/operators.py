@@ -8,6 +8,8 @@ a run's report) use too.
 
 from __future__ import annotations
 
+import datetime
+
 from ops.dataflow import reducers
 from ops.dataflow.window_reducer import Window
 from ops.dataflow.graph import Node, node_priority
@@ -117,6 +119,8 @@ def _window_upkeep(r) -> str:
         near.append(f"{reach.fwd} before")
     if reach.back:
         near.append(f"{reach.back} after")
+    if reach.values:
+        near.append("those whose RANGE frame by value holds its value")
     return f"a change recomputing its own row{' and the ' + ' and '.join(near) if near else ''}"
 
 
@@ -134,16 +138,26 @@ def _window_function(f) -> str:
 def frame_sql(frame) -> str:
     """A window frame as SQL writes it: ``rows 2 preceding`` (to the current row), ``rows
     between 2 preceding and 1 following``."""
-    if frame.following == 0 and (frame.preceding is None or (frame.unit == "rows" and frame.preceding >= 0)):
+    if frame.following == 0 and type(frame.following) is int and (
+            frame.preceding is None or (frame.unit == "rows" and frame.preceding >= 0)):
         return f"{frame.unit} {'unbounded' if frame.preceding is None else frame.preceding} preceding"
 
     def bound(n, side):
         if n is None:
             return f"unbounded {side}"
-        if n == 0:
+        if n == n * 0:
             return "current row"
-        return f"{n} {side}" if n > 0 else f"{-n} {'following' if side == 'preceding' else 'preceding'}"
+        other = "following" if side == "preceding" else "preceding"
+        return f"{_offset(n)} {side}" if n > n * 0 else f"{_offset(-n)} {other}"
     return f"{frame.unit} between {bound(frame.preceding, 'preceding')} and {bound(frame.following, 'following')}"
+
+
+def _offset(n) -> str:
+    """A frame offset as SQL writes it: a number, or an interval in days or seconds."""
+    if isinstance(n, datetime.timedelta):
+        whole_days = n % datetime.timedelta(days=1) == datetime.timedelta(0)
+        return f"interval {n.days} day" if whole_days else f"interval {n.total_seconds():g} second"
+    return str(n)
 
 
 def _names(cols) -> str:

@@ -5,7 +5,8 @@ A key's (partition's) distinct value rows are sorted once in the window's order,
 *universe*; the input at any time is a multiplicity per universe position. The times at
 which the key changes are its *steps*, in order. A step that changes positions ``p``
 moves the values of the rows ``p - fwd .. p + back`` only (``Window.reach``: ``lead``,
-``lag``, ROWS n PRECEDING / m FOLLOWING), or, with ranks and frames from the partition's
+``lag``, ROWS n PRECEDING / m FOLLOWING), the rows whose order value lies within a
+RANGE frame's offsets of ``p``'s (``Reach.values``), or, with ranks and frames from the partition's
 first row, every row from ``p`` (from the first of its peers) on, and with frames to the
 partition's last row every row up to ``p`` (to the last of its peers); what the rows after
 a segment contribute to the latter is ``Offsets.after``. So per step the kernel takes the
@@ -40,7 +41,7 @@ import pyarrow.compute as pc
 
 from ops import exact_sum
 from ops.columnar import GROUP, new_flags, np_int, row_ids, seg_cumsum_any_, sql_order
-from ops.dataflow.window_reducer import Offsets, Window, unbounded
+from ops.dataflow.window_reducer import Offsets, Window, unbounded, value_positions
 from ops.errors import KeyTooLarge
 from storage.row_order import group_sum, lex_order
 
@@ -160,21 +161,32 @@ class _Sweep:
         uni, reach = self.uni, self.reducer.reach()
         pu, ps = self.pu, self.ps
         # the rows moved: from lead's reach before the change, or the first of its peers, to
-        # lag's and ROWS frames' reach after it (to the end with prefix functions); their
-        # inputs: lag's and ROWS frames' reach before those, lead's after
+        # lag's and ROWS frames' reach after it (to the end with prefix functions), and those
+        # whose RANGE frame by value holds the change's value; their inputs: lag's and ROWS
+        # frames' reach before those, lead's after, and their RANGE frames by value
         untouched = np.maximum(self.bm, 0)
         untouched[pu] = 0
         cp = np.zeros(uni.size + 1, np.int64)
         np.cumsum(untouched, out=cp[1:])
+        kf, kl = uni.key_first[pu], uni.key_last[pu]
 
         def back(p, rows):  # the last position with ``rows`` untouched rows between it and p
             return np.minimum(np.searchsorted(cp, cp[p] - rows, side="right") - 1, p)
 
+        def ahead(p, rows):  # the first position with ``rows`` untouched rows between p and it
+            return np.maximum(np.searchsorted(cp, cp[p + 1] + rows, side="left") - 1, p)
+
         first = uni.peer_first[pu] if reach.peers else pu
         last = uni.peer_last[pu] if reach.peers else pu
-        a = np.minimum(back(first, reach.back), back(pu, reach.back + reach.fwd))
-        b = np.searchsorted(cp, cp[last + 1] + reach.back + reach.fwd, side="left") - 1
-        b = np.maximum(b, last)
+        moved_a = np.maximum(back(first, reach.fwd), kf)
+        moved_b = np.minimum(ahead(last, reach.back), kl)
+        for preceding, following in reach.values:  # a row at k sees [k - preceding, k + following]
+            moved_a = self._by_value(pu, following, "lo", moved_a)
+            moved_b = self._by_value(pu, preceding, "hi", moved_b)
+        a, b = back(moved_a, reach.back), ahead(moved_b, reach.fwd)
+        for preceding, following in reach.values:
+            a = self._by_value(moved_a, preceding, "lo", a)
+            b = self._by_value(moved_b, following, "hi", b)
         a = uni.key_first[pu] if reach.suffix else np.maximum(a, uni.key_first[pu])
         b = uni.key_last[pu] if reach.prefix else np.minimum(b, uni.key_last[pu])
         if reach.peers:  # a rank or a RANGE frame sees a whole peer group
@@ -185,6 +197,18 @@ class _Sweep:
         start = np.r_[True, (ps[1:] != ps[:-1]) | (a[1:] > reach_end[:-1])]
         idx = np.flatnonzero(start)
         return ps[idx], a[idx], np.maximum.reduceat(b, idx) if len(idx) else b[idx]
+
+    def _by_value(self, at: np.ndarray, offset, side: str, bound: np.ndarray) -> np.ndarray:
+        """``bound`` widened to the first (``side`` "lo") or last ("hi") position whose order
+        value lies within ``offset`` of position ``at``'s, in the window's direction (None:
+        unbounded on that side, which Reach.prefix/suffix cover)."""
+        if offset is None:
+            return bound
+        rows, reducer = self.uni.rows, self.reducer
+        col, groups, taker = rows.column(reducer.order_by[0]), rows.column(GROUP), pa.array(at)
+        found = value_positions(groups, col, reducer.directions[0] == "descending", groups.take(taker),
+                                col.take(taker), offset, side)
+        return np.minimum(bound, found) if side == "lo" else np.maximum(bound, found)
 
     def changes(self, key: list[str], max_cells: int, limit_cells: int | None):
         """The output changes of every step, chunk by chunk of segments: (positions, times,

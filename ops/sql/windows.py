@@ -4,14 +4,19 @@ and ORDER BY, each adding its functions' columns to every row.
 
 ROW_NUMBER, RANK, DENSE_RANK, LAG and LEAD, and SUM, COUNT and AVG over a ROWS frame
 between any bounds (``UNBOUNDED PRECEDING``, ``n PRECEDING``, ``CURRENT ROW``, ``n
-FOLLOWING``, ``UNBOUNDED FOLLOWING``) or a RANGE frame between ``UNBOUNDED PRECEDING`` or
-``CURRENT ROW`` and ``CURRENT ROW`` or ``UNBOUNDED FOLLOWING`` (SQL's default frame is
+FOLLOWING``, ``UNBOUNDED FOLLOWING``) or a RANGE frame between any of ``UNBOUNDED
+PRECEDING``, ``n PRECEDING``, ``CURRENT ROW``, ``m FOLLOWING``, ``UNBOUNDED FOLLOWING``,
+where an offset is a constant number, or an ``INTERVAL`` of days, hours, minutes or
+seconds for a DATE or TIMESTAMP order (one ORDER BY column, as DuckDB asks) (SQL's default frame is
 RANGE from UNBOUNDED PRECEDING to the CURRENT ROW with ORDER BY, the whole partition
 without). Rows tied in the order
 follow their other columns, so ROW_NUMBER is deterministic.
 """
 
 from __future__ import annotations
+
+import datetime
+import decimal
 
 from sqlglot import exp
 
@@ -108,23 +113,32 @@ def _frame(w: exp.Window, where) -> W.Frame:
     if spec.args.get("exclude"):
         raise PipelineError(where.at(w, "EXCLUDE in a window frame is not supported"))
     kind = (spec.args.get("kind") or "").lower()
-    start, s_rank = _bound(spec.args.get("start"), spec.args.get("start_side"), "preceding", w, where)
-    end, e_rank = _bound(spec.args.get("end") or "CURRENT ROW", spec.args.get("end_side"), "following", w, where)
+    start, s_rank = _bound(spec.args.get("start"), spec.args.get("start_side"), "preceding", w, where, kind)
+    end, e_rank = _bound(spec.args.get("end") or "CURRENT ROW", spec.args.get("end_side"), "following", w, where,
+                         kind)
     if s_rank > e_rank or s_rank == 4 or e_rank == 0:
         raise PipelineError(where.at(w, "a window frame must start before it ends (UNBOUNDED PRECEDING, n PRECEDING, "
                                         "CURRENT ROW, n FOLLOWING, UNBOUNDED FOLLOWING)"))
+    if kind == "range":
+        frame = W.range_frame(start, end)
+        if W.value_frame(frame):
+            order = w.args["order"].expressions if w.args.get("order") else []
+            if len(order) != 1:
+                raise PipelineError(where.at(order[-1] if order else w, "a RANGE frame with an offset needs exactly "
+                                             f"one ORDER BY column (got {len(order)}): use ROWS, or order by one"))
+            why = W.problem(W.WindowFunction("count", frame=frame))
+            if why:
+                raise PipelineError(where.at(w, "a window frame must start before it ends, and its offsets are "
+                                                "both numbers or both INTERVALs"))
+        return frame
     if start is not None and end is not None and -start > end:
         raise PipelineError(where.at(w, "a window frame must start before it ends"))
-    if kind == "range":
-        if start not in (None, 0) or end not in (None, 0):
-            raise PipelineError(where.at(w, "RANGE frames are bounded by UNBOUNDED or the CURRENT ROW "
-                                            "(RANGE n PRECEDING or FOLLOWING is not supported: use ROWS)"))
-        return W.range_frame(start, end)
     return W.rows(start, end)
 
 
-def _bound(value, side, toward: str, w, where) -> tuple[int | None, int]:
-    """A frame bound as rows ``toward`` its side of the current row (None: unbounded;
+def _bound(value, side, toward: str, w, where, kind: str) -> tuple:
+    """A frame bound as rows (ROWS) or a value offset (RANGE: a number or a
+    ``datetime.timedelta``) ``toward`` its side of the current row (None: unbounded;
     negative: the other side), and its rank from UNBOUNDED PRECEDING (0) to UNBOUNDED
     FOLLOWING (4)."""
     side = (side or "").lower()
@@ -133,11 +147,46 @@ def _bound(value, side, toward: str, w, where) -> tuple[int | None, int]:
         return 0, 2
     if text == "UNBOUNDED":
         return None, 0 if side == "preceding" else 4
+    rank = 1 if side == "preceding" else 3
     if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit() and side:
         n = int(value.this)
-        return (n if side == toward else -n), (1 if side == "preceding" else 3)
-    raise PipelineError(where.at(w, "a window frame bound is UNBOUNDED, CURRENT ROW or a whole number of rows "
-                                    "PRECEDING or FOLLOWING"))
+        return (n if side == toward else -n), rank
+    if kind != "range" or not side:
+        raise PipelineError(where.at(w, "a window frame bound is UNBOUNDED, CURRENT ROW or a whole number of rows "
+                                        "PRECEDING or FOLLOWING"))
+    offset = _offset(value, w, where)
+    return (offset if side == toward else -offset), rank
+
+
+_UNITS = {"WEEK": "weeks", "DAY": "days", "HOUR": "hours", "MINUTE": "minutes", "SECOND": "seconds"}
+
+
+def _offset(value, w, where):
+    """A RANGE frame's offset: a constant number >= 0 or an INTERVAL of fixed length."""
+    if isinstance(value, exp.Literal) and not value.is_string:
+        try:
+            return decimal.Decimal(value.this)
+        except decimal.InvalidOperation:
+            pass
+    if isinstance(value, exp.Interval) and isinstance(value.this, exp.Literal):
+        amount, unit = value.this.this, value.args.get("unit")
+        unit = unit.name.upper() if unit is not None else ""
+        if not unit and len(amount.split()) == 2:
+            amount, unit = amount.split()[0], amount.split()[1].upper()
+        unit = unit[:-1] if unit.endswith("S") else unit
+        if unit not in _UNITS:
+            raise PipelineError(where.at(value.this, "an INTERVAL offset of a RANGE frame is in days, hours, "
+                                                     f"minutes or seconds (months and years have no fixed length), "
+                                                     f"got {value.sql()}"))
+        try:
+            number = decimal.Decimal(amount)
+        except decimal.InvalidOperation:
+            number = None
+        if number is not None and number >= 0:
+            return datetime.timedelta(**{_UNITS[unit]: float(number)})
+    raise PipelineError(where.at(value if isinstance(value, exp.Expression) else w,
+                                 "a RANGE frame's offset is a constant number >= 0 or an INTERVAL (a column, an "
+                                 "expression or a negative offset is not supported)"))
 
 
 def _constant(e: exp.Expression):

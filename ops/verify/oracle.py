@@ -37,6 +37,7 @@ from pyspark.sql import functions as F
 
 from ops.dataflow.builder import Pipeline
 from ops.dataflow.graph import Node
+from ops.dataflow.windows import WindowFunction, value_frame
 from ops.errors import PipelineError
 
 AT = "_at"  # which checked time a row belongs to
@@ -62,6 +63,10 @@ def check_supported(p: Pipeline) -> None:
         if n.op == "reduce" and type(n.args["reducer"]).__name__ not in REDUCERS:
             raise PipelineError(f"{n.describe()}: verify does not support the reducer "
                                 f"{type(n.args['reducer']).__name__} yet")
+        if n.op == "reduce" and any(isinstance(f, WindowFunction) and value_frame(f.frame)
+                                    for f in getattr(n.args["reducer"], "functions", {}).values()):
+            raise PipelineError(f"{n.describe()}: verify does not support RANGE frames with an offset yet "
+                                f"(n PRECEDING / m FOLLOWING by value)")
         if n.op == "loop" or n.op == "variable":
             extra = set(n.args) - {"max_rounds", "scope", "result", "priority", "partition_by"}
             if extra:

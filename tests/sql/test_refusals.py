@@ -22,8 +22,14 @@ REFUSED = [
     ("SELECT k FROM t WHERE k NOT IN (SELECT k FROM t AS t2 WHERE t2.v = t.v)", 1, 23, "NOT IN with a correlated"),
     ("SELECT stddev(v) AS s FROM t", 1, 8, "aggregate STDDEV(v)"),
     ("SELECT k FROM t ORDER BY k NULLS FIRST LIMIT 1", 1, 26, "NULLS FIRST"),
-    ("SELECT k, sum(v) OVER (ORDER BY d RANGE BETWEEN 2 PRECEDING AND CURRENT ROW) AS s FROM t", 1, None,
-     "RANGE n PRECEDING or FOLLOWING is not supported"),
+    ("SELECT k, sum(v) OVER (ORDER BY d, k RANGE BETWEEN 2 PRECEDING AND CURRENT ROW) AS s FROM t", 1, 36,
+     "a RANGE frame with an offset needs exactly one ORDER BY column"),
+    ("SELECT k, sum(v) OVER (ORDER BY k RANGE BETWEEN v PRECEDING AND CURRENT ROW) AS s FROM t", 1, 49,
+     "a RANGE frame's offset is a constant number >= 0 or an INTERVAL"),
+    ("SELECT k, sum(v) OVER (ORDER BY k RANGE BETWEEN -1 PRECEDING AND CURRENT ROW) AS s FROM t", 1, None,
+     "a RANGE frame's offset is a constant number >= 0 or an INTERVAL"),
+    ("SELECT k, sum(v) OVER (ORDER BY d RANGE BETWEEN INTERVAL 1 MONTH PRECEDING AND CURRENT ROW) AS s FROM t", 1, None,
+     "an INTERVAL offset of a RANGE frame is in days, hours, minutes or seconds"),
     ("SELECT k FROM t ORDER BY k FETCH FIRST 2 ROWS WITH TIES", 1, 40, "WITH TIES"),
     ("SELECT k, count(*) AS n FROM t GROUP BY ROLLUP (k)", 1, None, "ROLLUP, CUBE and GROUPING SETS"),
 ]
@@ -49,6 +55,22 @@ def test_refused_in_one_line_with_its_place(tmp_path, store, query, line, col, w
     col = col + len(PREFIX) if col and line == 1 else col
     place = f"m.sql:{line}:{col}: " if col else f"m.sql:{line}:" if line else "m.sql:"
     assert err.startswith(f"error: {place}") and why in err, err
+    assert sorted(os.listdir(store)) == before
+
+
+@pytest.mark.parametrize("query,why", [
+    ("SELECT k, sum(v) OVER (ORDER BY v RANGE BETWEEN INTERVAL 1 DAY PRECEDING AND CURRENT ROW) AS s FROM t",
+     "an interval offset orders by a date or timestamp, but its order column 'v' is double"),
+    ("SELECT k, sum(v) OVER (ORDER BY concat(k, 'x') RANGE BETWEEN 1 PRECEDING AND CURRENT ROW) AS s FROM t",
+     "offset orders by a number, date or timestamp, but its order column"),
+])
+def test_a_range_offset_over_an_order_of_the_wrong_type_is_refused(tmp_path, store, query, why):
+    """The order column's type is known once the plan is: the error names the model's line."""
+    model = tmp_path / "m.sql"
+    model.write_text(f"{PREFIX}{query};\n")
+    before = sorted(os.listdir(store))
+    err = one_line_error(ddcli(store, "run", str(model)))
+    assert err.startswith("error: reduce (m.sql:1): ") and why in err, err
     assert sorted(os.listdir(store)) == before
 
 

@@ -1,7 +1,9 @@
 """Window functions in SQL models against DuckDB at every time: ROW_NUMBER, RANK and
 DENSE_RANK (filtered to a top-n per partition, and not), LAG and LEAD, running SUM, COUNT
-and AVG over ROWS and RANGE frames (also ending after the current row), over random updates of a table with nulls, ties in
-the order (RANK's business) and doubles, decimals and dates."""
+and AVG over ROWS and RANGE frames (also ending after the current row, and by value
+offset: an INTERVAL over a date, a number over a double in descending order), over random
+updates of a table with nulls, ties in the order (RANK's business) and doubles, decimals
+and dates."""
 
 from __future__ import annotations
 
@@ -33,7 +35,9 @@ CREATE MATERIALIZED VIEW running AS
          sum(amount) OVER (PARTITION BY g ORDER BY day) AS upto,
          sum(amount) OVER (PARTITION BY g ORDER BY day RANGE BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS from_day,
          count(*) OVER (PARTITION BY g) AS n,
-         avg(v) OVER (ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS mean
+         avg(v) OVER (ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS mean,
+         sum(amount) OVER (PARTITION BY g ORDER BY day RANGE BETWEEN INTERVAL 2 DAY PRECEDING AND CURRENT ROW) AS days3,
+         count(v) OVER (PARTITION BY g ORDER BY v DESC RANGE BETWEEN 1.5 PRECEDING AND 2 FOLLOWING) AS near_v
   FROM t;
 CREATE MATERIALIZED VIEW ahead AS
   SELECT id, g,

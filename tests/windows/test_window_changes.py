@@ -18,6 +18,7 @@ import pyarrow as pa
 import pytest
 
 from ops.dataflow import windows as W
+from ops.columnar import COUNT, GROUP
 from ops.dataflow.window_reducer import Window
 from ops.reduce.kernel import reduce_delta
 
@@ -67,6 +68,42 @@ WINDOWS = {
 }
 WINDOWS["both ends"] += ("row_number() OVER wf, sum(p) OVER (wf ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED "
                          "FOLLOWING), avg(p) OVER (wf ROWS BETWEEN 3 PRECEDING AND 3 FOLLOWING)",)
+WINDOWS.update({
+    "by value": (["f"], False, dict(near=W.running_sum("p", W.range_frame(1.5, 0)),
+                                    wide=W.running_count(frame=W.range_frame(2, 1)),
+                                    ahead=W.running_avg("o", W.range_frame(0, 3.0)),
+                                    upto=W.running_sum("o", W.range_frame(None, 1)),
+                                    rn=W.row_number()),
+                 "sum(p) OVER (w RANGE BETWEEN 1.5 PRECEDING AND CURRENT ROW), "
+                 "count(*) OVER (w RANGE BETWEEN 2 PRECEDING AND 1 FOLLOWING), "
+                 "avg(o) OVER (w RANGE BETWEEN CURRENT ROW AND 3 FOLLOWING), "
+                 "sum(o) OVER (w RANGE BETWEEN UNBOUNDED PRECEDING AND 1 FOLLOWING), row_number() OVER wf"),
+    "by decimal desc": (["p"], True, dict(a=W.running_sum("o", W.range_frame(Decimal("0.5"), Decimal("1.25"))),
+                                         b=W.running_count("f", W.range_frame(None, Decimal(2))),
+                                         c=W.running_sum("f", W.range_frame(1, None)),
+                                         d=W.running_count(frame=W.range_frame(-1, 3)),
+                                         prev=W.lag("o")),
+                        "sum(o) OVER (w RANGE BETWEEN 0.5 PRECEDING AND 1.25 FOLLOWING), "
+                        "count(f) OVER (w RANGE BETWEEN UNBOUNDED PRECEDING AND 2 FOLLOWING), "
+                        "sum(f) OVER (w RANGE BETWEEN 1 PRECEDING AND UNBOUNDED FOLLOWING), "
+                        "count(*) OVER (w RANGE BETWEEN 1 FOLLOWING AND 3 FOLLOWING), lag(o) OVER wf"),
+    "by days": (["dt"], False, dict(wk=W.running_sum("o", W.range_frame(datetime.timedelta(days=1), 0)),
+                                    nx=W.running_count(frame=W.range_frame(0, datetime.timedelta(hours=36))),
+                                    back=W.running_sum("p", W.range_frame(datetime.timedelta(days=2),
+                                                                          -datetime.timedelta(days=1))),
+                                    days=W.running_count("s", W.range_frame(1, 1))),
+                "sum(o) OVER (w RANGE BETWEEN INTERVAL 1 DAY PRECEDING AND CURRENT ROW), "
+                "count(*) OVER (w RANGE BETWEEN CURRENT ROW AND INTERVAL 36 HOUR FOLLOWING), "
+                "sum(p) OVER (w RANGE BETWEEN INTERVAL 2 DAY PRECEDING AND INTERVAL 1 DAY PRECEDING), "
+                "count(s) OVER (w RANGE BETWEEN 1 PRECEDING AND 1 FOLLOWING)"),
+    "by ints desc": (["o"], True, dict(two=W.running_sum("p", W.range_frame(2, 0)),
+                                      around=W.running_avg("f", W.range_frame(1, 2)),
+                                      rest=W.running_count(frame=W.range_frame(0, None)),
+                                      rk=W.rank()),
+                     "sum(p) OVER (w RANGE BETWEEN 2 PRECEDING AND CURRENT ROW), "
+                     "avg(f) OVER (w RANGE BETWEEN 1 PRECEDING AND 2 FOLLOWING), "
+                     "count(*) OVER (w RANGE BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING), rank() OVER w"),
+})
 APPROX = {"mean"}
 
 
@@ -262,6 +299,77 @@ def test_a_change_at_the_head_moves_the_ranks_but_a_lag_only_its_neighbours(monk
         out = reduce_delta(table, ["k"], VALUES, 1, Window(["o"], False, functions, partition_by=["k"]))
         inserted = int(np.sum(np.asarray(out.column("diff")) > 0))
         assert inserted == want, (functions, inserted)
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_a_change_in_the_middle_recomputes_only_the_rows_whose_value_frame_holds_it(monkeypatch, descending):
+    n = 5000  # o = 0 .. n - 1; a new row at o = 2500 is in the frames of o = 2499 .. 2502 (ascending)
+    updates = _big_partition(n, [((0, n // 2, 0.5, Decimal("1.00"), datetime.date(2024, 1, 2), "y"), 1)])
+    rows = [u[0] for u in updates]
+    table = pa.table({c: pa.array([r[i] for r in rows], SCHEMA.field(c).type) for i, c in enumerate(SCHEMA.names)},
+                     schema=SCHEMA)
+    table = table.append_column("time", pa.array([u[1] for u in updates], pa.int64())) \
+        .append_column("diff", pa.array(np.ones(len(rows), np.int64))) \
+        .append_column("_new", pa.array([u[3] for u in updates]))
+    evaluated = []
+    columns = Window.columns
+
+    def counted(self, rows, out_schema, offsets=None):
+        evaluated.append(rows.num_rows)
+        return columns(self, rows, out_schema, offsets)
+
+    monkeypatch.setattr(Window, "columns", counted)
+    functions = dict(near=W.running_sum("p", W.range_frame(2, 1)), n=W.running_count(frame=W.range_frame(0, 1)))
+    out = reduce_delta(table, ["k"], VALUES, 1, Window(["o"], descending, functions, partition_by=["k"]))
+    moved = sorted(r["o"] for r in out.to_pylist() if r["diff"] > 0)
+    # near moves o - 1 .. o + 2 (ascending) or o - 2 .. o + 1 (descending); n moves o - 1 or o + 1 and o
+    want = [n // 2 - 2, n // 2 - 1, n // 2, n // 2, n // 2 + 1] if descending else \
+        [n // 2 - 1, n // 2, n // 2, n // 2 + 1, n // 2 + 2]
+    assert moved == want, moved
+    assert sum(evaluated) <= 20, f"evaluated {sum(evaluated)} rows for a one-row change"
+
+
+def test_value_frames_over_nan_infinities_and_nulls_equal_duckdb():
+    """A NaN's or a null's frame is its peers; an infinity's reaches only equal infinities."""
+    xs = [1.0, 2.0, float("nan"), float("inf"), None, None, 3.0, float("-inf"), 2.5]
+    rows = [((0, i, x, Decimal(i), datetime.date(2024, 1, 1), "x"), 0, 1, False) for i, x in enumerate(xs)]
+    rows += [((0, 9, float("nan"), Decimal(1), None, "y"), 1, 1, True), (rows[3][0], 2, -1, True),
+             ((0, 10, None, None, None, None), 3, 1, True)]
+    WINDOWS["extremes"] = (["f"], True, dict(a=W.running_sum("o", W.range_frame(1, 0)),
+                                           b=W.running_count(frame=W.range_frame(None, 0.5)),
+                                           c=W.running_sum("p", W.range_frame(0.5, None))),
+                           "sum(o) OVER (w RANGE BETWEEN 1 PRECEDING AND CURRENT ROW), "
+                           "count(*) OVER (w RANGE BETWEEN UNBOUNDED PRECEDING AND 0.5 FOLLOWING), "
+                           "sum(p) OVER (w RANGE BETWEEN 0.5 PRECEDING AND UNBOUNDED FOLLOWING)")
+    try:
+        check(rows, "extremes")
+    finally:
+        del WINDOWS["extremes"]
+
+
+@pytest.mark.parametrize("t,values,frame,sql", [
+    (pa.timestamp("ns", "UTC"), [datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(
+        hours=h % 50, seconds=h % 3) for h in range(0, 120, 7)],
+     W.range_frame(datetime.timedelta(hours=36), datetime.timedelta(minutes=90)),
+     "INTERVAL 36 HOUR PRECEDING AND INTERVAL 90 MINUTE FOLLOWING"),
+    (pa.decimal128(38, 2), [Decimal(10 ** 35) - Decimal(i) / 4 for i in range(12)] + [Decimal(1)],
+     W.range_frame(Decimal("1.5"), 2), "1.5 PRECEDING AND 2 FOLLOWING"),
+    (pa.int64(), [2 ** 62 + i for i in range(6)] + [-2 ** 62, 2 ** 63 - 4], W.range_frame(3, 2),
+     "3 PRECEDING AND 2 FOLLOWING"),
+])
+@pytest.mark.parametrize("descending", [False, True])
+def test_value_frames_over_timestamps_wide_decimals_and_extreme_integers(t, values, frame, sql, descending):
+    values = values + [None]
+    xs = pa.table({"x": pa.array(values, t), "y": pa.array(range(len(values)), pa.int64())})
+    rows = xs.append_column(GROUP, pa.array(np.zeros(len(values), np.int64))) \
+        .append_column(COUNT, pa.array(np.ones(len(values), np.int64)))
+    got = Window(["x"], descending, dict(s=W.running_sum("y", frame)))(rows)
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.register("xs", xs)
+    want = con.execute(f"SELECT y, sum(y) OVER (ORDER BY x {'DESC' if descending else 'ASC'} NULLS LAST "
+                       f"RANGE BETWEEN {sql}) FROM xs").fetchall()
+    assert sorted(zip(got.column("y").to_pylist(), got.column("s").to_pylist())) == sorted(want)
 
 
 # ------------------------------------------------------------------ through runs on Spark

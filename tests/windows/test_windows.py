@@ -182,7 +182,9 @@ def test_window_refuses_what_is_no_window_function_when_declared(columns):
     with pytest.raises(PipelineError, match="window"):
         xs.window("k", "t", **columns)
     for bad in (W.lag("x", -1), W.running_sum("x", frame=W.rows(-2)), W.running_sum("x", frame="rows"),
-                W.running_count(frame=W.Frame("range", 3))):
+                W.running_count(frame=W.Frame("range", "3")), W.running_count(frame=W.range_frame(1, -2)),
+                W.running_count(frame=W.range_frame(datetime.timedelta(days=1), 2)),
+                W.running_sum("x", frame=W.range_frame(float("inf"), 0))):
         with pytest.raises(PipelineError, match="window"):
             xs.window("k", "t", n=bad)
 
