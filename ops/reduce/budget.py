@@ -100,28 +100,30 @@ def _with_old_updates(new: pa.Table, look: OldLookup, sql: str, key: list[str], 
     if summary is not None:
         time_col = time_columns(1)[0]
         values_schema = new.select(values).schema
-        if pc.min(new.column("diff")).as_py() > 0 and of_insertions(summary, values_schema):
-            _accumulated(look, sql, key, values)
-            old = old_summary(look.con, key, values, new.schema, summary, time_col,
-                              pc.min(new.column(time_col)).as_py())
-            if old is not None:
-                return _with_old(new, old)
-        elif invertible(summary, values_schema):
-            _accumulated(look, sql, key, values)
-            table = abelian_rows(look.con, new, key, values, summary, time_col)
-            if table is not None:
-                return table
+        first_new = pc.min(new.column(time_col)).as_py()
+        insertions = pc.min(new.column("diff")).as_py() > 0 and of_insertions(summary, values_schema)
+        if (insertions or invertible(summary, values_schema)) and _old_before(look, sql, key, values, first_new):
+            if insertions:
+                old = old_summary(look.con, key, values, new.schema, summary, time_col, first_new)
+                if old is not None:
+                    return _with_old(new, old)
+            else:
+                table = abelian_rows(look.con, new, key, values, summary, time_col)
+                if table is not None:
+                    return table
     rows = look.old_count(sql)
     if budget is not None and rows > budget:
         return None
     return _with_old(new, look.con.sql(sql).to_arrow_table() if rows else None)
 
 
-def _accumulated(look: OldLookup, sql: str, key: list[str], values: list[str]) -> None:
-    """The lookup's old rows accumulated (``old_rows``), once for the reduces of a task."""
+def _old_before(look: OldLookup, sql: str, key: list[str], values: list[str], first_new: int) -> bool:
+    """Whether the lookup's old updates all precede the first new time (accumulated as
+    ``old_rows`` once for the reduces of a task): only then may a summary stand for them."""
     if not look.accumulated:
-        accumulate_old_rows(look.con, sql, key, values)
+        look.latest_old = accumulate_old_rows(look.con, sql, key, values, time_columns(1)[0])
         look.accumulated = True
+    return look.latest_old is None or look.latest_old < first_new
 
 
 def _lookup(new: pa.Table, files: list[str], key: list[str], values: list[str]) -> tuple[OldLookup, str]:

@@ -53,6 +53,7 @@ class OldLookup:
         if key:  # (DuckDB registers no table without columns; a reduce without key needs none)
             self.con.register("touched_keys", keys)
         self._count: int | None = None
+        self.latest_old: int | None = None  # the latest time of the accumulated old rows
 
     def old_count(self, sql: str) -> int:
         """How many old updates ``sql`` (the touched keys' lookup) selects."""

@@ -59,25 +59,33 @@ def _order(reducer: Reducer) -> tuple[list[str], list[str], int]:
     return [reducer.col], ["DESC" if isinstance(reducer, Max) else "ASC"], 1
 
 
-def accumulate_old_rows(con, old_sql: str, key: list[str], values: list[str]) -> None:
+def accumulate_old_rows(con, old_sql: str, key: list[str], values: list[str], time_col: str) -> int | None:
     """The old updates ``old_sql`` selects, accumulated per row, as the temporary table
     ``old_rows`` of ``con`` (what :func:`old_summary` reads; the reduces of one task that
-    share a shuffle, ``ops/reduce/shared_shuffle.py``, build it once for all of them)."""
+    share a shuffle, ``ops/reduce/shared_shuffle.py``, build it once for all of them).
+    Returns their latest time (None: there are none): they stand for a key's input before
+    the task's first new time only when they all precede it (a run may find stored updates
+    at later times, e.g. an input that waited for another's upper)."""
     kv = ", ".join(quote(c) for c in key + values)
     # the stored files are read once: into memory, then looked at there
-    con.execute(f"CREATE OR REPLACE TEMP TABLE old_raw AS SELECT {kv}, diff::BIGINT AS {M} FROM ({old_sql})")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE old_raw AS SELECT {kv}, {quote(time_col)} AS {_T}, "
+                f"diff::BIGINT AS {M} FROM ({old_sql})")
+    latest = con.sql(f"SELECT max({_T}) FROM old_raw").fetchall()[0][0]
+    con.execute(f"ALTER TABLE old_raw DROP COLUMN {_T}")
     con.execute("DROP TABLE IF EXISTS old_rows")
     if con.sql(f"SELECT coalesce(min({M}) > 0, true) FROM old_raw").fetchall()[0][0]:
         # every stored update inserts (an append-only table): every row's sum is positive,
         # so the updates stand for their rows as they are (a row may appear several times)
         # and the hash aggregation of the keys' whole history (most of the cost) is skipped
         con.execute("ALTER TABLE old_raw RENAME TO old_rows")
-        return
+        return latest
     con.execute(f"CREATE TEMP TABLE old_rows AS SELECT {kv}, SUM({M})::BIGINT AS {M} "
                 f"FROM old_raw GROUP BY ALL HAVING SUM({M}) <> 0")
     con.execute("DROP TABLE old_raw")
+    return latest
 
 
+_T = "_ddcli_t"  # the time of an old update, while its latest is found
 ONE = "_ddcli_one_group"  # the constant key of a reduce without a key
 
 
