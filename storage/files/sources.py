@@ -169,7 +169,12 @@ class CsvSource(Source):
                 raise failure
             self.sha256 = stream.finish()
             quotes = stream.quotes
-        table = pa.Table.from_batches(batches, schema=reader.schema)
+            schema, reader = reader.schema, None
+            # read to the end, pyarrow lets go of the stream; until it has, its read-ahead
+            # thread may still call into Python, and a process exiting then (an ingest
+            # with nothing new exits at once) aborts
+            stream.wait_released(tail=0)
+        table = pa.Table.from_batches(batches, schema=schema)
         if quotes % 2:
             raise self._unbalanced(table)
         return table

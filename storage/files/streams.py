@@ -167,7 +167,7 @@ class ByteStream:
         self._handles.append(weakref.ref(handle))
         return pa.PythonFile(handle, mode="r")
 
-    def wait_released(self, most: float = 10.0) -> None:
+    def wait_released(self, most: float = 10.0, tail: float = _READER_TAIL) -> None:
         """Return once pyarrow let go of every :meth:`python_file` (or after ``most``
         seconds), and its read-ahead thread had a moment to finish. After a reader failed
         (an over-long line in the first block), that thread goes on in C++ for a while: should
@@ -176,7 +176,7 @@ class ByteStream:
         end = time.monotonic() + most
         while any(h() is not None for h in self._handles) and time.monotonic() < end:
             time.sleep(0.002)
-        time.sleep(_READER_TAIL)
+        time.sleep(tail)
 
     def _read(self, n: int) -> bytes:
         n = -1 if n is None else n
