@@ -39,6 +39,12 @@ class Frame(NamedTuple):
     preceding: int | None = None
     following: int | None = 0
 
+    def identity(self) -> tuple:
+        """The fields a pipeline's fingerprint reads (ops/dataflow/fingerprint.py): a frame
+        ending at the current row is identified as it was before frames could end after it,
+        so that the pipelines already run with one are not reported as edited."""
+        return self if self.following != 0 else self[:2]
+
 
 #: ``RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW``, SQL's default with ORDER BY
 #: (without an order every row is a peer: the whole partition).
