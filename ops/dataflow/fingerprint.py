@@ -57,9 +57,8 @@ def canonical(value, ref=None, seen: frozenset = frozenset()):
         return ["bytes", value.hex()]
     if isinstance(value, Node):
         return ["node", ref(value) if ref else None]
-    identity = getattr(value, "identity", None)
-    if isinstance(value, tuple) and callable(identity):  # a record that says which fields identify it
-        return [type(value).__name__] + [canonical(v, ref, seen) for v in identity()]
+    if isinstance(value, tuple) and callable(getattr(value, "identity", None)):  # a record naming its identifying fields
+        return [type(value).__name__] + [canonical(v, ref, seen) for v in value.identity()]
     if isinstance(value, (list, tuple)):
         return [type(value).__name__] + [canonical(v, ref, seen) for v in value]
     if isinstance(value, (set, frozenset)):
