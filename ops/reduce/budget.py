@@ -26,9 +26,9 @@ budget, beyond it in a DuckDB table that spills, reduced in the same shares or k
 first time coordinate, so a hot key is never taken whole there either.
 
 DuckDB holds the looked-up rows under a memory limit and spills beyond it, so the task's
-memory is the limit plus one share. With one-dimensional times every new update is later
-than every stored one, so a share's old rows are accumulated to one update per row at the
-first new time first: only its live rows reach the kernel.
+memory is the limit plus one share. With one-dimensional times every new update is
+usually later than every stored one, and then a share's old rows are accumulated to one
+update per row at the first new time first: only its live rows reach the kernel.
 """
 
 from __future__ import annotations
@@ -155,11 +155,15 @@ def _by_shares(new: pa.Table, look: OldLookup, sql: str, key: list[str], values:
     cols = ", ".join(quote(c) for c in names)
     con.execute(f"CREATE OR REPLACE TEMP TABLE old_shared AS SELECT {cols}, {share} AS {_SHARE} FROM ({sql})")
     new_share = con.sql(f"SELECT {share} FROM new_rows").to_arrow_table().column(0).to_numpy()
+    # old rows stand accumulated at the first new time only when none is later (a run may
+    # find stored updates at later times: an input that waited for another's upper)
+    tcol = quote(time_columns(d)[-1])
+    early = d == 1 and not con.sql(f"SELECT coalesce(max({tcol}) >= {at}, false) FROM old_shared").fetchall()[0][0]
     stage_one = _first_stage(reducer, key, values, d)
     per_row = isinstance(reducer, (Distinct, Threshold))
     firsts = []
     for i in range(shares):
-        if d == 1:  # every new update is later than every old one: accumulate the old rows at the first new time
+        if early:  # every new update is later than every old one: accumulate the old rows at the first new time
             old = con.sql(_accumulated_sql(f"SELECT * FROM old_shared WHERE {_SHARE} = {i}", key + values,
                                            at)).to_arrow_table()
         else:
@@ -191,13 +195,15 @@ def _by_key_groups(new: pa.Table, files: list[str], look: OldLookup, sql: str, k
     group_of[kid[:stored.num_rows]] = group
     new_group = group_of[kid[stored.num_rows:]]
     parts = []
-    at = pc.min(new.column(time_columns(d)[-1])).as_py()
+    tcol = time_columns(d)[-1]
+    at = pc.min(new.column(tcol)).as_py()
+    early = d == 1 and not look.con.sql(f"SELECT coalesce(max({quote(tcol)}) >= {at}, false) FROM ({sql})").fetchall()[0][0]
     for g in np.unique(new_group):
         mine = new.filter(pa.array(new_group == g))
         keys = stored.filter(pa.array(group == g))
         if g < 0:
             old = None
-        elif d == 1:  # every new update is later than every stored one: a row per live value row
+        elif early:  # every new update is later than every stored one: a row per live value row
             old = _accumulated_old(look, sql, keys, key, values, at)
         else:
             old = duckdb_keyed_read(files, keys, key)
