@@ -148,13 +148,7 @@ def _read_new(name: str, existing: Trace | None, objects: list, tag: str, *, fmt
     budget = ReadBudget()
     seen = ingested.keys(existing.ingested if existing else {})
     fresh, files, skipped = [], {}, []
-    for o in objects:
-        version = o.version()
-        if version is not None and ingested.version_key(version, tag) in seen:
-            skipped.append(o.url)
-            continue
-        if progress:
-            progress(o.url)
+    for o, version in _not_taken(objects, seen, tag, skipped, progress):
         b = read_update_file(o, fmt=fmt, schema=schema, d=d, time=time, null=null, budget=budget, types=types)
         if schema is None:
             schema, d = b.data.schema, b.d
@@ -168,6 +162,19 @@ def _read_new(name: str, existing: Trace | None, objects: list, tag: str, *, fmt
         fresh.append(b)
         files[b.path] = sig
     return fresh, files, skipped, schema, d
+
+
+def _not_taken(objects: list, seen: set, tag: str, skipped: list, progress):
+    """Each object (with its version) whose version was not ingested before, announced to
+    ``progress``; the others' names go to ``skipped``."""
+    for o in objects:
+        version = o.version()
+        if version is not None and ingested.version_key(version, tag) in seen:
+            skipped.append(o.url)
+            continue
+        if progress:
+            progress(o.url)
+        yield o, version
 
 
 def _key(name: str, existing: Trace | None, key: list[str] | None, schema: pa.Schema, paths: list[str]) -> list[str]:
@@ -258,13 +265,7 @@ def _ingest_out_of_core(store, name: str, existing: Trace | None, objects: list,
     try:
         seen = ingested.keys(record)
         files, skipped = {}, []
-        for o in objects:
-            version = o.version()
-            if version is not None and ingested.version_key(version, tag) in seen:
-                skipped.append(o.url)
-                continue
-            if progress:
-                progress(o.url)
+        for o, version in _not_taken(objects, seen, tag, skipped, progress):
 
             def take(b, first_row: int, path=o.url) -> None:
                 if st["schema"] is None:

@@ -138,15 +138,33 @@ def _plain(v):
     return v
 
 
-def kernel_outputs(updates, name: str, max_cells: int = 1 << 21) -> dict:
-    """``reduce_delta``'s output changes: time -> Counter of output rows."""
-    order, descending, functions, _ = WINDOWS[name]
+def _updates_table(updates) -> pa.Table:
+    """``(row, time, diff, new)`` updates as the table ``reduce_delta`` takes."""
     rows = [u[0] for u in updates]
     table = pa.table({c: pa.array([r[i] for r in rows], SCHEMA.field(c).type) for i, c in enumerate(SCHEMA.names)},
                      schema=SCHEMA)
-    table = table.append_column("time", pa.array([u[1] for u in updates], pa.int64())) \
+    return table.append_column("time", pa.array([u[1] for u in updates], pa.int64())) \
         .append_column("diff", pa.array([u[2] for u in updates], pa.int64())) \
         .append_column("_new", pa.array([u[3] for u in updates], pa.bool_()))
+
+
+def _count_evaluated(monkeypatch) -> list[int]:
+    """The rows each window evaluation of the test gets (appended as they come)."""
+    evaluated = []
+    columns = Window.columns
+
+    def counted(self, rows, out_schema, offsets=None):
+        evaluated.append(rows.num_rows)
+        return columns(self, rows, out_schema, offsets)
+
+    monkeypatch.setattr(Window, "columns", counted)
+    return evaluated
+
+
+def kernel_outputs(updates, name: str, max_cells: int = 1 << 21) -> dict:
+    """``reduce_delta``'s output changes: time -> Counter of output rows."""
+    order, descending, functions, _ = WINDOWS[name]
+    table = _updates_table(updates)
     reducer = Window(order, descending, functions, partition_by=["k"])
     out = reduce_delta(table, ["k"], VALUES, 1, reducer, max_cells=max_cells)
     found: dict = {}
@@ -240,20 +258,8 @@ def test_a_change_at_the_tail_costs_a_few_rows_not_the_partition(monkeypatch, na
     n = 5000
     tail = (0, n + 5, 0.5, Decimal("1.00"), datetime.date(2024, 1, 2), "y")
     updates = _big_partition(n, [(tail, 1)])
-    rows = [u[0] for u in updates]
-    table = pa.table({c: pa.array([r[i] for r in rows], SCHEMA.field(c).type) for i, c in enumerate(SCHEMA.names)},
-                     schema=SCHEMA)
-    table = table.append_column("time", pa.array([u[1] for u in updates], pa.int64())) \
-        .append_column("diff", pa.array(np.ones(len(rows), np.int64))) \
-        .append_column("_new", pa.array([u[3] for u in updates]))
-    evaluated = []
-    columns = Window.columns
-
-    def counted(self, rows, out_schema, offsets=None):
-        evaluated.append(rows.num_rows)
-        return columns(self, rows, out_schema, offsets)
-
-    monkeypatch.setattr(Window, "columns", counted)
+    table = _updates_table(updates)
+    evaluated = _count_evaluated(monkeypatch)
     out = reduce_delta(table, ["k"], VALUES, 1, Window(["o"], False, functions, partition_by=["k"]))
     # the new row, and for lag its successor's neighbour: never the partition
     assert out.num_rows <= most + 1, out.to_pylist()
@@ -264,20 +270,8 @@ def test_a_change_at_the_head_of_a_frame_to_the_partition_end_costs_a_few_rows(m
     n = 5000
     head = (0, -1, 0.5, Decimal("1.00"), datetime.date(2024, 1, 2), "y")
     updates = _big_partition(n, [(head, 1)])
-    rows = [u[0] for u in updates]
-    table = pa.table({c: pa.array([r[i] for r in rows], SCHEMA.field(c).type) for i, c in enumerate(SCHEMA.names)},
-                     schema=SCHEMA)
-    table = table.append_column("time", pa.array([u[1] for u in updates], pa.int64())) \
-        .append_column("diff", pa.array(np.ones(len(rows), np.int64))) \
-        .append_column("_new", pa.array([u[3] for u in updates]))
-    evaluated = []
-    columns = Window.columns
-
-    def counted(self, rows, out_schema, offsets=None):
-        evaluated.append(rows.num_rows)
-        return columns(self, rows, out_schema, offsets)
-
-    monkeypatch.setattr(Window, "columns", counted)
+    table = _updates_table(updates)
+    evaluated = _count_evaluated(monkeypatch)
     functions = dict(rest=W.running_sum("p", W.rows(0, None)), near=W.running_count(frame=W.rows(1, 2)))
     out = reduce_delta(table, ["k"], VALUES, 1, Window(["o"], False, functions, partition_by=["k"]))
     # the new row and its successor, whose near frame now holds it (the rest is after the change)
@@ -290,13 +284,7 @@ def test_a_change_at_the_head_moves_the_ranks_but_a_lag_only_its_neighbours(monk
     head = (0, -1, 0.5, Decimal("1.00"), datetime.date(2024, 1, 2), "y")
     updates = _big_partition(n, [(head, 1)])
     for functions, want in ((dict(prev=W.lag("o", 2)), 2), (dict(rn=W.row_number()), n + 1)):
-        rows = [u[0] for u in updates]
-        table = pa.table({c: pa.array([r[i] for r in rows], SCHEMA.field(c).type)
-                          for i, c in enumerate(SCHEMA.names)}, schema=SCHEMA)
-        table = table.append_column("time", pa.array([u[1] for u in updates], pa.int64())) \
-            .append_column("diff", pa.array(np.ones(len(rows), np.int64))) \
-            .append_column("_new", pa.array([u[3] for u in updates]))
-        out = reduce_delta(table, ["k"], VALUES, 1, Window(["o"], False, functions, partition_by=["k"]))
+        out = reduce_delta(_updates_table(updates), ["k"], VALUES, 1, Window(["o"], False, functions, partition_by=["k"]))
         inserted = int(np.sum(np.asarray(out.column("diff")) > 0))
         assert inserted == want, (functions, inserted)
 
@@ -305,20 +293,8 @@ def test_a_change_at_the_head_moves_the_ranks_but_a_lag_only_its_neighbours(monk
 def test_a_change_in_the_middle_recomputes_only_the_rows_whose_value_frame_holds_it(monkeypatch, descending):
     n = 5000  # o = 0 .. n - 1; a new row at o = 2500 is in the frames of o = 2499 .. 2502 (ascending)
     updates = _big_partition(n, [((0, n // 2, 0.5, Decimal("1.00"), datetime.date(2024, 1, 2), "y"), 1)])
-    rows = [u[0] for u in updates]
-    table = pa.table({c: pa.array([r[i] for r in rows], SCHEMA.field(c).type) for i, c in enumerate(SCHEMA.names)},
-                     schema=SCHEMA)
-    table = table.append_column("time", pa.array([u[1] for u in updates], pa.int64())) \
-        .append_column("diff", pa.array(np.ones(len(rows), np.int64))) \
-        .append_column("_new", pa.array([u[3] for u in updates]))
-    evaluated = []
-    columns = Window.columns
-
-    def counted(self, rows, out_schema, offsets=None):
-        evaluated.append(rows.num_rows)
-        return columns(self, rows, out_schema, offsets)
-
-    monkeypatch.setattr(Window, "columns", counted)
+    table = _updates_table(updates)
+    evaluated = _count_evaluated(monkeypatch)
     functions = dict(near=W.running_sum("p", W.range_frame(2, 1)), n=W.running_count(frame=W.range_frame(0, 1)))
     out = reduce_delta(table, ["k"], VALUES, 1, Window(["o"], descending, functions, partition_by=["k"]))
     moved = sorted(r["o"] for r in out.to_pylist() if r["diff"] > 0)
