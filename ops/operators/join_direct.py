@@ -175,7 +175,7 @@ def _joined_and_written(job: DirectJoin, i: int):
     if not job.nulls_equal:  # a row with a null key matches nothing (the key is all new updates')
         for k in spec.key:
             where = pc.field(k).is_valid() if where is None else where & pc.field(k).is_valid()
-    schema = _task_schema(spec, job.schemas)
+    schema = task_schema(spec, job.schemas)
     paths = [(s, f) for s in (0, 1) for f in job.files[s]]
     if job.reads:  # only the files whose keys meet the task's range
         paths = [paths[j] for j in job.reads[i]]
@@ -196,7 +196,7 @@ def _joined_and_written(job: DirectJoin, i: int):
             yield [(w["trace"], row) for row in meta.to_pylist()]
 
 
-def _task_schema(spec: JoinSpec, schemas: tuple[pa.Schema, pa.Schema]) -> pa.Schema:
+def task_schema(spec: JoinSpec, schemas: tuple[pa.Schema, pa.Schema]) -> pa.Schema:
     """A join task's input rows: key, left columns, right columns, times, diff, newness, side
     (as ``ops.operators.join.sweep_pairs`` builds them)."""
     left, right = schemas

@@ -51,6 +51,7 @@ from ops.operators.linear import union_coalesced
 from ops.reduce.shared_shuffle import shared_token, write_shared
 from ops.run.deferred import DeferredFrame
 from ops.run.evaluate import Runtime, evaluate
+from ops.run.in_driver import DriverRun, Unfit, evaluate_in_driver, plan_in_driver, write_in_driver
 from ops.run.progress import RunProgress, cone_of, updates
 from ops.run.rebuild import Backfill, Identity, identify, plan_backfill, state_reusable
 from ops.spark.errors import failed_on_data
@@ -451,6 +452,9 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
     else:
         batches = [(None, None, set(sources))]
     if len(batches) == 1 and backfill is None:
+        if not plan.rebuild and _in_driver(store, plan, runtime, schemas, delta_rows, progress):
+            return Evaluation(spark, runtime, schemas, [dict.fromkeys(node.id for node in p.outputs.values())],
+                              delta_rows)
         runtime.task_writes = task_writes(store, plan, runtime, schemas)
         runtime.source_files = {n: store.read_paths(v.trace, v.new) for n, v in views.items() if v.new}
     first = time_columns(d)[0]
@@ -586,15 +590,52 @@ def task_writes(store: Store, plan: RunPlan, runtime: Runtime, schemas: dict[int
     the trace's name; for one batch only (later batches add to what earlier ones recorded)."""
     specs: dict[tuple[str, int], list[dict]] = {}
     for tname, (node, is_state) in run_targets(plan, runtime).items():
-        proto, since, lay = _layout(store, plan, schemas, tname, node, is_state)
+        proto, spec = _file_spec(store, plan, schemas, tname, node, is_state)
         source = node.inputs[0] if node.op == "output" else node  # an output passes its input on
         if not is_state and (not (source.op == "leave" or OPERATORS[source.op].family == JOIN) or proto.pending):
             continue
-        specs.setdefault(("state" if is_state else "output", source.id), []).append(dict(
-            trace=tname, directory=lay["directory"], schema=lay["schema"], key=lay["key"], d=lay["d"],
-            lower=lay["lower"], upper=lay["upper"], since=since if is_state else proto.effective_since(),
-            split=not is_state))
+        specs.setdefault(("state" if is_state else "output", source.id), []).append(dict(trace=tname, **spec))
     return specs
+
+
+def _file_spec(store: Store, plan: RunPlan, schemas: dict[int, pa.Schema], tname: str, node: Node,
+               is_state: bool) -> tuple[Trace, dict]:
+    """The trace as the run found (or creates) it, and the ``write_table_files`` arguments
+    of a file of its layer written by a task (or the driver)."""
+    proto, since, lay = _layout(store, plan, schemas, tname, node, is_state)
+    return proto, dict(directory=lay["directory"], schema=lay["schema"], key=lay["key"], d=lay["d"],
+                       lower=lay["lower"], upper=lay["upper"], since=since if is_state else proto.effective_since(),
+                       split=not is_state)
+
+
+def _in_driver(store: Store, plan: RunPlan, runtime: Runtime, schemas: dict[int, pa.Schema], delta_rows: int,
+               progress: RunProgress) -> bool:
+    """Evaluate a small run in this process and write its targets' files (ops/run/in_driver.py);
+    False, with nothing written, when the run takes Spark."""
+    driver = plan_in_driver(plan.p, schemas, runtime.arranged, delta_rows)
+    if driver is None:
+        return False
+    specs = {}
+    for tname, (node, is_state) in run_targets(plan, runtime).items():
+        proto, spec = _file_spec(store, plan, schemas, tname, node, is_state)
+        if proto.pending and not is_state:  # earlier changes wait beyond the frontier: Spark merges them
+            return False
+        specs[tname] = (node, spec)
+    d = plan.d
+    run = DriverRun(schemas, d, {n: (store.read_paths(v.trace, v.new), update_schema(v.trace.schema, d))
+                                 for n, v in plan.views.items() if v.new},
+                    lambda node: runtime.stored(node).files, minimum(d) if plan.record is None else None)
+    with progress.step("batch", spark=False, batch=1) as step:
+        try:
+            frames = evaluate_in_driver(driver, run)
+        except Unfit as e:
+            step["left_to_spark"] = str(e)
+            return False
+        runtime.written_in_tasks.update(write_in_driver(frames, specs))
+        step["in_driver"] = True
+    runtime.ran.extend(n for n in driver.nodes if OPERATORS[n.op].stateful and frames.get(n.id) is not None)
+    progress("evaluated in the driver: no Spark job")
+    return True
 
 
 def _target_write(store: Store, plan: RunPlan, ev: Evaluation, tname: str, node: Node, is_state: bool,

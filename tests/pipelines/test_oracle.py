@@ -87,6 +87,7 @@ def test_the_oracle_sees_a_bug_in_the_engines_operator_code(words_store, tmp_pat
     path = write(tmp_path / "anti.py", 'def pipeline(p):\n    w = p.input("words")\n'
                                       '    p.output("rest", w.concat(w.filter("word = \'a\'").negate()))\n')
     monkeypatch.setattr(linear, "negate", lambda ctx, df: df)  # the planted bug
+    monkeypatch.setenv("DDCLI_DRIVER_ROWS", "0")  # in Spark's code: no run in the driver
     ok(cli(words_store, "run", path))
     v = verify_pipeline(Store(words_store), path)
     assert not v.ok, "verify agreed with a run whose negate did nothing"
@@ -127,6 +128,7 @@ def test_doubles_compare_within_a_relative_tolerance_so_the_first_real_differenc
     # order), and a negate that does nothing (a real fault, first at time 9)
     monkeypatch.setattr(linear, "select", lambda *a: select(*a).withColumn("x", F.col("x") * (1 + 1e-12)))
     monkeypatch.setattr(linear, "negate", lambda ctx, df: df)
+    monkeypatch.setenv("DDCLI_DRIVER_ROWS", "0")  # in Spark's code: no run in the driver
     ok(cli(words_store, "run", path))
     v = verify_pipeline(Store(words_store), path)
     first = v.differences[0]

@@ -41,17 +41,17 @@ def reference(model: str, schemas: dict[str, pa.Schema], live: dict[str, list[di
 
 def check_model(tmp_path, model: str, schemas: dict[str, pa.Schema], makers: dict[str, Callable],
                 *, seed: int, runs: int = 2, times_per_run: int = 2, first: int = 25, later: int = 6,
-                retractions: int = 4, rel: float = 1e-9, pipeline: str | None = None) -> None:
+                retractions: int = 4, rel: float = 1e-9, pipeline: str | None = None) -> list:
     """Run ``model`` over random updates (``makers[table](rng, n)`` makes n rows) and
-    assert every output equals DuckDB's at every time after every run. With ``pipeline``
-    (a Python pipeline file's text) that pipeline runs, and ``model`` is only DuckDB's
-    reference of its outputs."""
+    assert every output equals DuckDB's at every time after every run; the runs' results.
+    With ``pipeline`` (a Python pipeline file's text) that pipeline runs, and ``model`` is
+    only DuckDB's reference of its outputs."""
     rng = random.Random(seed)
     store = Store(str(tmp_path / "store"))
     path = tmp_path / ("model.sql" if pipeline is None else "model.py")
     path.write_text(model if pipeline is None else pipeline)
     live: dict[str, list[dict]] = {name: [] for name in schemas}
-    answers, t = {}, 0
+    answers, t, results = {}, 0, []
     for run in range(runs):
         for _ in range(times_per_run):
             for table, make in makers.items():
@@ -65,7 +65,7 @@ def check_model(tmp_path, model: str, schemas: dict[str, pa.Schema], makers: dic
                 live[table] += inserts
             answers[t] = reference(model, schemas, live)
             t += 1
-        run_pipeline(store, str(path))
+        results.append(run_pipeline(store, str(path)))
         problems = []
         for view in outputs(model):
             for when in range(t):
@@ -82,3 +82,4 @@ def check_model(tmp_path, model: str, schemas: dict[str, pa.Schema], makers: dic
             for table in schemas:
                 store.advance(table, since=str(t - 1))
             store.compact(full=True, grace_seconds=0)
+    return results
