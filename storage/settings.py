@@ -198,6 +198,8 @@ SETTINGS: list[Setting] = [
             "memory a reduce task may use for one key's grid of times", executors=True),
     Setting("reduce_task_rows", "DDCLI_REDUCE_TASK_ROWS", _POSITIVE, str(1 << 20),
             "rows a reduce or join task brings into Arrow at once"),
+    Setting("driver_rows", "DDCLI_DRIVER_ROWS", _NON_NEGATIVE, "100000",
+            "new updates up to which a run is evaluated in the driver, without Spark jobs (0: never)"),
     Setting("reduce_split_rows", "DDCLI_REDUCE_SPLIT_ROWS", _NON_NEGATIVE, str(1 << 20),
             "new updates from which a reduce splits hot keys among tasks (0: always)"),
     Setting("loop_path", "DDCLI_LOOP_PATH", _choice("auto", "round", "local", "resident"), "auto",

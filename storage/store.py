@@ -77,7 +77,7 @@ class Store:
         """The newest intact state. A damaged newest version is a warning for a reader (it
         reads the version before); for a command that will write (``to_write``) it is a
         :class:`CorruptionError` before any work, as the commit would refuse it anyway."""
-        v, s = self.log.latest()
+        v, s = self.log.latest(shared=True)  # read into objects, never changed
         note = self.log.damage_note()
         if note and to_write:
             raise CorruptionError(f"nothing was written: {note}")
@@ -161,7 +161,7 @@ class Store:
             v = raw["version"] if raw else 0
             before[0] = raw
             return change(State.from_json(v, raw)).to_json()
-        version, raw = self.log.commit(apply)
+        version, raw = self.log.commit(apply, in_place=False)  # a state is read into objects, not changed
         for follower in (self.delta, self.tables):
             if follower is not None:
                 follower.committed(before[0], raw)

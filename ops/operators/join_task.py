@@ -91,7 +91,7 @@ def _with_stored(batches: list[pa.RecordBatch], spec: JoinSpec, lookup) -> Itera
             sql = (f"SELECT {group}, greatest({quote(tcols[0])}, {int(at)})::BIGINT AS {quote(tcols[0])}, "
                    f"SUM(diff)::BIGINT AS diff FROM ({keyed_read_sql(files, keys, key)}) "
                    f"GROUP BY ALL HAVING SUM(diff) <> 0")
-            for b in con.sql(sql).fetch_record_batch(1 << 16):
+            for b in con.sql(sql).to_arrow_reader(1 << 16):
                 yield from as_side(pa.Table.from_batches([b]), new.schema, s, new=False).to_batches()
         finally:
             con.close()

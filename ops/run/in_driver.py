@@ -39,7 +39,7 @@ from ops.io.write import write_table_files
 from ops.loops.task import conform, consolidate
 from ops.operators.join_direct import task_schema
 from ops.operators.join_sweep import JoinSpec
-from ops.operators.join_task import as_side, join_task
+from ops.operators.join_task import TooManyLiveRows, as_side, join_task
 from ops.reduce.budget import in_shares, reduce_with_lookup, task_rows
 from ops.reduce.kernel import reduce_delta
 from ops.reduce.old_updates import OldLookup
@@ -223,7 +223,10 @@ def _join(n: Node, ins: list, run: DriverRun, plan: DriverPlan, con) -> pa.Table
     batches = [b for side, t in enumerate((left, right)) if t is not None
                for b in as_side(t, schema, side, new=True).to_batches()]
     lookup = tuple(run.stored_files(i) for i in n.inputs)
-    out = list(join_task(batches, spec, task_rows(), lookup))
+    try:  # the driver holds what a task would, or as much as the run may make
+        out = list(join_task(batches, spec, max(task_rows(), plan.limit), lookup))
+    except TooManyLiveRows as e:  # Spark's join takes a hot key in slices of time
+        raise Unfit(f"{n.describe()}: {e}") from None
     return pa.Table.from_batches(out) if out else None
 
 

@@ -96,7 +96,7 @@ class Follower(CommitSpan):
         """Bring every Delta table up to the newest ddcli version if the record says they
         lag (``ddcli compact``: a command died between its commit and its Delta ones)."""
         self._reset()
-        version, raw = self.store.log.latest()
+        version, raw = self.store.log.latest(shared=True)
         if version == 0 or self._record()["version"] >= version:
             return
         state = dict(raw, version=version)

@@ -74,7 +74,7 @@ class Tables(CommitSpan):
     def catch_up(self) -> None:
         """Bring every table up to the newest ddcli version if the record says they lag."""
         self._reset()
-        version, raw = self.store.log.latest()
+        version, raw = self.store.log.latest(shared=True)
         if version == 0 or self._record() >= version:
             return
         if self._bring_up(self._all_tables(raw), version, raw):

@@ -165,7 +165,7 @@ class Log:
         c = self._chain
         if c is None or c.state is None or c.damaged or c.tip_id is None or self._ident(c.version) != c.tip_id:
             return None
-        chain = self._extend(_Chain(c.version, log_delta.copy_state(c.state), c.base, c.base_id,
+        chain = self._extend(_Chain(c.version, log_delta.own_copy(c.state), c.base, c.base_id,
                                     c.last_full, c.from_hint, tip_id=c.tip_id, full_id=c.full_id))
         if chain is not None and chain.last_full != chain.base and chain.full_id is not None:
             # a newer checkpoint was committed since: build on it (its writer updates the hint)
@@ -184,7 +184,7 @@ class Log:
                 break
             if "delta" in doc:
                 try:
-                    log_delta.apply(state, doc["delta"])
+                    state = log_delta.apply(state, doc["delta"])
                 except (KeyError, TypeError, ValueError, AttributeError, IndexError):
                     chain.damaged = self._existing_from(v)
                     break
@@ -200,9 +200,10 @@ class Log:
         return chain
 
     def _remember(self, chain: _Chain) -> None:
-        """Keep a private copy of what was read (callers may change the state they get)."""
+        """Keep what was read: callers get copies (:meth:`latest`, :meth:`commit`), and a
+        newer version is applied to a copy (``storage/log/delta.py: apply``)."""
         self.damaged = chain.damaged
-        self._chain = _Chain(chain.version, None if chain.state is None else log_delta.copy_state(chain.state),
+        self._chain = _Chain(chain.version, chain.state,
                              chain.base, chain.base_id, chain.last_full, chain.from_hint, list(chain.damaged),
                              chain.tip_id, chain.full_id)
 
@@ -244,15 +245,18 @@ class Log:
             time.sleep(0.001 * (attempt + 1))
         raise Conflict(f"cannot read the newest metadata version in {self.dir}; retry")
 
-    def latest(self) -> tuple[int, dict | None]:
-        """The newest committed version and its state (``(0, None)`` for a new store).
+    def latest(self, *, shared: bool = False) -> tuple[int, dict | None]:
+        """The newest committed version and its state (``(0, None)`` for a new store): a
+        copy of its own, or with ``shared`` the log's own, which the caller only reads.
 
         A newest version that is unreadable is damaged (a commit writes it whole before
         it gets its name): the newest intact version before it is returned instead, and
         :attr:`damaged` names the damaged ones (:meth:`commit` then refuses to write).
         """
         chain = self._read_chain()
-        return chain.version, chain.state
+        if shared or chain.state is None:
+            return chain.version, chain.state
+        return chain.version, log_delta.copy_state(chain.state)
 
     def damage_note(self) -> str | None:
         """What to do about damaged newest versions found by the last :meth:`latest`."""
@@ -266,11 +270,14 @@ class Log:
 
     # ------------------------------------------------------------ writing
 
-    def commit(self, change: Callable[[dict | None], dict], *, retries: int = 20) -> tuple[int, dict]:
+    def commit(self, change: Callable[[dict | None], dict], *, retries: int = 20,
+               in_place: bool = True) -> tuple[int, dict]:
         """Apply ``change`` to the newest state and commit the result as the next version.
 
         ``change`` must be pure: it may be called again on a newer state when another
         writer won the race. It raises :class:`Conflict` when it cannot apply any more.
+        It gets a copy of the state it may change anywhere, or, unless ``in_place``, one
+        it may change at its first two levels only (``storage/log/delta.py: own_copy``).
         """
         self.blobs.make_folder(self.dir)
         for attempt in range(retries):
@@ -278,7 +285,8 @@ class Log:
             version, state = chain.version, chain.state
             if self.damaged:
                 raise CorruptionError(f"nothing was written: {self.damage_note()}")
-            new_state = change(log_delta.copy_state(state) if state is not None else None)
+            copy = log_delta.copy_state if in_place else log_delta.own_copy
+            new_state = change(copy(state) if state is not None else None)
             commit_id = uuid.uuid4().hex
             parent = state.get("commit_id") if state is not None else None
             full = state is None or not chain.from_hint or version + 1 - chain.last_full >= CHECKPOINT_EVERY
@@ -470,7 +478,7 @@ class Log:
                 continue
             else:
                 try:
-                    log_delta.apply(state, doc["delta"])
+                    state = log_delta.apply(state, doc["delta"])
                 except (KeyError, TypeError, ValueError, AttributeError, IndexError):
                     state = None
                     continue

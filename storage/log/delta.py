@@ -26,6 +26,15 @@ def copy_state(state: dict) -> dict:
     return pickle.loads(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
 
+def own_copy(state: dict) -> dict:
+    """A copy of a JSON state its holder may change at its first two levels (a version's
+    keys, its traces' and pipelines' maps). Nothing deeper is copied: no code changes a
+    state's nested objects in place (:func:`apply` copies the path it changes, a state is
+    read into objects of its own), so a copy of a store's hundreds of traces costs a few
+    dictionaries, not a deep copy of each commit's state."""
+    return {k: dict(v) if isinstance(v, dict) else v for k, v in state.items()}
+
+
 def diff(old: dict, new: dict) -> dict:
     """The delta that turns state ``old`` into state ``new`` (metadata keys ignored)."""
     sets: list = []
@@ -52,23 +61,32 @@ def _diff(old: dict, new: dict, path: list, sets: list, dels: list) -> None:
 
 
 def apply(state: dict, delta: dict) -> dict:
-    """Apply ``delta`` to ``state`` in place and return it. Raises ``KeyError`` or
-    ``TypeError`` when the delta does not fit the state (a broken chain)."""
+    """The state ``delta`` turns ``state`` into: ``state`` is left as it is, and the new
+    one shares every object the delta does not change (each object on a changed path is
+    copied once). Raises ``KeyError`` or ``TypeError`` when the delta does not fit the
+    state (a broken chain)."""
+    out = dict(state)
+    copied = {id(out)}
     for path in delta.get("del", []):
-        parent = _walk(state, path)
+        parent = _walk(out, path, copied)
         del parent[path[-1]]
     for path, value in delta.get("set", []):
-        parent = _walk(state, path)
+        parent = _walk(out, path, copied)
         parent[path[-1]] = value
-    return state
+    return out
 
 
-def _walk(state: dict, path: list) -> dict:
+def _walk(state: dict, path: list, copied: set[int]) -> dict:
+    """The object holding ``path``'s last key, each object on the way copied (once)."""
     if not path:
         raise KeyError("empty path in a metadata delta")
     d = state
     for k in path[:-1]:
-        d = d[k]
+        child = d[k]
+        if isinstance(child, dict) and id(child) not in copied:
+            child = d[k] = dict(child)
+            copied.add(id(child))
+        d = child
     if not isinstance(d, dict):
         raise TypeError(f"metadata delta path {path!r} does not lead to an object")
     return d

@@ -12,6 +12,7 @@ commits the result with a put-if-absent (storage/log/commit.py). See docs/archit
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 
 from storage.errors import Conflict, CorruptionError, StoreError
@@ -22,36 +23,92 @@ from storage.state import ingested as ingested_record
 from storage.state.trace import Hold, Trace
 
 
+class Traces(MutableMapping):
+    """A state's traces by name, each parsed from its JSON the first time it is read: a
+    command reads a few of a store's hundreds of traces (a pipeline's state traces are
+    most of them), and parsing them all at every read and commit cost more than a small
+    run's work. A trace never read goes back to JSON as it came."""
+
+    def __init__(self, entries: dict, version: int = 0):
+        self._entries = entries  # name -> Trace, or its JSON while not read
+        self._version = version
+
+    def __getitem__(self, name: str) -> Trace:
+        t = self._entries[name]
+        if isinstance(t, dict):
+            t = self._entries[name] = _trace(self._version, name, t)
+        return t
+
+    def __setitem__(self, name: str, t: Trace) -> None:
+        self._entries[name] = t
+
+    def __delitem__(self, name: str) -> None:
+        del self._entries[name]
+
+    def __iter__(self):
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name) -> bool:
+        return name in self._entries
+
+    def copy(self) -> "Traces":
+        return Traces(dict(self._entries), self._version)
+
+    def to_json(self) -> dict:
+        return {n: (t if isinstance(t, dict) else t.to_json()) for n, t in self._entries.items()}
+
+
+def _trace(version: int, name: str, raw: dict) -> Trace:
+    try:
+        return Trace.from_json(name, raw)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, StoreError) as e:
+        raise _malformed(version, e) from None
+
+
+def _malformed(version: int, e: Exception) -> CorruptionError:
+    """A version whose content is not a state (a key or value a damaged version lost)."""
+    detail = " ".join(f"{type(e).__name__}: {e}".split())[:200]
+    return CorruptionError(f"metadata version {version} of the store is malformed ({detail}); the store is "
+                           f"damaged, run 'ddcli check' (retrying will not help)")
+
+
 @dataclass
 class State:
     version: int
-    traces: dict[str, Trace]
+    traces: Traces
     pipelines: dict[str, dict]
+
+    def __post_init__(self):
+        if not isinstance(self.traces, Traces):
+            self.traces = Traces(dict(self.traces), self.version)
 
     @classmethod
     def from_json(cls, version: int, v: dict | None) -> "State":
         """The state a version holds; :class:`CorruptionError` when its content is not one
-        (a key or value a damaged version lost), never an error of the code reading it."""
+        (a key or value a damaged version lost; a trace's when it is first read), never
+        an error of the code reading it."""
         if not v:
-            return cls(version, {}, {})
+            return cls(version, Traces({}, version), {})
         try:
-            traces = {n: Trace.from_json(n, t) for n, t in v["traces"].items()}
+            if not isinstance(v["traces"], dict) or not all(isinstance(t, dict) for t in v["traces"].values()):
+                raise ValueError("the traces are not a mapping of records")
+            traces = Traces(dict(v["traces"]), version)
             pipelines = dict(v.get("pipelines", {}))
             for name, record in pipelines.items():
                 _check_record(record)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, StoreError) as e:
-            detail = " ".join(f"{type(e).__name__}: {e}".split())[:200]
-            raise CorruptionError(f"metadata version {version} of the store is malformed ({detail}); the store is "
-                                  f"damaged, run 'ddcli check' (retrying will not help)") from None
+            raise _malformed(version, e) from None
         return cls(version, traces, pipelines)
 
     def to_json(self) -> dict:
-        return {"version": self.version, "traces": {n: t.to_json() for n, t in self.traces.items()},
-                "pipelines": self.pipelines}
+        return {"version": self.version, "traces": self.traces.to_json(), "pipelines": self.pipelines}
 
     def with_traces(self, changed: dict[str, Trace | None]) -> "State":
         """A new state with these traces replaced (None: removed)."""
-        traces = dict(self.traces)
+        traces = self.traces.copy()
         for name, t in changed.items():
             if t is None:
                 traces.pop(name, None)

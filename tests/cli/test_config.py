@@ -96,6 +96,8 @@ def test_the_registry_defaults_are_what_the_code_uses_when_nothing_is_set(monkey
     from ops.reduce.operator import SPLIT_ROWS
     from storage.log.commit import DEFAULT_RETENTION_SECONDS
     assert int(BY_ENV["DDCLI_REDUCE_SPLIT_ROWS"].default) == SPLIT_ROWS
+    from ops.run.in_driver import DRIVER_ROWS
+    assert int(BY_ENV["DDCLI_DRIVER_ROWS"].default) == DRIVER_ROWS
     assert float(BY_ENV["DDCLI_LOG_RETENTION"].default) == DEFAULT_RETENTION_SECONDS
 
 

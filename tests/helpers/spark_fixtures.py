@@ -41,3 +41,10 @@ def spark_jobs(spark):
         return set(tracker.getJobIdsForGroup())
 
     return jobs
+
+
+@pytest.fixture
+def on_spark(monkeypatch):
+    """Small runs on Spark, not in the driver (ops/run/in_driver.py): for the tests of how
+    Spark's tasks split, slice and write a run, which a small run in the driver skips."""
+    monkeypatch.setenv("DDCLI_DRIVER_ROWS", "0")

@@ -23,6 +23,8 @@ from ops.run import evaluate
 from tests.helpers import reference as R
 from tests.helpers.pipeline_bench import XS, Bench, random_changes, replaced_every_time
 
+pytestmark = pytest.mark.usefixtures("on_spark")  # Spark's tasks are what they test
+
 ZS = pa.schema([("k", pa.int64()), ("u", pa.int64())])
 VS = pa.schema([("v", pa.string()), ("n", pa.int64())])
 

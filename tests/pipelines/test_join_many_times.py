@@ -19,6 +19,8 @@ import pytest
 from tests.helpers import reference as R
 from tests.helpers.pipeline_bench import XS, YS, Bench, random_changes, replaced_every_time
 
+pytestmark = pytest.mark.usefixtures("on_spark")  # Spark's tasks are what they test
+
 JOINS = '''
 def pipeline(p):
     xs = p.input("xs")

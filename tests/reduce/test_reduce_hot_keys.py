@@ -23,6 +23,8 @@ from tests.helpers.pipeline_bench import Bench
 from tests.helpers.reduce_refs import (KEYS, KTYPES, REDUCERS, VALUES, VTYPES, check_accumulation, check_shape,
                                        consolidated, hot_rows, make_table)
 
+pytestmark = pytest.mark.usefixtures("on_spark")  # Spark's tasks are what they test
+
 
 @pytest.mark.parametrize("d,n,tmax", [(1, 400, 60), (2, 160, 7)], ids=["d1", "d2"])
 @pytest.mark.parametrize("name", sorted(REDUCERS))

@@ -11,9 +11,12 @@ from __future__ import annotations
 import random
 
 import pyarrow as pa
+import pytest
 
 from tests.helpers import reference as R
 from tests.helpers.pipeline_bench import Bench
+
+pytestmark = pytest.mark.usefixtures("on_spark")  # Spark's tasks are what they test
 
 FOUR = '''
 def pipeline(p):

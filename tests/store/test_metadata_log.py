@@ -346,7 +346,9 @@ def test_a_store_written_with_whole_state_versions_opens_and_takes_commits(tmp_p
     assert not any(n == HINT_NAME for n in os.listdir(store.log.dir))
 
     old = Store(store.path)
-    assert old.state().to_json() == expect
+    read = old.state()  # each trace as read (one never read goes back to JSON as it came)
+    assert {n: t.to_json() for n, t in read.traces.items()} == expect["traces"]
+    assert read.version == expect["version"] and read.pipelines == expect["pipelines"]
     assert old.ingest("t", [files[1]]).skipped == [files[1]], "the old list still refuses a re-ingest"
     old.ingest("t", [files[4]])
     old.ingest("t", [files[5]])
