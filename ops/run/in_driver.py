@@ -46,6 +46,7 @@ from ops.reduce.old_updates import OldLookup
 from ops.reduce.operator import output_arrow_schema
 from ops.reduce.summary import summarisable
 from ops.run.duckdb_expressions import duckdb_sql
+from storage.blobs.resolve import duckdb_connect
 from storage.layer import update_schema
 from storage.lattice import time_columns
 
@@ -120,7 +121,7 @@ def evaluate_in_driver(plan: DriverPlan, run: DriverRun) -> dict[int, pa.Table |
     """Every node's changes (None: none), or :class:`Unfit`."""
     import duckdb
 
-    con = duckdb.connect()
+    con = duckdb_connect([])
     frames: dict[int, pa.Table | None] = {}
     try:
         for n in plan.nodes:
