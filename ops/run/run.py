@@ -52,6 +52,7 @@ from ops.reduce.shared_shuffle import shared_token, write_shared
 from ops.run.deferred import DeferredFrame
 from ops.run.evaluate import Runtime, evaluate
 from ops.run.in_driver import DriverRun, Unfit, evaluate_in_driver, plan_in_driver, write_in_driver
+from ops.run.plan_cache import load_plan, plan_key, save_plan
 from ops.run.progress import RunProgress, cone_of, updates
 from ops.run.rebuild import Backfill, Identity, identify, plan_backfill, state_reusable
 from ops.spark.errors import failed_on_data
@@ -409,6 +410,7 @@ class Evaluation:
     schemas: dict[int, pa.Schema]  # node id -> data schema
     batch_frames: list[dict]  # per batch: output node id -> its changes
     delta_rows: int  # new input updates the run reads
+    in_driver: bool = False  # evaluated and written by the driver (ops/run/in_driver.py): no frames
 
 
 def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progress: RunProgress,
@@ -416,20 +418,30 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
     """Start Spark and evaluate the pipeline on its inputs' new updates, in batches of times
     when it has loops (see the module's docstring)."""
     p, views, d = plan.p, plan.views, plan.d
+    backfill = plan.backfill
+    boundaries = backfill.boundaries if backfill is not None else {}
+    delta_rows = sum(l.rows for v in views.values() for l in v.new) + sum(t.rows() for t in boundaries.values())
+    loops = any(n.op == "loop" and (backfill is None or n.id in backfill.needed) for n in p.nodes)
+    key = plan_key(d, plan.ident.fps, {n: v.trace.schema for n, v in views.items()})
+    kept = load_plan(store, key) if backfill is None and not plan.rebuild and not loops else None
+    if kept is not None:  # planned before: a small run needs no Spark
+        progress(_reading(p, views, boundaries, delta_rows))
+        runtime = Runtime(p, _stored_arrangements(store, plan, kept), progress=progress, loop_stats=loop_stats,
+                          schemas=kept)
+        if _in_driver(store, plan, runtime, kept, delta_rows, progress):
+            return Evaluation(None, runtime, kept, [dict.fromkeys(node.id for node in p.outputs.values())],
+                              delta_rows, in_driver=True)
     progress("starting Spark")
     with progress.step("spark_start") as started:
         spark = get_spark(master)
     progress(f"Spark ready in {started['seconds']:.1f} s" if started["seconds"] >= 0.05 else "Spark already running")
     progress.attach(spark)
-    backfill = plan.backfill
-    boundaries = backfill.boundaries if backfill is not None else {}
-    delta_rows = sum(l.rows for v in views.values() for l in v.new) + sum(t.rows() for t in boundaries.values())
-    progress(f"pipeline {p.name}: reading {updates(delta_rows)} from " + ", ".join(
-        [f"{len(v.new)} layer{'s' if len(v.new) != 1 else ''} of {n}" for n, v in views.items() if v.new]
-        + [f"the stored state {t.name}" for t in boundaries.values()]))
-    loops = any(n.op == "loop" and (backfill is None or n.id in backfill.needed) for n in p.nodes)
+    if kept is None:
+        progress(_reading(p, views, boundaries, delta_rows))
     size_partitions(spark, delta_rows, single_ok=not loops)
     schemas = check_pipeline(spark, p, views, d, plan.ident.fps)
+    if kept is None:
+        save_plan(store, key, schemas)
     runtime = Runtime(p, _stored_arrangements(store, plan, schemas), progress=progress, loop_stats=loop_stats,
                       schemas=schemas)
     runtime.exchange_root = store.exchange_folder()
@@ -452,9 +464,9 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
     else:
         batches = [(None, None, set(sources))]
     if len(batches) == 1 and backfill is None:
-        if not plan.rebuild and _in_driver(store, plan, runtime, schemas, delta_rows, progress):
+        if kept is None and not plan.rebuild and _in_driver(store, plan, runtime, schemas, delta_rows, progress):
             return Evaluation(spark, runtime, schemas, [dict.fromkeys(node.id for node in p.outputs.values())],
-                              delta_rows)
+                              delta_rows, in_driver=True)
         runtime.task_writes = task_writes(store, plan, runtime, schemas)
         runtime.source_files = {n: store.read_paths(v.trace, v.new) for n, v in views.items() if v.new}
     first = time_columns(d)[0]
@@ -477,6 +489,12 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
         batch_frames.append(outs)
         del frames
     return Evaluation(spark, runtime, schemas, batch_frames, delta_rows)
+
+
+def _reading(p: Pipeline, views: dict[str, InputView], boundaries: dict, delta_rows: int) -> str:
+    return f"pipeline {p.name}: reading {updates(delta_rows)} from " + ", ".join(
+        [f"{len(v.new)} layer{'s' if len(v.new) != 1 else ''} of {n}" for n, v in views.items() if v.new]
+        + [f"the stored state {t.name}" for t in boundaries.values()])
 
 
 def _stored_arrangements(store: Store, plan: RunPlan, schemas: dict[int, pa.Schema]):
@@ -539,9 +557,9 @@ def write_targets(store: Store, plan: RunPlan, ev: Evaluation, targets: dict[str
         elif kind == "shared":
             shared.setdefault(shared_token(write.df), {})[tname] = write
         else:
-            in_task = kind == "task"  # tasks wrote its files (a loop's, a join's): their layers only
-            with progress.step("write", spark=not in_task, trace=tname, state=is_state,
-                               **({"in_task": True} if in_task else {})) as w:
+            in_task = kind == "task"  # tasks (a loop's, a join's) or the driver wrote its files: their layers only
+            where = {"in_driver" if ev.in_driver else "in_task": True} if in_task else {}
+            with progress.step("write", spark=not in_task, trace=tname, state=is_state, **where) as w:
                 sealed, held = (_written_in_task(*write, out.protos[tname], plan, node, is_state) if in_task
                                 else write())
                 out.sealed[tname] = registry.add(tname, sealed)
@@ -763,7 +781,8 @@ def _describe_write(w: dict, tname: str, targets: dict, written: dict, held: dic
 def _report_write(progress: RunProgress, w: dict) -> None:
     what = " (state)" if w["state"] else ""
     ops = f"; computed {', '.join(w['operators'])}" if w["operators"] else ""
-    jobs = "by the task that computed it" if w.get("in_task") else f"{w['jobs']} Spark job{'s' if w['jobs'] != 1 else ''}"
+    jobs = ("by the task that computed it" if w.get("in_task") else "by the driver" if w.get("in_driver")
+            else f"{w['jobs']} Spark job{'s' if w['jobs'] != 1 else ''}")
     together = w.get("together") or []
     if len(together) > 1:  # one job wrote several traces
         jobs = f"{jobs} for {len(together)} traces" if w["jobs"] else f"in the job of {together[0]}"

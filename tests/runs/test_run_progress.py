@@ -14,9 +14,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import REPO as ROOT
 
 S = os.path.join(ROOT, "sample_data")
+pytestmark = pytest.mark.usefixtures("on_spark")  # Spark's jobs and steps (a run in the driver: tests/sql/test_in_driver.py)
 JOBS_BEFORE = {"join_example": 4, "reach": 14}
 SECONDS = r"\d+\.\d\d s"
 

@@ -22,6 +22,8 @@ import json
 import math
 import os
 import random
+import subprocess
+import sys
 
 import pyarrow as pa
 import pytest
@@ -29,6 +31,7 @@ import pytest
 from ops.run.duckdb_expressions import duckdb_sql
 from ops.verify.verify import verify_pipeline
 from storage.store import Store
+from tests.helpers import REPO
 from tests.helpers.cli import cli, ok, one_line_error, write
 from tests.helpers.operations import trace_at
 from tests.sql.harness import check_model
@@ -205,3 +208,38 @@ def test_the_oracle_sees_a_bug_in_the_drivers_operators(spark, tmp_path, monkeyp
     v = verify_pipeline(Store(store), path)
     assert not v.ok, "verify agreed with a run whose negate did nothing"
     assert {d.row["v"] for d in v.differences} == {1, 4}
+
+
+def _command(store: str, *args: str) -> subprocess.CompletedProcess:
+    """``ddcli ARGS`` in a process of its own, without a warm engine: a cron line's run."""
+    env = dict(os.environ, DDCLI_SERVICE="0", DDCLI_PROGRESS="1", DDCLI_DRIVER_ROWS="100000")
+    return subprocess.run([sys.executable, "-m", "ddcli", *args, "--store", store], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_a_planned_pipeline_runs_a_small_change_in_a_new_process_without_starting_spark(tmp_path):
+    store = str(tmp_path / "store")
+    path = write(tmp_path / "per_group.py", 'def pipeline(p):\n'
+                                            '    n = p.input("nums").select("g", w="v * 2")\n'
+                                            '    p.output("o", n.join(n.select("g", z="w"), on="g").count(by="g"))\n')
+    _ingest_numbers(store, tmp_path, [1, 2, 3, 4], 0)
+    first = _command(store, "run", path, "--json")  # plans on Spark, and keeps the plan in the store
+    assert first.returncode == 0, first.stderr
+    assert any(s["step"] == "spark_start" for s in json.loads(first.stdout)["steps"])
+    (plan,) = os.listdir(os.path.join(store, "plans"))
+    _ingest_numbers(store, tmp_path, [5, 6], 1)
+    second = _command(store, "run", path, "--json")
+    assert second.returncode == 0, second.stderr
+    rec = json.loads(second.stdout)
+    assert rec["spark_jobs"] == 0 and not any(s["step"] == "spark_start" for s in rec["steps"]), rec["steps"]
+    assert "starting Spark" not in second.stderr and "evaluated in the driver" in second.stderr, second.stderr
+    assert "by the driver" in second.stderr, second.stderr
+    assert trace_at(Store(store), "o", (1,)) == {(0, 4): 1, (1, 4): 1, (2, 4): 1}
+    # a kept plan that cannot be read is planned again
+    with open(os.path.join(store, "plans", plan), "w") as fh:
+        fh.write("{not json")
+    _ingest_numbers(store, tmp_path, [7], 2)
+    third = _command(store, "run", path, "--json")
+    assert third.returncode == 0, third.stderr
+    assert any(s["step"] == "spark_start" for s in json.loads(third.stdout)["steps"])
+    assert trace_at(Store(store), "o", (2,)) == {(0, 4): 1, (1, 9): 1, (2, 4): 1}
