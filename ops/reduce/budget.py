@@ -118,12 +118,14 @@ def _with_old_updates(new: pa.Table, look: OldLookup, sql: str, key: list[str], 
 
 
 def _old_before(look: OldLookup, sql: str, key: list[str], values: list[str], first_new: int) -> bool:
-    """Whether the lookup's old updates all precede the first new time (accumulated as
-    ``old_rows`` once for the reduces of a task): only then may a summary stand for them."""
+    """Whether none of the lookup's old updates is later than the first new time
+    (accumulated as ``old_rows`` once for the reduces of a task): only then may a summary
+    at that time stand for them. Stored state is compacted to the frontier the new
+    updates start at, so its updates are often at that very time."""
     if not look.accumulated:
         look.latest_old = accumulate_old_rows(look.con, sql, key, values, time_columns(1)[0])
         look.accumulated = True
-    return look.latest_old is None or look.latest_old < first_new
+    return look.latest_old is None or look.latest_old <= first_new
 
 
 def _lookup(new: pa.Table, files: list[str], key: list[str], values: list[str]) -> tuple[OldLookup, str]:
@@ -197,13 +199,13 @@ def _by_key_groups(new: pa.Table, files: list[str], look: OldLookup, sql: str, k
     parts = []
     tcol = time_columns(d)[-1]
     at = pc.min(new.column(tcol)).as_py()
-    early = d == 1 and not look.con.sql(f"SELECT coalesce(max({quote(tcol)}) >= {at}, false) FROM ({sql})").fetchall()[0][0]
+    early = d == 1 and not look.con.sql(f"SELECT coalesce(max({quote(tcol)}) > {at}, false) FROM ({sql})").fetchall()[0][0]
     for g in np.unique(new_group):
         mine = new.filter(pa.array(new_group == g))
         keys = stored.filter(pa.array(group == g))
         if g < 0:
             old = None
-        elif early:  # every new update is later than every stored one: a row per live value row
+        elif early:  # no stored update is later than a new one: a row per live value row
             old = _accumulated_old(look, sql, keys, key, values, at)
         else:
             old = duckdb_keyed_read(files, keys, key)

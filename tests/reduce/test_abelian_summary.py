@@ -209,6 +209,31 @@ def test_runs_with_retractions_against_the_reference(tmp_path, monkeypatch, name
 
 
 @pytest.mark.parametrize("name", sorted(REDUCERS))
+def test_state_compacted_to_the_first_new_time_is_summarised(tmp_path, monkeypatch, name):
+    """A pipeline's stored state is compacted to its frontier, where the next run's updates
+    start: old updates at the first new time are summarised too, and the answer is the
+    reference's."""
+    import ops.reduce.budget
+    taken = []
+    real = ops.reduce.budget.abelian_rows
+    monkeypatch.setattr(ops.reduce.budget, "abelian_rows", lambda *a: taken.append(real(*a)) or taken[-1])
+    rng = random.Random(f"at-frontier-{name}")
+    reducer = REDUCERS[name]()
+    live: list[dict] = []
+    history = run_updates(rng, live, keys=5, t0=0, times=8, n=300)
+    for run in range(4):
+        t0 = 10 * (run + 1)
+        state = [{**r, "time": t0} for r in compacted(history)]
+        files = [write_layer(tmp_path / f"state{run}.parquet", state)]
+        new_rows = run_updates(rng, live, keys=5, t0=t0, times=8, n=60)
+        assert any(r["time"] == t0 for r in new_rows), "no new update at the state's time: the case proves nothing"
+        got, _ = refresh(new_rows, files, reducer)
+        assert got == expected_changes(name, history, new_rows), run
+        assert taken[-1] is not None, run  # the summary stood for the state
+        history += new_rows
+
+
+@pytest.mark.parametrize("name", sorted(REDUCERS))
 def test_a_refresh_of_a_hot_key_reads_its_totals_not_its_rows(tmp_path, name):
     """A key of 10,000 old rows (and three others): retracting a few rows, and every row of a
     small key, gives the kernel a few rows per key and time."""
