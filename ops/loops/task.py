@@ -170,7 +170,8 @@ def rows_of_keys(con, t: pa.Table, touched: pa.Table, key: list[str]) -> pa.Tabl
         con.unregister("_dd_touched")
 
 
-def _sql(con, q: str, t: pa.Table) -> pa.Table:
+def table_sql(con, q: str, t: pa.Table) -> pa.Table:
+    """The result of query ``q`` over ``t``, registered as ``t`` on ``con`` for it."""
     con.register("t", t)
     try:
         return con.sql(q).to_arrow_table()
@@ -187,12 +188,12 @@ def select_rows(con, n: TaskNode, t: pa.Table, tcols: list[str]) -> pa.Table:
         return pa.table(cols)
     items = [_quote(c) for c in n.columns] + [f"({e}) AS {_quote(k)}" for k, e in n.exprs.items()]
     items += [_quote(c) for c in tcols + ["diff"]]
-    return _sql(con, f"SELECT {', '.join(items)} FROM t", t)
+    return table_sql(con, f"SELECT {', '.join(items)} FROM t", t)
 
 
 def filter_rows(con, n: TaskNode, t: pa.Table) -> pa.Table:
     """A ``filter``'s changes, in DuckDB (``con``)."""
-    return _sql(con, f"SELECT * FROM t WHERE ({n.condition})", t)
+    return table_sql(con, f"SELECT * FROM t WHERE ({n.condition})", t)
 
 
 def _quote(c: str) -> str:

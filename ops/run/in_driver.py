@@ -36,7 +36,7 @@ from ops.dataflow.builder import Pipeline
 from ops.dataflow.graph import Node, reduce_spec, scope_nodes
 from ops.io.read import layer_table
 from ops.io.write import write_table_files
-from ops.loops.task import conform, consolidate
+from ops.loops.task import conform, consolidate, table_sql
 from ops.operators.join_direct import task_schema
 from ops.operators.join_sweep import JoinSpec
 from ops.operators.join_task import TooManyLiveRows, as_side, join_task
@@ -167,14 +167,6 @@ def _passed_on(n: Node, ins: list, run: DriverRun, plan: DriverPlan, con) -> pa.
     return ins[0]
 
 
-def _sql(con, query: str, t: pa.Table) -> pa.Table:
-    con.register("_ddcli_t", t)
-    try:
-        return con.sql(query).to_arrow_table()
-    finally:
-        con.unregister("_ddcli_t")
-
-
 def _tail(run: DriverRun) -> list[str]:
     return [_quote(c) for c in time_columns(run.d) + ["diff"]]
 
@@ -184,13 +176,13 @@ def _select(n: Node, ins: list, run: DriverRun, plan: DriverPlan, con) -> pa.Tab
         return None
     items = [_quote(c) for c in n.args["columns"]]
     items += [f"({e}) AS {_quote(name)}" for name, e in plan.sql[n.id].items()]
-    return _sql(con, f"SELECT {', '.join(items + _tail(run))} FROM _ddcli_t", ins[0])
+    return table_sql(con, f"SELECT {', '.join(items + _tail(run))} FROM t", ins[0])
 
 
 def _filter(n: Node, ins: list, run: DriverRun, plan: DriverPlan, con) -> pa.Table | None:
     if ins[0] is None:
         return None
-    return _sql(con, f"SELECT * FROM _ddcli_t WHERE ({plan.sql[n.id]['']})", ins[0])
+    return table_sql(con, f"SELECT * FROM t WHERE ({plan.sql[n.id]['']})", ins[0])
 
 
 def _concat(n: Node, ins: list, run: DriverRun, plan: DriverPlan, con) -> pa.Table | None:

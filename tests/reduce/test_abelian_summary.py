@@ -180,13 +180,19 @@ def refresh(new_rows: list[dict], files: list[str], reducer, schema: pa.Schema =
     return got_changes(reduce_delta(table, ["k"], VALUES, 1, reducer)), table.num_rows
 
 
+def summaries_taken(monkeypatch) -> list:
+    """What each summary the reduces try gives (None: not exact, the updates read whole)."""
+    import ops.reduce.budget
+    taken: list = []
+    real = ops.reduce.budget.abelian_rows
+    monkeypatch.setattr(ops.reduce.budget, "abelian_rows", lambda *a: taken.append(real(*a)) or taken[-1])
+    return taken
+
+
 @pytest.mark.parametrize("name", sorted(REDUCERS))
 @pytest.mark.parametrize("seed", [1, 2])
 def test_runs_with_retractions_against_the_reference(tmp_path, monkeypatch, name, seed):
-    import ops.reduce.budget
-    taken = []
-    real = ops.reduce.budget.abelian_rows
-    monkeypatch.setattr(ops.reduce.budget, "abelian_rows", lambda *a: taken.append(real(*a)) or taken[-1])
+    taken = summaries_taken(monkeypatch)
     rng = random.Random(f"{name}-{seed}")
     reducer = REDUCERS[name]()
     live: list[dict] = []
@@ -213,10 +219,7 @@ def test_state_compacted_to_the_first_new_time_is_summarised(tmp_path, monkeypat
     """A pipeline's stored state is compacted to its frontier, where the next run's updates
     start: old updates at the first new time are summarised too, and the answer is the
     reference's."""
-    import ops.reduce.budget
-    taken = []
-    real = ops.reduce.budget.abelian_rows
-    monkeypatch.setattr(ops.reduce.budget, "abelian_rows", lambda *a: taken.append(real(*a)) or taken[-1])
+    taken = summaries_taken(monkeypatch)
     rng = random.Random(f"at-frontier-{name}")
     reducer = REDUCERS[name]()
     live: list[dict] = []
