@@ -21,6 +21,7 @@ import base64
 import hashlib
 import json
 import os
+import sys
 from functools import lru_cache
 
 import pyarrow as pa
@@ -36,7 +37,8 @@ _VERSION = 1  # of this file's format
 
 def plan_key(d: int, fps: dict[int, str] | None, inputs: dict[str, pa.Schema]) -> str | None:
     """The key of a pipeline's planned schemas, or None when it cannot be kept."""
-    if fps is None or any(path is None or not _own(path) for path, _ in user_code_status()):
+    main = getattr(sys.modules.get("__main__"), "__file__", None)  # a launcher: no pipeline's code
+    if fps is None or any(path is None or not (_own(path) or path == main) for path, _ in user_code_status()):
         return None
     h = hashlib.sha256()
     h.update(json.dumps([_VERSION, d, sorted(fps.items()), _engine()]).encode())
@@ -85,8 +87,11 @@ def _engine() -> list:
     the Spark settings of the environment, and the files of ddcli's own code."""
     import pyspark
 
+    from storage.settings import SETTINGS
+
+    ours = {s.env for s in SETTINGS if s.key.startswith(("spark", "shuffle"))}
     spark_env = sorted((k, v) for k, v in os.environ.items()
-                       if k.startswith(("SPARK_", "PYSPARK_", "DDCLI_SPARK", "DDCLI_SHUFFLE", "JAVA_HOME", "TZ")))
+                       if k in ours or k.startswith(("SPARK_", "PYSPARK_", "JAVA_HOME", "TZ")))
     return [pyspark.__version__, pa.__version__, spark_env, _code()]
 
 

@@ -380,6 +380,7 @@ def _execute(store: Store, plan: RunPlan, master: str | None, progress: RunProgr
             "run", lambda registry: write_targets(store, plan, ev, targets, registry, progress),
             lambda s, w: _run_change(store, plan, targets, w, _figures(plan, started, progress, rows_in, w))(s),
             merge=list(targets), guard=_committing)
+        save_plan(store, ev.plan_to_keep, ev.schemas)  # (a run that failed leaves the store as it was)
     except Exception as e:
         refused = failed_on_data(e, plan.p.nodes)
         if refused is None:
@@ -411,12 +412,14 @@ class Evaluation:
     batch_frames: list[dict]  # per batch: output node id -> its changes
     delta_rows: int  # new input updates the run reads
     in_driver: bool = False  # evaluated and written by the driver (ops/run/in_driver.py): no frames
+    plan_to_keep: str | None = None  # the key the planned schemas are kept under once the run commits
 
 
 def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progress: RunProgress,
                      batch_times: int | None, loop_stats: list | None) -> Evaluation:
-    """Start Spark and evaluate the pipeline on its inputs' new updates, in batches of times
-    when it has loops (see the module's docstring)."""
+    """Evaluate the pipeline on its inputs' new updates: a small run in the driver, without
+    Spark when its planned schemas are kept (ops/run/in_driver.py, ops/run/plan_cache.py);
+    otherwise on Spark, in batches of times when it has loops (see the module's docstring)."""
     p, views, d = plan.p, plan.views, plan.d
     backfill = plan.backfill
     boundaries = backfill.boundaries if backfill is not None else {}
@@ -440,8 +443,7 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
         progress(_reading(p, views, boundaries, delta_rows))
     size_partitions(spark, delta_rows, single_ok=not loops)
     schemas = check_pipeline(spark, p, views, d, plan.ident.fps)
-    if kept is None:
-        save_plan(store, key, schemas)
+    keep = key if kept is None else None
     runtime = Runtime(p, _stored_arrangements(store, plan, schemas), progress=progress, loop_stats=loop_stats,
                       schemas=schemas)
     runtime.exchange_root = store.exchange_folder()
@@ -466,7 +468,7 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
     if len(batches) == 1 and backfill is None:
         if kept is None and not plan.rebuild and _in_driver(store, plan, runtime, schemas, delta_rows, progress):
             return Evaluation(spark, runtime, schemas, [dict.fromkeys(node.id for node in p.outputs.values())],
-                              delta_rows, in_driver=True)
+                              delta_rows, in_driver=True, plan_to_keep=keep)
         runtime.task_writes = task_writes(store, plan, runtime, schemas)
         runtime.source_files = {n: store.read_paths(v.trace, v.new) for n, v in views.items() if v.new}
     first = time_columns(d)[0]
@@ -488,7 +490,7 @@ def evaluate_batches(store: Store, plan: RunPlan, *, master: str | None, progres
                 outs = {k: (f.localCheckpoint(eager=True) if f is not None else None) for k, f in outs.items()}
         batch_frames.append(outs)
         del frames
-    return Evaluation(spark, runtime, schemas, batch_frames, delta_rows)
+    return Evaluation(spark, runtime, schemas, batch_frames, delta_rows, plan_to_keep=keep)
 
 
 def _reading(p: Pipeline, views: dict[str, InputView], boundaries: dict, delta_rows: int) -> str:

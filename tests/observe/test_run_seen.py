@@ -159,7 +159,8 @@ def seen_run(tmp_path_factory):
     _ingest(store)
     receiver = Receiver()
     env = {k: v for k, v in os.environ.items() if k not in ("DDCLI_PROGRESS", "DDCLI_NO_PROGRESS")}
-    env |= {"OPENLINEAGE_URL": receiver.url, "OPENLINEAGE_NAMESPACE": "tests", "TERM": "xterm",
+    env |= {"DDCLI_DRIVER_ROWS": "0",  # Spark's jobs, as the events report them
+            "OPENLINEAGE_URL": receiver.url, "OPENLINEAGE_NAMESPACE": "tests", "TERM": "xterm",
             "COLUMNS": "120", "DDCLI_SHUFFLE_PARTITIONS": "2", "PYTHONPATH": REPO}
     try:
         code, shown, out = _run_on_a_terminal(["run", JOIN, "--store", store], env)

@@ -55,7 +55,8 @@ def pipeline(p):
 
 def ddcli(store: str, *args: str, **env: str) -> subprocess.Popen:
     # in a process of its own (Ctrl-C of a command the warm engine runs: tests/service/)
-    environ = dict(os.environ, DDCLI_STORE=store, DDCLI_SERVICE="0", **env)
+    # on Spark: a small run in the driver (ops/run/in_driver.py) starts no task to interrupt
+    environ = dict(os.environ, DDCLI_STORE=store, DDCLI_SERVICE="0", DDCLI_DRIVER_ROWS="0", **env)
     return subprocess.Popen([sys.executable, "-m", "ddcli", *args], env=environ, cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 

@@ -139,8 +139,10 @@ def test_translated_expressions_give_sparks_values(spark):
 
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    rows = _typed_rows(300)
-    df = spark.createDataFrame(rows.to_pylist(), schema=from_arrow_schema(TYPES))
+    from ops.spark.session import get_spark
+
+    rows = _typed_rows(300)  # (the engine's session: another test may have stopped the fixture's)
+    df = get_spark().createDataFrame(rows.to_pylist(), schema=from_arrow_schema(TYPES))
     spark_rows = df.select(*[F.expr(e).alias(f"e{i}") for i, e in enumerate(EXPRESSIONS)]).collect()  # one job
     for i, e in enumerate(EXPRESSIONS):
         sql = duckdb_sql(e, TYPES)
