@@ -128,12 +128,12 @@ def evaluate_in_driver(plan: DriverPlan, run: DriverRun) -> dict[int, pa.Table |
             ins = [frames.get(i.id) for i in n.inputs]
             try:
                 out = _EVALUATORS[n.op](n, ins, run, plan, con)
-            except duckdb.Error as e:  # e.g. a cast of a value that does not convert: Spark says it
+                if out is not None:  # as Spark types it (a value that does not fit: Spark's answer)
+                    out = conform(out, update_schema(run.schemas[n.id], run.d))
+            except (duckdb.Error, pa.ArrowException) as e:  # e.g. a cast of a value that does not convert
                 raise Unfit(f"{n.describe()}: {e}") from None
-            if out is not None:
-                out = conform(out, update_schema(run.schemas[n.id], run.d))
-                if out.num_rows > plan.limit:
-                    raise Unfit(f"{n.describe()}: {out.num_rows:,} changes")
+            if out is not None and out.num_rows > plan.limit:
+                raise Unfit(f"{n.describe()}: {out.num_rows:,} changes")
             frames[n.id] = out if out is not None and out.num_rows else None
     finally:
         con.close()

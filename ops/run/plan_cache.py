@@ -48,7 +48,7 @@ def plan_key(d: int, fps: dict[int, str] | None, inputs: dict[str, pa.Schema]) -
 
 
 def _own(path: str) -> bool:
-    """A file of ddcli's own packages (the launcher runs as ``__main__``)."""
+    """A file of ddcli's own packages."""
     return any(os.path.abspath(path).startswith(folder + os.sep) for folder in _PACKAGES)
 
 
