@@ -517,8 +517,13 @@ def _one_input(fn):
     return lambda r, n, ins: None if ins[0] is None else fn(r, n, ins[0])
 
 
-def _negate(r: _Round, n: TaskNode, t: pa.Table) -> pa.Table:
+def negated(t: pa.Table) -> pa.Table:
+    """The updates of ``t`` with their diffs negated."""
     return t.set_column(t.schema.get_field_index("diff"), "diff", pc.negate(t.column("diff")))
+
+
+def _negate(r: _Round, n: TaskNode, t: pa.Table) -> pa.Table:
+    return negated(t)
 
 
 TaskEvaluator = Callable[["_Round", TaskNode, list], "pa.Table | None"]

@@ -36,7 +36,7 @@ from ops.dataflow.builder import Pipeline
 from ops.dataflow.graph import Node, reduce_spec, scope_nodes
 from ops.io.read import layer_table
 from ops.io.write import write_table_files
-from ops.loops.task import conform, consolidate, table_sql
+from ops.loops.task import conform, consolidate, negated, table_sql
 from ops.operators.join_direct import task_schema
 from ops.operators.join_sweep import JoinSpec
 from ops.operators.join_task import TooManyLiveRows, as_side, join_task
@@ -49,6 +49,7 @@ from ops.run.duckdb_expressions import duckdb_sql
 from storage.blobs.resolve import duckdb_connect
 from storage.layer import update_schema
 from storage.lattice import time_columns
+from storage.sql.duck import quote
 
 #: New updates up to which a run is evaluated in the driver (``DDCLI_DRIVER_ROWS``; 0: never).
 DRIVER_ROWS = 100_000
@@ -168,14 +169,14 @@ def _passed_on(n: Node, ins: list, run: DriverRun, plan: DriverPlan, con) -> pa.
 
 
 def _tail(run: DriverRun) -> list[str]:
-    return [_quote(c) for c in time_columns(run.d) + ["diff"]]
+    return [quote(c) for c in time_columns(run.d) + ["diff"]]
 
 
 def _select(n: Node, ins: list, run: DriverRun, plan: DriverPlan, con) -> pa.Table | None:
     if ins[0] is None:
         return None
-    items = [_quote(c) for c in n.args["columns"]]
-    items += [f"({e}) AS {_quote(name)}" for name, e in plan.sql[n.id].items()]
+    items = [quote(c) for c in n.args["columns"]]
+    items += [f"({e}) AS {quote(name)}" for name, e in plan.sql[n.id].items()]
     return table_sql(con, f"SELECT {', '.join(items + _tail(run))} FROM t", ins[0])
 
 
@@ -192,8 +193,7 @@ def _concat(n: Node, ins: list, run: DriverRun, plan: DriverPlan, con) -> pa.Tab
 
 
 def _negate(n: Node, ins: list, run: DriverRun, plan: DriverPlan, con) -> pa.Table | None:
-    t = ins[0]
-    return None if t is None else t.set_column(t.schema.get_field_index("diff"), "diff", pc.negate(t.column("diff")))
+    return None if ins[0] is None else negated(ins[0])
 
 
 def _consolidate(n: Node, ins: list, run: DriverRun, plan: DriverPlan, con) -> pa.Table | None:
@@ -268,10 +268,6 @@ def _when_empty(n: Node, changes: pa.Table | None, run: DriverRun) -> pa.Table |
         data = [empty[f.name] for f in run.schemas[n.id]]
         parts.append(pa.Table.from_pylist([dict(zip(schema.names, data + list(run.origin) + [1]))], schema=schema))
     return pa.concat_tables(parts) if parts else None
-
-
-def _quote(c: str) -> str:
-    return '"' + c.replace('"', '""') + '"'
 
 
 _EVALUATORS = {
