@@ -4,10 +4,12 @@
 ``count`` depend, at each time, only on a key's totals: its total multiplicity ``N`` and, per
 column ``c`` they read, the sum ``S_c`` of ``c`` and the number ``n_c`` of rows whose ``c`` is
 not null (sums and counts are invertible: a new total is the old one plus the change's).
-The kernel deems a key present when some row has a non-zero multiplicity; when every row's
-multiplicity is at least 0 at every time (a non-negative collection, as a table's rows are)
-that is when ``N > 0``. Then the key's updates can be replaced by synthetic rows whose
-collection at each time has the same totals and is present exactly when ``N > 0``:
+The kernel deems a key present when some row has a non-zero multiplicity: when ``N > 0``
+it is, and the outputs are the totals' whatever the rows' signs; a state where ``N`` (or
+a summed column's ``n_c``) is 0 or less says "absent" (or "null") only when every row is
+then 0, as it is in a non-negative collection (a table's rows). So a key's updates can be
+replaced by synthetic rows whose collection at each time has the same totals and is
+present exactly when ``N > 0``:
 
 * ``A``, multiplicity 1: ``c = S_c`` (a counted-only column: one of its values) where
   ``n_c > 0``, else null;
@@ -17,22 +19,26 @@ collection at each time has the same totals and is present exactly when ``N > 0`
   (it may be negative: the sums and counts are linear in multiplicities, and ``A`` keeps
   the key present).
 
-DuckDB computes the totals where the layers are read (sums of decimals are exact), so a
-task receives a few rows per key and time instead of the key's history. The state before
-the first new time is a synthetic old update (``_new`` false) at the task's first new time,
-each later state retracts the one before it, so the kernel's ``Z(old + new) - Z(old)`` sees
-the same outputs from there on (``ops/reduce/summary.py`` does the same for insertions).
+DuckDB sums the old updates per key as it reads the layers (sums of decimals are exact;
+no row is held, so a group of millions costs one scan of it), and a task receives a few
+rows per key and time instead of the key's history. The state before the first new time
+is a synthetic old update (``_new`` false) at the task's first new time, each later state
+retracts the one before it, so the kernel's ``Z(old + new) - Z(old)`` sees the same
+outputs from there on (``ops/reduce/summary.py`` does the same for insertions).
 
 It is taken only when it is exact; otherwise (None) the task reads the old updates whole:
-an old row with a negative multiplicity, a new retraction that takes a row below 0, a total
-that does not fit its column's type (``A`` carries it), a double column (its exact sum is no
-double), or an aggregate that is not invertible (min, max, count_distinct).
+a key whose totals vanish at some state while one of its rows is below 0 (an old row
+with a negative multiplicity, or a new retraction taking a row below 0: only such keys'
+rows are read to find out), an old update later than a new one, a total that does not
+fit its column's type (``A`` carries it), a double column (its exact sum is no double),
+or an aggregate that is not invertible (min, max, count_distinct).
 """
 
 from __future__ import annotations
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ops.dataflow.reducers import Agg, Count, Reducer, Sum
 from ops.reduce.old_updates import M
@@ -77,23 +83,27 @@ def invertible(reducer: Reducer, values_schema: pa.Schema) -> bool:
     return tracked_columns(reducer, values_schema) is not None
 
 
-def abelian_rows(con, new: pa.Table, key: list[str], values: list[str], reducer: Reducer,
+def abelian_rows(con, old_sql: str, new: pa.Table, key: list[str], values: list[str], reducer: Reducer,
                  time_col: str) -> pa.Table | None:
-    """The synthetic updates standing for ``new`` and the accumulated old rows of its keys
-    (``old_rows`` of ``con``, ``ops/reduce/summary.py`` ``accumulate_old_rows``), in
-    ``new``'s schema; None when they would not be exact."""
+    """The synthetic updates standing for ``new`` and the old updates of its keys (those
+    ``old_sql`` selects, read once and summed per key where they are stored), in ``new``'s
+    schema; None when they would not be exact."""
     cols = tracked_columns(reducer, new.select(values).schema)
     if cols is None or not key + values:
         return None
     con.register("new_rows", new)
     try:
-        if not _non_negative(con, key, values, time_col):
-            return None
         types = dict(con.sql("SELECT column_name, column_type FROM (DESCRIBE new_rows)").fetchall())
-        _states(con, key, values, cols, types, time_col)
+        first = pc.min(new.column(time_col)).as_py()
+        latest = _old_totals(con, old_sql, key, values, cols, types, time_col)
+        if latest is not None and latest > first:  # old updates after a new one: no state before it
+            return None
+        _states(con, key, values, cols, types, time_col, first)
+        if not _exact_where_totals_vanish(con, old_sql, key, values, cols, time_col):
+            return None
         fits = " OR ".join(f"({_I}n_{i} > 0 AND try_cast({_I}s_{i} AS {types[c]}) IS NULL)"
                            for i, c in enumerate(cols) if cols[c] == _SUMMED) or "false"
-        if con.sql(f"SELECT count(*) FROM abelian_states WHERE {_N} < 0 OR {fits}").fetchall()[0][0]:
+        if con.sql(f"SELECT count(*) FROM abelian_states WHERE {fits}").fetchall()[0][0]:
             return None
         table = con.sql(_updates_sql(key, values, cols, types, time_col)).to_arrow_table()
     except duckdb.Error:  # a total beyond DuckDB's widest type: read the updates whole
@@ -107,54 +117,98 @@ def _same(a: str, b: str, cols: list[str]) -> str:
     return " AND ".join(f"{a}.{quote(c)} IS NOT DISTINCT FROM {b}.{quote(c)}" for c in cols) or "true"
 
 
-def _non_negative(con, key: list[str], values: list[str], time_col: str) -> bool:
-    """Whether no accumulated old row is negative and no new retraction takes a row below
-    0 at any new time (only the rows some new update lowers are looked at)."""
-    if con.sql(f"SELECT count(*) FROM old_rows WHERE {M} < 0").fetchall()[0][0]:
-        return False
-    kv = ", ".join(quote(c) for c in key + values)
-    t = quote(time_col)
-    by_row = f"PARTITION BY {kv}" if kv else ""
-    lowered = (f"SELECT {kv}, {t}, SUM(diff) OVER ({by_row} ORDER BY {t} ROWS UNBOUNDED PRECEDING) AS {_C} "
-               f"FROM (SELECT {kv}, {t}, SUM(diff) AS diff FROM new_rows GROUP BY ALL) "
-               f"QUALIFY bool_or(diff < 0) OVER ({by_row})")
-    con.execute(f"CREATE OR REPLACE TEMP TABLE abelian_lowered AS {lowered}")
-    olds = (f"SELECT {', '.join('o.' + quote(c) for c in key + values)}, SUM(o.{M}) AS {M} FROM old_rows o "
-            f"SEMI JOIN (SELECT DISTINCT {kv} FROM abelian_lowered) l ON {_same('o', 'l', key + values)} "
-            f"GROUP BY ALL")
-    below = (f"SELECT count(*) FROM abelian_lowered l LEFT JOIN ({olds}) o ON {_same('o', 'l', key + values)} "
-             f"WHERE l.{_C} + coalesce(o.{M}, 0) < 0")
-    return con.sql(below).fetchall()[0][0] == 0
-
-
-def _states(con, key: list[str], values: list[str], cols: dict[str, str], types: dict[str, str],
-            time_col: str) -> None:
-    """``abelian_states``: per key, its totals before the first new time (phase 0) and
-    after each of its new times (phase 1), with the time the next state begins, and one
-    value of each column its rows hold (``r_j``, null when they hold none)."""
-    k = "".join(f"{quote(c)}, " for c in key)
-    t = quote(time_col)
-    first = con.sql(f"SELECT min({t}) FROM new_rows").fetchall()[0][0]
-    vs = "".join(", " + quote(c) for c in values)
-    both = (f"SELECT {k}0 AS {_PHASE}, {int(first)}::BIGINT AS {_T}, {M}::BIGINT AS {_W}{vs} FROM old_rows "
-            f"UNION ALL SELECT {k}1, {t}, diff::BIGINT{vs} FROM new_rows")
-    deltas, totals = [f"SUM({_W}) AS {_I}dn"], [f"SUM({_I}dn) OVER run AS {_N}"]
+def _deltas(key: list[str], values: list[str], cols: dict[str, str], types: dict[str, str], weight: str) -> str:
+    """The aggregates of a set of updates that the totals add up: their multiplicity, per
+    tracked column the multiplicity of its non-null rows and its weighted sum, and one
+    non-null value of each value column (``weight``: an update's multiplicity)."""
+    parts = [f"SUM({weight})::BIGINT AS {_I}dn"]
     for j, c in enumerate(values):
-        deltas.append(f"any_value({quote(c)}) AS {_I}dr_{j}")
-        totals.append(f"any_value({_I}dr_{j}) OVER (PARTITION BY {k}NULL) AS {_I}r_{j}")
+        parts.append(f"any_value({quote(c)}) AS {_I}dr_{j}")
     for i, c in enumerate(cols):
-        deltas.append(f"SUM(CASE WHEN {quote(c)} IS NULL THEN 0 ELSE {_W} END) AS {_I}dn_{i}")
-        totals.append(f"SUM({_I}dn_{i}) OVER run AS {_I}n_{i}")
+        parts.append(f"SUM(CASE WHEN {quote(c)} IS NULL THEN 0 ELSE {weight} END)::BIGINT AS {_I}dn_{i}")
         if cols[c] == _SUMMED:
             wide = f"DECIMAL(38, {types[c].split(',')[1].strip(' )')})" if types[c].startswith("DECIMAL") \
                 else "HUGEINT"  # exact, wide enough for a key's total
-            deltas.append(f"SUM({quote(c)}::{wide} * {_W}) AS {_I}ds_{i}")
+            parts.append(f"SUM({quote(c)}::{wide} * {weight}) AS {_I}ds_{i}")
+    return ", ".join(parts)
+
+
+def _old_totals(con, old_sql: str, key: list[str], values: list[str], cols: dict[str, str],
+                types: dict[str, str], time_col: str) -> int | None:
+    """``abelian_old``: per key, the totals of its old updates, summed as DuckDB reads them
+    (one pass, no row of them held); returns their latest time (None: there are none)."""
+    k = ", ".join(quote(c) for c in key)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE abelian_old AS SELECT {k + ', ' if k else ''}"
+                f"{_deltas(key, values, cols, types, 'diff::BIGINT')}, max({quote(time_col)}) AS {_T} "
+                f"FROM ({old_sql}) GROUP BY {k or '()'} HAVING count(*) > 0")
+    return con.sql(f"SELECT max({_T}) FROM abelian_old").fetchall()[0][0]
+
+
+def _states(con, key: list[str], values: list[str], cols: dict[str, str], types: dict[str, str],
+            time_col: str, first: int) -> None:
+    """``abelian_states``: per key, its totals before the first new time (phase 0, from
+    ``abelian_old``) and after each of its new times (phase 1), with the time the next
+    state begins, and one value of each column its rows hold (``r_j``, null when they
+    hold none)."""
+    k = "".join(f"{quote(c)}, " for c in key)
+    t = quote(time_col)
+    deltas = [f"{_I}dn"] + [f"{_I}dr_{j}" for j in range(len(values))]
+    totals = [f"SUM({_I}dn) OVER run AS {_N}"]
+    totals += [f"any_value({_I}dr_{j}) OVER (PARTITION BY {k}NULL) AS {_I}r_{j}" for j in range(len(values))]
+    for i, c in enumerate(cols):
+        deltas.append(f"{_I}dn_{i}")
+        totals.append(f"SUM({_I}dn_{i}) OVER run AS {_I}n_{i}")
+        if cols[c] == _SUMMED:
+            deltas.append(f"{_I}ds_{i}")
             totals.append(f"SUM({_I}ds_{i}) OVER run AS {_I}s_{i}")
+    d = ", ".join(deltas)
+    both = (f"SELECT {k}0 AS {_PHASE}, {int(first)}::BIGINT AS {_T}, {d} FROM abelian_old "
+            f"UNION ALL SELECT {k}1, {t}, {_deltas(key, values, cols, types, 'diff::BIGINT')} "
+            f"FROM new_rows GROUP BY {k}{t}")
     order = f"PARTITION BY {k}NULL ORDER BY {_PHASE}, {_T}"
     con.execute(f"CREATE OR REPLACE TEMP TABLE abelian_states AS SELECT {k}{_PHASE}, {_T}, "
                 f"lead({_T}) OVER ({order}) AS {_NEXT}, {', '.join(totals)} "
-                f"FROM (SELECT {k}{_PHASE}, {_T}, {', '.join(deltas)} FROM ({both}) GROUP BY ALL) "
-                f"WINDOW run AS ({order} ROWS UNBOUNDED PRECEDING)")
+                f"FROM ({both}) WINDOW run AS ({order} ROWS UNBOUNDED PRECEDING)")
+
+
+def _exact_where_totals_vanish(con, old_sql: str, key: list[str], values: list[str], cols: dict[str, str],
+                               time_col: str) -> bool:
+    """Whether the totals decide every state's output. A key whose multiplicity ``N`` is
+    positive is present, and its sums, counts and averages are linear in the
+    multiplicities: the totals give them whatever its rows' signs. Only a state where ``N``
+    or a summed column's count of non-null rows ``n_c`` is 0 or less needs to know whether
+    every row is then 0 (absent, or null) — as it is when no row of the key is ever below
+    0. Those keys' rows alone are read, accumulated, and checked so."""
+    vanish = " OR ".join([f"{_N} <= 0"] + [f"{_I}n_{i} <= 0" for i, c in enumerate(cols) if cols[c] == _SUMMED])
+    k = ", ".join(quote(c) for c in key)
+    risky = f"SELECT DISTINCT {k or '0 AS ' + _I + 'one'} FROM abelian_states WHERE {vanish}"
+    if not con.sql(f"SELECT count(*) FROM ({risky})").fetchall()[0][0]:
+        return True
+    if not key:  # the one group: its rows are all the rows
+        return _non_negative(con, old_sql, "SELECT * FROM new_rows", key, values, time_col)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE abelian_risky AS {risky}")
+    mine = f"SEMI JOIN abelian_risky r ON {_same('x', 'r', key)}"
+    return _non_negative(con, f"SELECT x.* FROM ({old_sql}) x {mine}", f"SELECT x.* FROM new_rows x {mine}",
+                         key, values, time_col)
+
+
+def _non_negative(con, old_sql: str, new_sql: str, key: list[str], values: list[str], time_col: str) -> bool:
+    """Whether no accumulated old row (``old_sql``) is negative and no new retraction
+    (``new_sql``) takes a row below 0 at any new time (only the rows some new update
+    lowers are looked at)."""
+    t = quote(time_col)
+    kv = ", ".join(quote(c) for c in key + values)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE abelian_old_rows AS SELECT {kv}, SUM(diff)::BIGINT AS {M} "
+                f"FROM ({old_sql}) GROUP BY ALL HAVING SUM(diff) <> 0")
+    if con.sql(f"SELECT count(*) FROM abelian_old_rows WHERE {M} < 0").fetchall()[0][0]:
+        return False
+    by_row = f"PARTITION BY {kv}" if kv else ""
+    lowered = (f"SELECT {kv}, {t}, SUM(diff) OVER ({by_row} ORDER BY {t} ROWS UNBOUNDED PRECEDING) AS {_C} "
+               f"FROM (SELECT {kv}, {t}, SUM(diff) AS diff FROM ({new_sql}) GROUP BY ALL) "
+               f"QUALIFY bool_or(diff < 0) OVER ({by_row})")
+    below = (f"SELECT count(*) FROM ({lowered}) l LEFT JOIN abelian_old_rows o ON {_same('o', 'l', key + values)} "
+             f"WHERE l.{_C} + coalesce(o.{M}, 0) < 0")
+    return con.sql(below).fetchall()[0][0] == 0
 
 
 def _updates_sql(key: list[str], values: list[str], cols: dict[str, str], types: dict[str, str],

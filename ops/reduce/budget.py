@@ -101,16 +101,15 @@ def _with_old_updates(new: pa.Table, look: OldLookup, sql: str, key: list[str], 
         time_col = time_columns(1)[0]
         values_schema = new.select(values).schema
         first_new = pc.min(new.column(time_col)).as_py()
-        insertions = pc.min(new.column("diff")).as_py() > 0 and of_insertions(summary, values_schema)
-        if (insertions or invertible(summary, values_schema)) and _old_before(look, sql, key, values, first_new):
-            if insertions:
+        if pc.min(new.column("diff")).as_py() > 0 and of_insertions(summary, values_schema):
+            if _old_before(look, sql, key, values, first_new):  # a few rows per key stand for them
                 old = old_summary(look.con, key, values, new.schema, summary, time_col, first_new)
                 if old is not None:
                     return _with_old(new, old)
-            else:
-                table = abelian_rows(look.con, new, key, values, summary, time_col)
-                if table is not None:
-                    return table
+        if invertible(summary, values_schema):  # the keys' totals, summed as the layers are read
+            table = abelian_rows(look.con, sql, new, key, values, summary, time_col)
+            if table is not None:
+                return table
     rows = look.old_count(sql)
     if budget is not None and rows > budget:
         return None

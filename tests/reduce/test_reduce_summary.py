@@ -123,6 +123,9 @@ def test_where_a_summary_would_not_be_exact_the_old_updates_are_read_whole(tmp_p
         full, full_rows = outputs(new, files, reducer, summary=False)
         summarised, summary_rows = outputs(new, files, reducer, summary=True)
         assert summarised == full, case
+        if name in ("count", "sum_int") and case in ("a retraction among the new updates",
+                                                     "an old row with a negative multiplicity"):
+            continue  # invertible: the keys' totals stand for them while the keys stay present
         applies = case in ("a null in the order column", "a NaN in the order column")
         if applies and (name not in order_cols or (case.startswith("a NaN") and order_cols[name] != "f")):
             continue  # the null or NaN is not in this reducer's order column: the summary may be taken
