@@ -32,6 +32,16 @@ from storage.row_order import group_sum
 ROW_GROUP_ROWS = 32_768  # small enough that a key look-up skips most of a large layer
 META_KEY = b"ddcli.layer"
 
+#: a file beside a layer that holds a summary of it (``LAYER.parquet.totals-H``: its
+#: per-key totals, ops/reduce/layer_totals.py); it lives exactly as long as its layer
+SUMMARY_SUFFIX = ".totals-"
+
+
+def summarised_layer(name: str) -> str | None:
+    """The layer file (name or path) whose summary ``name`` is; None if it is none."""
+    head, sep, tail = name.rpartition(SUMMARY_SUFFIX)
+    return head if sep and tail and "/" not in tail else None
+
 
 @dataclass
 class LayerFile:

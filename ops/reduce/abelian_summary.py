@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ops.dataflow.reducers import Agg, Count, Reducer, Sum
+from ops.reduce import layer_totals
 from ops.reduce.old_updates import M
 from storage.sql.duck import quote
 
@@ -83,11 +84,12 @@ def invertible(reducer: Reducer, values_schema: pa.Schema) -> bool:
     return tracked_columns(reducer, values_schema) is not None
 
 
-def abelian_rows(con, old_sql: str, new: pa.Table, key: list[str], values: list[str], reducer: Reducer,
-                 time_col: str) -> pa.Table | None:
-    """The synthetic updates standing for ``new`` and the old updates of its keys (those
-    ``old_sql`` selects, read once and summed per key where they are stored), in ``new``'s
-    schema; None when they would not be exact."""
+def abelian_rows(con, files: list[str], keys: pa.Table, old_sql: str, new: pa.Table, key: list[str],
+                 values: list[str], reducer: Reducer, time_col: str) -> pa.Table | None:
+    """The synthetic updates standing for ``new`` and the old updates in ``files`` of its
+    keys (``keys``, registered in ``con`` as ``touched_keys``; ``old_sql`` selects their
+    rows, read only where totals vanish), in ``new``'s schema; None when they would not be
+    exact."""
     cols = tracked_columns(reducer, new.select(values).schema)
     if cols is None or not key + values:
         return None
@@ -95,7 +97,7 @@ def abelian_rows(con, old_sql: str, new: pa.Table, key: list[str], values: list[
     try:
         types = dict(con.sql("SELECT column_name, column_type FROM (DESCRIBE new_rows)").fetchall())
         first = pc.min(new.column(time_col)).as_py()
-        latest = _old_totals(con, old_sql, key, values, cols, types, time_col)
+        latest = _old_totals(con, files, keys, key, values, cols, types, time_col)
         if latest is not None and latest > first:  # old updates after a new one: no state before it
             return None
         _states(con, key, values, cols, types, time_col, first)
@@ -127,20 +129,25 @@ def _deltas(key: list[str], values: list[str], cols: dict[str, str], types: dict
     for i, c in enumerate(cols):
         parts.append(f"SUM(CASE WHEN {quote(c)} IS NULL THEN 0 ELSE {weight} END)::BIGINT AS {_I}dn_{i}")
         if cols[c] == _SUMMED:
-            wide = f"DECIMAL(38, {types[c].split(',')[1].strip(' )')})" if types[c].startswith("DECIMAL") \
-                else "HUGEINT"  # exact, wide enough for a key's total
-            parts.append(f"SUM({quote(c)}::{wide} * {weight}) AS {_I}ds_{i}")
+            parts.append(f"SUM({quote(c)}::{layer_totals.wide_type(types[c])} * {weight}) AS {_I}ds_{i}")
     return ", ".join(parts)
 
 
-def _old_totals(con, old_sql: str, key: list[str], values: list[str], cols: dict[str, str],
+def _old_totals(con, files: list[str], keys: pa.Table, key: list[str], values: list[str], cols: dict[str, str],
                 types: dict[str, str], time_col: str) -> int | None:
-    """``abelian_old``: per key, the totals of its old updates, summed as DuckDB reads them
-    (one pass, no row of them held); returns their latest time (None: there are none)."""
+    """``abelian_old``: per key, the totals of its old updates (``ops/reduce/layer_totals.py``:
+    those large layers keep, the rest summed as DuckDB reads them, no row of them held);
+    returns their latest time (None: there are none)."""
+    src = layer_totals.sources(con, files, keys, key, {c: types[c] for c in values}, time_col)
     k = ", ".join(quote(c) for c in key)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE abelian_old AS SELECT {k + ', ' if k else ''}"
-                f"{_deltas(key, values, cols, types, 'diff::BIGINT')}, max({quote(time_col)}) AS {_T} "
-                f"FROM ({old_sql}) GROUP BY {k or '()'} HAVING count(*) > 0")
+    parts = [f"SUM({quote(layer_totals.N)})::BIGINT AS {_I}dn"]
+    parts += [f"any_value({quote(layer_totals.one_of(c))}) AS {_I}dr_{j}" for j, c in enumerate(values)]
+    for i, c in enumerate(cols):
+        parts.append(f"SUM({quote(layer_totals.count_of(c))})::BIGINT AS {_I}dn_{i}")
+        if cols[c] == _SUMMED:
+            parts.append(f"SUM({quote(layer_totals.sum_of(c))}::{layer_totals.wide_type(types[c])}) AS {_I}ds_{i}")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE abelian_old AS SELECT {k + ', ' if k else ''}{', '.join(parts)}, "
+                f"max({quote(layer_totals.T)}) AS {_T} FROM ({src}) GROUP BY {k or '()'} HAVING count(*) > 0")
     return con.sql(f"SELECT max({_T}) FROM abelian_old").fetchall()[0][0]
 
 

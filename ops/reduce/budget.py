@@ -107,7 +107,7 @@ def _with_old_updates(new: pa.Table, look: OldLookup, sql: str, key: list[str], 
                 if old is not None:
                     return _with_old(new, old)
         if invertible(summary, values_schema):  # the keys' totals, summed as the layers are read
-            table = abelian_rows(look.con, sql, new, key, values, summary, time_col)
+            table = abelian_rows(look.con, list(look.what[0]), look.keys, sql, new, key, values, summary, time_col)
             if table is not None:
                 return table
     rows = look.old_count(sql)

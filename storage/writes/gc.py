@@ -12,6 +12,7 @@ from __future__ import annotations
 from storage import clock
 from storage.errors import CorruptionError
 from storage.lake import retention as delta_retention
+from storage.layer import summarised_layer
 from storage.state.transitions import State
 from storage.writes import lease
 
@@ -77,7 +78,8 @@ def _collect_folder(store, tname: str, referenced: set[str], known: bool, cutoff
     for fname in blobs.list(tdir):
         p = blobs.join(tdir, fname)
         try:
-            if p not in referenced and (known or fname.startswith(".tmp-")) and blobs.stat(p).mtime < cutoff:
+            needed = p in referenced or summarised_layer(p) in referenced  # a layer's summary lives as long
+            if not needed and (known or fname.startswith(".tmp-")) and blobs.stat(p).mtime < cutoff:
                 doomed.append((fname, p))
         except FileNotFoundError:
             continue

@@ -12,6 +12,8 @@ it would not be exact, that the old updates are read whole and the answer is sti
 
 from __future__ import annotations
 
+import glob
+import os
 import random
 from decimal import Decimal
 from fractions import Fraction
@@ -21,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ops.dataflow.reducers import Agg, Aggregate
+from ops.reduce import layer_totals
 from ops.reduce.budget import with_old_updates
 from ops.reduce.kernel import Count, Sum, reduce_delta
 
@@ -191,7 +194,12 @@ def summaries_taken(monkeypatch) -> list:
 
 @pytest.mark.parametrize("name", sorted(REDUCERS))
 @pytest.mark.parametrize("seed", [1, 2])
-def test_runs_with_retractions_against_the_reference(tmp_path, monkeypatch, name, seed):
+@pytest.mark.parametrize("kept", [False, True], ids=["summed", "kept_totals"])
+def test_runs_with_retractions_against_the_reference(tmp_path, monkeypatch, name, seed, kept):
+    """With ``kept``, every layer is large enough to keep its per-key totals beside it
+    (ops/reduce/layer_totals.py), and they are what the refreshes read."""
+    if kept:
+        monkeypatch.setattr(layer_totals, "MIN_ROWS", 1)
     taken = summaries_taken(monkeypatch)
     rng = random.Random(f"{name}-{seed}")
     reducer = REDUCERS[name]()
@@ -207,6 +215,7 @@ def test_runs_with_retractions_against_the_reference(tmp_path, monkeypatch, name
         assert got == want, (run, sorted(set(got.items()) ^ set(want.items()))[:6])
         assert taken[-1] is not None, "the collection stays non-negative: the summary must be taken"
         history += new_rows
+        assert kept == all(glob.glob(f + ".totals-*") for f in files), "totals kept beside the large layers only"
         if run == 3:  # compaction: the layers folded into one, times advanced
             history = compacted(history)
             files = [write_layer(tmp_path / f"compacted{run}.parquet", history)]
@@ -252,6 +261,32 @@ def test_a_refresh_of_a_hot_key_reads_its_totals_not_its_rows(tmp_path, name):
     got, received = refresh(new_rows, files, reducer)
     assert got == expected_changes(name, old, new_rows)
     assert received <= 2 * 8 * 7, received  # (at most 7 rows a state) x (states + retracted ones)
+
+
+@pytest.mark.parametrize("name", sorted(REDUCERS))
+def test_a_large_layers_totals_are_kept_and_read_instead_of_its_rows(tmp_path, monkeypatch, name):
+    """A layer of a hot key past the size that keeps totals: the first refresh sums it
+    once and keeps the totals beside it; the next reads them only (the layer itself,
+    moved away, is not read), and both answers are the reference's."""
+    monkeypatch.setattr(layer_totals, "MIN_ROWS", 5_000)
+    taken = summaries_taken(monkeypatch)
+    rng = random.Random(f"kept-{name}")
+    reducer = REDUCERS[name]()
+    old = [{"k": k, **_value(rng), "time": rng.randrange(10), "diff": rng.choice([1, 2])}
+           for k in (0, 0, 0, 1) for _ in range(2_000)]
+    big = write_layer(tmp_path / "big.parquet", old)
+    recent = [{"k": k, **_value(rng), "time": 12, "diff": 1} for k in (0, 1, 2) for _ in range(5)]
+    small = write_layer(tmp_path / "small.parquet", recent)
+    first = [{**r, "time": 20, "diff": -1} for r in rng.sample(old, 4)] + [{"k": 2, **_value(rng), "time": 21, "diff": 1}]
+    got, received = refresh(first, [big, small], reducer)
+    assert got == expected_changes(name, old + recent, first) and taken[-1] is not None
+    assert glob.glob(big + ".totals-*") and not glob.glob(small + ".totals-*"), "totals kept beside the large layer"
+    os.rename(big, big + ".away")  # what the next refresh could read of it: its totals only
+    second = [{"k": k, **_value(rng), "time": 30, "diff": 1} for k in (0, 1)] + [{**recent[0], "time": 31, "diff": -1}]
+    done = write_layer(tmp_path / "first.parquet", first)
+    got, received = refresh(second, [big, small, done], reducer)
+    assert got == expected_changes(name, old + recent + first, second), "the kept totals are the layer's"
+    assert taken[-1] is not None and received < 100, received  # a few rows per key and state, not 8,000
 
 
 @pytest.mark.parametrize("name", sorted(REDUCERS))

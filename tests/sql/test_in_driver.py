@@ -22,6 +22,7 @@ import json
 import math
 import os
 import random
+import shutil
 import subprocess
 import sys
 
@@ -90,6 +91,30 @@ def test_model_equals_duckdb_at_every_time_in_the_driver_and_on_spark(spark, tmp
         assert all(in_driver) and jobs == [0, 0, 0], (in_driver, jobs)
     else:
         assert not any(in_driver) and all(j > 0 for j in jobs), (in_driver, jobs)
+
+
+def test_kept_layer_totals_give_duckdbs_answers_and_live_as_long_as_their_layers(tmp_path, monkeypatch):
+    """Every layer keeps its per-key totals for the invertible aggregates (sum, count, avg:
+    ops/reduce/layer_totals.py): the model still equals DuckDB at every time over runs and
+    compaction, and garbage collection removes the totals of the layers compaction
+    retired, and only those."""
+    from ops.reduce import layer_totals
+    from storage.layer import summarised_layer
+    monkeypatch.setattr(layer_totals, "MIN_ROWS", 1)
+    check_model(tmp_path, MODEL, SCHEMAS, {"a": _rows_a, "b": _rows_b}, seed=12, runs=3)
+    store = Store(str(tmp_path / "store"))
+    traces = tmp_path / "store" / "traces"
+    kept = sorted(str(p) for p in traces.glob("*/*.totals-*"))
+    assert kept, "no layer kept its totals"
+    live = {p for t in store.state().traces.values() for p in store.layer_paths(t)}
+    retired = [p for p in kept if summarised_layer(p) not in live]
+    assert retired, "compaction retired no summarised layer: the case proves nothing"
+    layer = sorted(p for p in live if p.endswith(".parquet"))[0]  # a live layer's totals stay
+    shutil.copy(retired[0], layer + ".totals-0123456789ab")
+    kept.append(layer + ".totals-0123456789ab")
+    store.collect_garbage(0)
+    left = sorted(str(p) for p in traces.glob("*/*.totals-*"))
+    assert left == sorted(p for p in kept if summarised_layer(p) in live) and left, (retired, left)
 
 
 # ---------------------------------------------------------------- the translation, against Spark
