@@ -33,7 +33,7 @@ ROW_GROUP_ROWS = 32_768  # small enough that a key look-up skips most of a large
 META_KEY = b"ddcli.layer"
 
 #: a file beside a layer that holds a summary of it (``LAYER.parquet.totals-H``: its
-#: per-key totals, ops/reduce/layer_totals.py); it lives exactly as long as its layer
+#: per-key totals, ops/reduce/summaries/layer_totals.py); it lives exactly as long as its layer
 SUMMARY_SUFFIX = ".totals-"
 
 

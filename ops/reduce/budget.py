@@ -4,10 +4,10 @@ For a small run (``ops/reduce/operator.py``) only the new updates are shuffled; 
 the stored old updates of the keys it holds with DuckDB (``ops/reduce/old_updates.py``) and runs
 the kernel on both. Three ways, cheapest first:
 
-* a summary of the old updates (``ops/reduce/summary.py``: one-dimensional times, new
+* a summary of the old updates (``ops/reduce/summaries/insertions.py``: one-dimensional times, new
   updates that only insert): a few rows per key whatever its history; for count, sum and
   agg of sums, averages and counts, a summary of old and new updates alike, retractions
-  included (``ops/reduce/abelian_summary.py``): a few rows per key and new time;
+  included (``ops/reduce/summaries/abelian.py``): a few rows per key and new time;
 * the old updates whole, when the touched keys hold at most ``budget`` of them;
 * otherwise in shares: every row of the touched keys (old and new updates alike) is dealt
   to one of ``ceil(old rows / budget)`` shares by a hash of its value columns, the shares
@@ -46,8 +46,8 @@ from ops.errors import KeyTooLarge
 from ops.reduce import kernel as rk
 from ops.reduce.held_rows import TABLE, HeldRows
 from ops.reduce.old_updates import OldLookup
-from ops.reduce.abelian_summary import abelian_rows, invertible
-from ops.reduce.summary import accumulate_old_rows, of_insertions, old_summary
+from ops.reduce.summaries.abelian import abelian_rows, invertible
+from ops.reduce.summaries.insertions import accumulate_old_rows, of_insertions, old_summary
 from storage.lattice import time_columns
 from storage.sql.duck import quote
 
@@ -75,7 +75,7 @@ def reduce_with_lookup(new: pa.Table, files: list[str], key: list[str], values: 
                        shares_ok: bool) -> pa.Table:
     """The output changes of ``reducer`` caused by a task's ``new`` updates (``_new``
     true), its keys' old updates read from ``files``: summarised (``summary``: the reducer
-    has one, ``ops/reduce/summary.py``), whole, or, over ``budget``, in shares (``shares_ok``)
+    has one, ``ops/reduce/summaries/insertions.py``), whole, or, over ``budget``, in shares (``shares_ok``)
     or in groups of keys."""
     look, sql = _lookup(new, files, key, values)
     table = _with_old_updates(new, look, sql, key, values, reducer if summary else None, budget)

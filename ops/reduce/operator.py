@@ -41,7 +41,7 @@ from ops.spark.python_stage import python_stage
 from ops.reduce.shared_shuffle import SharedShuffle
 from ops.reduce.held_rows import HeldRows
 from ops.reduce.budget import held_shares, in_shares, reduce_held, reduce_with_lookup, task_rows
-from ops.reduce.summary import summarisable
+from ops.reduce.summaries.insertions import summarisable
 from ops.spark.session import partitions
 from storage.lattice import time_columns
 

@@ -44,7 +44,7 @@ from ops.reduce.budget import in_shares, reduce_with_lookup, task_rows
 from ops.reduce.kernel import reduce_delta
 from ops.reduce.old_updates import OldLookup
 from ops.reduce.operator import output_arrow_schema
-from ops.reduce.summary import summarisable
+from ops.reduce.summaries.insertions import summarisable
 from ops.run.duckdb_expressions import duckdb_sql
 from storage.blobs.resolve import duckdb_connect
 from storage.layer import update_schema

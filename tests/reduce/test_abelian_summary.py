@@ -1,6 +1,6 @@
 """Count, sum and agg of sums, averages and counts: a refresh that retracts reads totals, not history.
 
-``ops/reduce/abelian_summary.py``: with one-dimensional times and a non-negative collection a
+``ops/reduce/summaries/abelian.py``: with one-dimensional times and a non-negative collection a
 task's old and new updates are replaced by a few synthetic rows per key and time. Checked
 here without Spark, over several runs (each run's updates become a stored layer, compaction
 folds the layers into one): random streams that insert, retract (every row of a key too),
@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ops.dataflow.reducers import Agg, Aggregate
-from ops.reduce import layer_totals
+from ops.reduce.summaries import layer_totals
 from ops.reduce.budget import with_old_updates
 from ops.reduce.kernel import Count, Sum, reduce_delta
 
@@ -197,7 +197,7 @@ def summaries_taken(monkeypatch) -> list:
 @pytest.mark.parametrize("kept", [False, True], ids=["summed", "kept_totals"])
 def test_runs_with_retractions_against_the_reference(tmp_path, monkeypatch, name, seed, kept):
     """With ``kept``, every layer is large enough to keep its per-key totals beside it
-    (ops/reduce/layer_totals.py), and they are what the refreshes read."""
+    (ops/reduce/summaries/layer_totals.py), and they are what the refreshes read."""
     if kept:
         monkeypatch.setattr(layer_totals, "MIN_ROWS", 1)
     taken = summaries_taken(monkeypatch)

@@ -190,7 +190,7 @@ def test_hot_keys_through_pipelines_over_runs_with_compaction(spark, tmp_path, m
     retractions; three runs with advance --since and compaction between. ``split``: every
     run deals each key's rows to three tasks (the plan of big runs), which take them in
     shares of 25 (ops/reduce/held_rows.py). ``inserts_only``: later
-    runs read a summary of the keys' old updates (ops/reduce/summary.py). ``split`` None:
+    runs read a summary of the keys' old updates (ops/reduce/summaries/insertions.py). ``split`` None:
     a task holds at most 40 rows. The second run (30 updates, within it, so looked up)
     takes its keys' old updates in shares of 40 (ops/reduce/budget.py); the third (60,
     over it) is not looked up: its tasks hold old and new updates under the budget."""

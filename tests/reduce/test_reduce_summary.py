@@ -1,6 +1,6 @@
 """Insertions into hot keys read a summary of the keys' old updates, not their history.
 
-``ops/reduce/summary.py``: for count, integer sum, min, max and top_k with one-dimensional
+``ops/reduce/summaries/insertions.py``: for count, integer sum, min, max and top_k with one-dimensional
 times, a task whose new updates only insert gets a few rows per key from DuckDB in place
 of the key's old updates. Checked here without Spark: the output changes computed from the
 summary equal those computed from the full old updates (the kernel is checked against the

@@ -95,10 +95,10 @@ def test_model_equals_duckdb_at_every_time_in_the_driver_and_on_spark(spark, tmp
 
 def test_kept_layer_totals_give_duckdbs_answers_and_live_as_long_as_their_layers(tmp_path, monkeypatch):
     """Every layer keeps its per-key totals for the invertible aggregates (sum, count, avg:
-    ops/reduce/layer_totals.py): the model still equals DuckDB at every time over runs and
+    ops/reduce/summaries/layer_totals.py): the model still equals DuckDB at every time over runs and
     compaction, and garbage collection removes the totals of the layers compaction
     retired, and only those."""
-    from ops.reduce import layer_totals
+    from ops.reduce.summaries import layer_totals
     from storage.layer import summarised_layer
     monkeypatch.setattr(layer_totals, "MIN_ROWS", 1)
     check_model(tmp_path, MODEL, SCHEMAS, {"a": _rows_a, "b": _rows_b}, seed=12, runs=3)

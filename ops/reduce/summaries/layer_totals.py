@@ -1,6 +1,6 @@
 """Per-key totals of a large stored layer, kept beside it, for invertible reduces.
 
-An invertible reduce (``ops/reduce/abelian_summary.py``) needs, per touched key, the totals
+An invertible reduce (``ops/reduce/summaries/abelian.py``) needs, per touched key, the totals
 of its old updates: their multiplicity, and per value column the multiplicity of its
 non-null rows, its weighted sum (integers and decimals) and one of its values. Summed
 from the rows, a refresh costs the keys' history: a key of millions of rows (TPC-H's Q1
@@ -20,6 +20,7 @@ import io
 import json
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from storage.layer import SUMMARY_SUFFIX
 from storage.sql.duck import quote
@@ -110,7 +111,6 @@ def _kept_totals(con, layer: str, path: str, key: list[str], types: dict[str, st
         table = con.sql(totals_sql(f"SELECT * FROM read_parquet([{quoted}])", key, types, time_col)
                         + (f" ORDER BY {', '.join(quote(c) for c in key)}" if key else "")).to_arrow_table()
         sink = io.BytesIO()
-        import pyarrow.parquet as pq
         pq.write_table(table, sink, row_group_size=32_768)
         blobs.put_if_absent(path, sink.getvalue(), point="layer.totals")  # another process's are the same totals
     _kept.add(path)

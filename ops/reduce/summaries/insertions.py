@@ -31,14 +31,14 @@ import numpy as np
 import pyarrow as pa
 
 from ops.dataflow.reducers import Count, Max, Min, Reducer, Sum, TopK
-from ops.reduce.abelian_summary import invertible
+from ops.reduce.summaries.abelian import invertible
 from ops.reduce.old_updates import M
 from storage.sql.duck import quote
 
 
 def summarisable(reducer: Reducer, values_schema: pa.Schema, d: int, extra: bool) -> bool:
     """Whether ``reducer`` has a summary at all (one-dimensional times, outside loops): of
-    insertions (:func:`old_summary`) or of an invertible reduce (``ops/reduce/abelian_summary.py``)."""
+    insertions (:func:`old_summary`) or of an invertible reduce (``ops/reduce/summaries/abelian.py``)."""
     if d != 1 or extra:
         return False
     return of_insertions(reducer, values_schema) or invertible(reducer, values_schema)

@@ -24,7 +24,7 @@ no row is held, so a group of millions costs one scan of it), and a task receive
 rows per key and time instead of the key's history. The state before the first new time
 is a synthetic old update (``_new`` false) at the task's first new time, each later state
 retracts the one before it, so the kernel's ``Z(old + new) - Z(old)`` sees the same
-outputs from there on (``ops/reduce/summary.py`` does the same for insertions).
+outputs from there on (``ops/reduce/summaries/insertions.py`` does the same for insertions).
 
 It is taken only when it is exact; otherwise (None) the task reads the old updates whole:
 a key whose totals vanish at some state while one of its rows is below 0 (an old row
@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ops.dataflow.reducers import Agg, Count, Reducer, Sum
-from ops.reduce import layer_totals
+from ops.reduce.summaries import layer_totals
 from ops.reduce.old_updates import M
 from storage.sql.duck import quote
 
@@ -135,7 +135,7 @@ def _deltas(key: list[str], values: list[str], cols: dict[str, str], types: dict
 
 def _old_totals(con, files: list[str], keys: pa.Table, key: list[str], values: list[str], cols: dict[str, str],
                 types: dict[str, str], time_col: str) -> int | None:
-    """``abelian_old``: per key, the totals of its old updates (``ops/reduce/layer_totals.py``:
+    """``abelian_old``: per key, the totals of its old updates (``ops/reduce/summaries/layer_totals.py``:
     those large layers keep, the rest summed as DuckDB reads them, no row of them held);
     returns their latest time (None: there are none)."""
     src = layer_totals.sources(con, files, keys, key, {c: types[c] for c in values}, time_col)
