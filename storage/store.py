@@ -24,6 +24,7 @@ from typing import Callable, ContextManager, Iterable, TypeVar
 import pyarrow as pa
 
 from storage import faults, integrity
+from storage.blobs import durability
 from storage.blobs.resolve import open_store
 from storage.errors import Conflict, CorruptionError, DiffOverflow, LayerVanished, StoreError
 from storage.key_ranges import file_keys, files_in_range, range_bounds, range_filter
@@ -185,7 +186,9 @@ class Store:
         """
         written = Written()
         try:
-            result = write(written)
+            with durability.together():  # the new files synced at once, before the commit
+                result = write(written)
+                durability.make_durable()
         except BaseException:
             self._discard(written)
             raise

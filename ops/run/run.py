@@ -58,6 +58,7 @@ from ops.run.rebuild import Backfill, Identity, identify, plan_backfill, state_r
 from ops.spark.errors import failed_on_data
 from ops.spark.session import check_interrupt, get_spark, no_interrupts, partitions, size_partitions
 from ops.spark.user_code import user_code_status
+from storage.blobs import durability
 from storage.errors import Conflict
 from storage.lattice import Frontier, format_frontier, minimum, time_columns
 from storage.layer import Layer, update_schema
@@ -372,14 +373,15 @@ def _execute(store: Store, plan: RunPlan, master: str | None, progress: RunProgr
                                guard=_committing)
         return RunResult(plan.p.name, False, plan.frontier)
     try:
-        ev = evaluate_batches(store, plan, master=master, progress=progress, batch_times=batch_times,
-                              loop_stats=loop_stats)
-        targets = run_targets(plan, ev.runtime)
-        rows_in = 0 if plan.backfill is not None else ev.delta_rows  # a rebuild reads history, not new input
-        written = store.write_and_commit(
-            "run", lambda registry: write_targets(store, plan, ev, targets, registry, progress),
-            lambda s, w: _run_change(store, plan, targets, w, _figures(plan, started, progress, rows_in, w))(s),
-            merge=list(targets), guard=_committing)
+        with durability.together():  # the files the driver writes, synced at once before the commit
+            ev = evaluate_batches(store, plan, master=master, progress=progress, batch_times=batch_times,
+                                  loop_stats=loop_stats)
+            targets = run_targets(plan, ev.runtime)
+            rows_in = 0 if plan.backfill is not None else ev.delta_rows  # a rebuild reads history, not new input
+            written = store.write_and_commit(
+                "run", lambda registry: write_targets(store, plan, ev, targets, registry, progress),
+                lambda s, w: _run_change(store, plan, targets, w, _figures(plan, started, progress, rows_in, w))(s),
+                merge=list(targets), guard=_committing)
         save_plan(store, ev.plan_to_keep, ev.schemas)  # (a run that failed leaves the store as it was)
     except Exception as e:
         refused = failed_on_data(e, plan.p.nodes)

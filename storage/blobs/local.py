@@ -1,6 +1,7 @@
 """A store in a local (or shared, POSIX) folder: exactly the behaviour ddcli always had.
 
-Write once: a temporary name, fsync, rename, fsync of the folder. Put-if-absent: a hard
+Write once: a temporary name, fsync, rename, fsync of the folder (the syncs of a run's
+files deferred to just before its commit: storage/blobs/durability.py). Put-if-absent: a hard
 link (``link`` fails when the name exists, and never overwrites). A link that ends
 ambiguously (``EEXIST`` after a network filesystem retried a link that had succeeded)
 returns False: the log reads the version back and compares its commit id.
@@ -12,6 +13,7 @@ import os
 import uuid
 
 from storage import faults
+from storage.blobs import durability
 from storage.blobs.base import Blobs, Stat
 from storage.blobs.checksums import handle_checksums
 
@@ -82,7 +84,9 @@ class LocalBlobs(Blobs):
                 write(fh)
                 fh.flush()
                 faults.point("layer.before_fsync")
-                os.fsync(fh.fileno())
+                later = durability.deferred(path)  # synced with the others before the commit
+                if not later:
+                    os.fsync(fh.fileno())
             with open(tmp, "rb") as written:  # read back from the page cache: what is on disk now
                 sums = handle_checksums(written)
             faults.point("layer.before_rename")
@@ -90,7 +94,8 @@ class LocalBlobs(Blobs):
         except BaseException:
             _remove_quietly(tmp)  # a full disk must not stay full of our half-written files
             raise
-        _fsync_dir(directory)
+        if not later:
+            _fsync_dir(directory)
         faults.point("layer.after_rename")
         return {"bytes": os.path.getsize(path), **sums}
 
