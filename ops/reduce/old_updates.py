@@ -32,9 +32,14 @@ def spill_directory() -> str:
 
 
 def limit_memory(con):
-    """``con`` holding its rows under :data:`MEMORY_LIMIT`, spilling beyond it to this worker's folder."""
+    """``con`` holding its rows under :data:`MEMORY_LIMIT`, spilling beyond it to this worker's
+    folder. The connection may be one of the process's database (``storage/blobs/resolve.py``),
+    whose folder DuckDB refuses to set again once it has spilled there, even to itself: it
+    is set only where it differs."""
     con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
-    con.execute(f"SET temp_directory = '{spill_directory()}'")
+    folder = spill_directory()
+    if con.sql("SELECT current_setting('temp_directory')").fetchall()[0][0] != folder.replace("''", "'"):
+        con.execute(f"SET temp_directory = '{folder}'")
     return con
 
 

@@ -180,3 +180,22 @@ def test_within_the_budget_the_old_updates_are_read_whole(tmp_path):
         assert rl.with_old_updates(new, files, KEYS, VALUES, budget=old_rows - 1) is None
     finally:
         OldLookup.release()
+
+
+def test_a_worker_that_spilled_takes_its_next_lookup(monkeypatch):
+    """A worker's lookups are connections to one database of its process; once a lookup
+    spilled to the worker's folder, DuckDB refuses to set that folder again: the next
+    lookup in the same worker must still be taken."""
+    import os
+
+    from ops.reduce import old_updates
+    from storage.blobs.resolve import duckdb_connect
+    monkeypatch.setattr(old_updates, "MEMORY_LIMIT", "40MB")
+    con = old_updates.limit_memory(duckdb_connect([]))
+    try:
+        con.sql("SELECT count(*) FROM (SELECT range % 1000 AS a, random() AS r FROM range(4000000) ORDER BY r)").fetchall()
+        assert os.listdir(old_updates.spill_directory().replace("''", "'")), "nothing spilled: the case proves nothing"
+        again = old_updates.limit_memory(duckdb_connect([]))
+        assert again.sql("SELECT 1").fetchall() == [(1,)]
+    finally:
+        con.execute("RESET memory_limit")
