@@ -14,7 +14,7 @@ from sqlglot import exp
 
 from ops.errors import PipelineError
 from ops.sql.expressions import conjuncts, equality_pairs, spark_sql
-from ops.sql.joins import inner_join, outer_join, with_columns
+from ops.sql.joins import inner_join, outer_join, project, with_columns
 from ops.sql.scope import Col, Correlated, Rel, Scope, fresh_name
 
 
@@ -35,12 +35,13 @@ def plan_from(pl, sel: exp.Select, env: dict, outer: Scope | None, *, correlated
     joins = sel.args.get("joins") or []
     sides = [(j.side or "").lower() for j in joins]
     pushable = all(s in ("", "left") for s in sides)  # WHERE may filter an outer join's preserved side first
-    pool, pool_conds, merged = [source(pl, frm.this, env)], [], []
+    mentioned = mentioned_names(sel)
+    pool, pool_conds, merged = [source(pl, frm.this, env, mentioned)], [], []
     for j, side in zip(joins, sides):
         kind = (j.kind or "").lower()
         if kind in ("semi", "anti", "asof", "positional") or j.args.get("method"):
             raise PipelineError(where.at(j, f"{kind.upper() or j.args.get('method')} JOIN is not supported"))
-        right = source(pl, j.this, env)
+        right = source(pl, j.this, env, mentioned)
         using, names = _using(j, pool, right, where)
         on = conjuncts(j.args.get("on")) + using
         if side in ("left", "right", "full"):
@@ -65,15 +66,40 @@ def plan_from(pl, sel: exp.Select, env: dict, outer: Scope | None, *, correlated
     return rel
 
 
-def source(pl, node: exp.Expression, env: dict) -> Rel:
-    """A FROM item planned: a table, view or CTE by name, or a derived table."""
+def source(pl, node: exp.Expression, env: dict, mentioned: set[str] | None = None) -> Rel:
+    """A FROM item planned: a table, view or CTE by name, or a derived table; with
+    ``mentioned`` (see :func:`mentioned_names`), only its columns named there."""
     if isinstance(node, exp.Table):
-        return pl.table(node, env)
+        return _pruned(pl.table(node, env), mentioned)
     if isinstance(node, exp.Subquery):
         alias = node.alias_or_name.lower() or None
         rel = pl.query(node.this, env, None).requalified(alias)
-        return _column_aliases(rel, node.args.get("alias"), pl.where)
+        return _pruned(_column_aliases(rel, node.args.get("alias"), pl.where), mentioned)
     raise PipelineError(pl.where.at(node, f"{type(node).__name__} in FROM is not supported"))
+
+
+def mentioned_names(sel: exp.Select) -> set[str] | None:
+    """Every name ``sel`` spells (lower case: its columns, aliases and tables, its
+    subqueries' too), or None when it selects a star of its own (every column is
+    needed). A column of a FROM item whose name is not among them is read by nothing
+    the query computes, so it is dropped where the item enters: the joins then hold and
+    store only the columns the query uses (a star in an EXISTS subquery selects none)."""
+    for star in sel.find_all(exp.Star):
+        owner = star.find_ancestor(exp.Select)
+        if owner is sel and not isinstance(star.parent, exp.Count):
+            return None
+    return {i.name.lower() for i in sel.find_all(exp.Identifier)}
+
+
+def _pruned(rel: Rel, mentioned: set[str] | None) -> Rel:
+    """``rel`` with only its columns ``mentioned`` names (at least one: a count of rows
+    needs a row)."""
+    if mentioned is None:
+        return rel
+    keep = [c for c in rel.cols if c.name.lower() in mentioned] or rel.cols[:1]
+    if len(keep) == len(rel.cols) and rel.coll_columns in (None, rel.internals()):
+        return rel
+    return project(rel, {c: f"`{c}`" for c in dict.fromkeys(c.internal for c in keep)}, keep)
 
 
 def _column_aliases(rel: Rel, alias, where) -> Rel:

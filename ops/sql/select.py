@@ -214,7 +214,8 @@ def _aggregate(pl, rel: Rel, scope: Scope, group: list[exp.Expression] | None, a
         agg_keys[key] = out
     if not pre:  # count(*) over no key: the rows are the input
         pre["__one"] = "1"
-    staged = rel.coll.select(**pre)
+    same = list(pre) == rel.present() and all(e == f"`{c}`" for c, e in pre.items())
+    staged = rel.coll if same else rel.coll.select(**pre)  # no operator that changes nothing
     if not specs:  # GROUP BY alone: the distinct keys
         grouped = staged.distinct()
     else:
