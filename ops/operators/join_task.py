@@ -68,8 +68,7 @@ def join_task(batches: Iterable[pa.RecordBatch], spec: JoinSpec, budget: int,
 def _with_stored(batches: list[pa.RecordBatch], spec: JoinSpec, lookup) -> Iterator[pa.RecordBatch]:
     """The task's new updates, then the stored old updates each side pairs with them."""
     from ops.operators.arrangement import keyed_read_sql
-    from ops.reduce.old_updates import limit_memory
-    from storage.blobs.resolve import duckdb_connect
+    from ops.reduce.old_updates import lookup_connection
 
     new = pa.Table.from_batches(batches) if batches else None
     if new is None or new.num_rows == 0:
@@ -85,7 +84,7 @@ def _with_stored(batches: list[pa.RecordBatch], spec: JoinSpec, lookup) -> Itera
         keys = other.select(key).group_by(key, use_threads=False).aggregate([])
         mine = list(spec.key) + list(spec.left if s == 0 else spec.right)
         group = ", ".join(quote(c) for c in mine + tcols[1:])
-        con = limit_memory(duckdb_connect(files))
+        con = lookup_connection(files)
         try:
             con.register("touched_keys", keys)
             sql = (f"SELECT {group}, greatest({quote(tcols[0])}, {int(at)})::BIGINT AS {quote(tcols[0])}, "

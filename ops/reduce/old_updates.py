@@ -43,6 +43,25 @@ def limit_memory(con):
     return con
 
 
+_limited: set[int] = set()  # the processes whose own database (storage/blobs/resolve.py) is limited
+
+
+def lookup_connection(files: list[str]):
+    """A connection that reads ``files`` (local, or on an object store), limited as
+    :func:`limit_memory` says. Local files are read through the process's one database,
+    whose settings are its connections': they are set once per process, not per lookup
+    (a refresh makes hundreds of lookups, a few milliseconds each)."""
+    from storage.blobs.resolve import duckdb_connect, is_object_store
+    con = duckdb_connect(files)
+    shared = not (files and is_object_store(files[0]))
+    if shared and os.getpid() in _limited:
+        return con
+    limit_memory(con)
+    if shared:
+        _limited.add(os.getpid())
+    return con
+
+
 class OldLookup:
     """A DuckDB connection over the stored files with a task's touched keys registered
     (``touched_keys``), and whether it holds their accumulated old rows (``old_rows``)."""
@@ -52,9 +71,8 @@ class OldLookup:
     shared_task: bool = False
 
     def __init__(self, files: list[str], keys: pa.Table, key: list[str], values: list[str]):
-        from storage.blobs.resolve import duckdb_connect
         self.what, self.keys, self.accumulated = (tuple(files), tuple(key), tuple(values)), keys, False
-        self.con = limit_memory(duckdb_connect(files))  # the files may be on an object store
+        self.con = lookup_connection(files)  # the files may be on an object store
         if key:  # (DuckDB registers no table without columns; a reduce without key needs none)
             self.con.register("touched_keys", keys)
         self._count: int | None = None

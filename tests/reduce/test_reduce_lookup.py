@@ -199,3 +199,4 @@ def test_a_worker_that_spilled_takes_its_next_lookup(monkeypatch):
         assert again.sql("SELECT 1").fetchall() == [(1,)]
     finally:
         con.execute("RESET memory_limit")
+        old_updates._limited.discard(os.getpid())  # the next lookup limits the database again
