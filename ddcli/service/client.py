@@ -1,7 +1,8 @@
 """The client side of the warm engine: hand a command to the user's service, or decline.
 
 :func:`forward` is the first thing the ``ddcli`` executable does. For a command the service
-runs (``ddcli run``, ``ddcli verify``) with the warm engine on (``DDCLI_SERVICE``, default on)
+runs (``ddcli run``, ``ddcli verify``; a small ``ddcli ingest`` only when one is running)
+with the warm engine on (``DDCLI_SERVICE``, default on)
 and a local Spark master, it finds the service of the command's key
 (ddcli/service/identity.py), starting one when there is none, sends it the command with
 this process's working folder, environment and terminals, copies what the command writes
@@ -37,8 +38,10 @@ SILENT = "silent"  # a service is there but did not answer within ANSWER_SECONDS
 
 
 def forward(argv: list[str]) -> int | None:
-    """The exit code of ``ddcli ARGV`` run by the user's service; None to run it here."""
-    if identity.command_of(argv) is None or not hasattr(socket, "AF_UNIX"):
+    """The exit code of ``ddcli ARGV`` run by the user's service; None to run it here. A
+    small ingest goes to a service that is already running, and never starts one."""
+    joining = identity.command_of(argv) is None
+    if (joining and not identity.joins_running(argv)) or not hasattr(socket, "AF_UNIX"):
         return None
     env = _settings(identity.root_options(argv)[0].get("--config"))
     if env is None or not identity.enabled(env):
@@ -57,6 +60,8 @@ def forward(argv: list[str]) -> int | None:
     if len(path) > place.MAX_SOCKET_PATH:
         return None
     channel = _accepted(path, request) if os.path.exists(path) else None
+    if channel is None and joining:  # no service to join: the command's own process
+        return None
     if channel is None:
         pid = start(folder, key, master, env)
         channel = _wait_for_service(path, request, pid) if pid else None

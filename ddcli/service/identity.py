@@ -22,6 +22,12 @@ import sys
 # the commands the service runs: those that start Spark (benchmarks measure cold and warm
 # starts themselves, so they run in their own process)
 SERVICE_COMMANDS = ("run", "verify")
+# a command a service already running takes, but starts none for: it starts no Spark, and
+# when small it costs less there than a new process's imports (a refresh's few thousand
+# rows: a third of a second against a second); local update files of at most this many
+# bytes in all, never a command that must die where it is (a fault point, DDCLI_FAULT)
+JOINING_COMMANDS = ("ingest",)
+JOINING_BYTES = 64 << 20
 
 # environment variables fixed when a service's JVM and Python workers start: part of its
 # key, and the only ones (with the basics below) the service's own process starts with
@@ -93,6 +99,19 @@ def root_options(argv: list[str]) -> tuple[dict[str, str], str | None]:
             return given, argv[i]
         i += 1
     return given, None
+
+
+def joins_running(argv: list[str], env=os.environ) -> bool:
+    """Whether ``argv`` is a small command a running service may take (:data:`JOINING_COMMANDS`):
+    every file it names local, :data:`JOINING_BYTES` in all."""
+    given, command = root_options(argv)
+    if command not in JOINING_COMMANDS or "--help" in argv or "-h" in argv or env.get("DDCLI_FAULT"):
+        return False
+    args = argv[argv.index(command) + 1:]
+    if any("://" in a or a == "-" for a in args):  # an object store's files, or stdin
+        return False
+    files = [a for a in args if not a.startswith("-") and os.path.isfile(a)]
+    return bool(files) and sum(os.path.getsize(f) for f in files) <= JOINING_BYTES
 
 
 def command_of(argv: list[str]) -> str | None:

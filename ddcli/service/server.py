@@ -41,6 +41,7 @@ import time
 
 from ddcli.service import folder as place
 from ddcli.service import protocol
+from ddcli.service import identity
 from ddcli.service.identity import DEFAULT_IDLE_SECONDS
 from ops.spark.user_code import KeptFiles
 
@@ -239,8 +240,8 @@ class Service:
         finally:
             channel.close()
             self.commands += 1
-            log(f"ran {' '.join(argv[:1])} for pid {request.get('pid')} in {request.get('cwd')}: exit {code} "
-                f"in {time.monotonic() - started:.2f} s")
+            log(f"ran {identity.root_options(argv)[1] or ' '.join(argv[:1])} for pid {request.get('pid')} in "
+                f"{request.get('cwd')}: exit {code} in {time.monotonic() - started:.2f} s")
             _tidy()
             release()
             self.kept.remember(since_ns=started_ns)

@@ -53,3 +53,27 @@ def test_the_client_reads_the_configuration_file_named_before_the_command(tmp_pa
     assert services() == {}
     assert collection(str(tmp_path / "st"), "counts") == {
         (("count", n), ("word", w)): 1 for w, n in fold_csv(WORDS[:1]).items()}
+
+
+def test_a_small_ingest_joins_a_running_service_and_never_starts_one(tmp_path):
+    """``ddcli ingest`` of a few rows: in its own process while no service runs (it starts
+    none: an ingest needs no Spark), by the service once one runs (no second of imports),
+    and in its own process again when it must die where it is (a fault point); the store
+    is the same either way."""
+    from ddcli.service.folder import log_path
+
+    ok(ddcli(["--store", "st", "ingest", "words", WORDS[0]], tmp_path))
+    assert services() == {}, "an ingest started a service"
+    ok(ddcli(["--store", "st", "run", WORDCOUNT], tmp_path))
+    (key, pid), = services().items()
+    ok(ddcli(["--store", "st", "ingest", "words", WORDS[1]], tmp_path))
+    (tmp_path / "late.csv").write_text("word,time,diff\nzucchini,9,1\n")
+    res = ddcli(["--store", "st", "ingest", "words", "late.csv"], tmp_path, env={"DDCLI_FAULT": "ingest.before_commit"})
+    assert res.returncode == 137, (res.returncode, res.stderr)  # killed in its own process
+    assert services() == {key: pid}, "the service lives on"
+    with open(log_path(os.environ["DDCLI_SERVICE_DIR"], key)) as fh:
+        ran = [re.search(r"\] ran (\S+) for pid ", line).group(1) for line in fh if re.search(r"\] ran \S+ for pid ", line)]
+    assert ran == ["run", "ingest"], ran
+    ok(ddcli(["--store", "st", "run", WORDCOUNT], tmp_path))
+    assert collection(str(tmp_path / "st"), "counts") == {
+        (("count", n), ("word", w)): 1 for w, n in fold_csv(WORDS).items()}
