@@ -119,20 +119,6 @@ def _same(a: str, b: str, cols: list[str]) -> str:
     return " AND ".join(f"{a}.{quote(c)} IS NOT DISTINCT FROM {b}.{quote(c)}" for c in cols) or "true"
 
 
-def _deltas(key: list[str], values: list[str], cols: dict[str, str], types: dict[str, str], weight: str) -> str:
-    """The aggregates of a set of updates that the totals add up: their multiplicity, per
-    tracked column the multiplicity of its non-null rows and its weighted sum, and one
-    non-null value of each value column (``weight``: an update's multiplicity)."""
-    parts = [f"SUM({weight})::BIGINT AS {_I}dn"]
-    for j, c in enumerate(values):
-        parts.append(f"any_value({quote(c)}) AS {_I}dr_{j}")
-    for i, c in enumerate(cols):
-        parts.append(f"SUM(CASE WHEN {quote(c)} IS NULL THEN 0 ELSE {weight} END)::BIGINT AS {_I}dn_{i}")
-        if cols[c] == _SUMMED:
-            parts.append(f"SUM({quote(c)}::{layer_totals.wide_type(types[c])} * {weight}) AS {_I}ds_{i}")
-    return ", ".join(parts)
-
-
 def _old_totals(con, files: list[str], keys: pa.Table, key: list[str], values: list[str], cols: dict[str, str],
                 types: dict[str, str], time_col: str) -> int | None:
     """``abelian_old``: per key, the totals of its old updates (``ops/reduce/summaries/layer_totals.py``:
@@ -140,15 +126,26 @@ def _old_totals(con, files: list[str], keys: pa.Table, key: list[str], values: l
     returns their latest time (None: there are none)."""
     src = layer_totals.sources(con, files, keys, key, {c: types[c] for c in values}, time_col)
     k = ", ".join(quote(c) for c in key)
-    parts = [f"SUM({quote(layer_totals.N)})::BIGINT AS {_I}dn"]
-    parts += [f"any_value({quote(layer_totals.one_of(c))}) AS {_I}dr_{j}" for j, c in enumerate(values)]
-    for i, c in enumerate(cols):
-        parts.append(f"SUM({quote(layer_totals.count_of(c))})::BIGINT AS {_I}dn_{i}")
-        if cols[c] == _SUMMED:
-            parts.append(f"SUM({quote(layer_totals.sum_of(c))}::{layer_totals.wide_type(types[c])}) AS {_I}ds_{i}")
-    con.execute(f"CREATE OR REPLACE TEMP TABLE abelian_old AS SELECT {k + ', ' if k else ''}{', '.join(parts)}, "
-                f"max({quote(layer_totals.T)}) AS {_T} FROM ({src}) GROUP BY {k or '()'} HAVING count(*) > 0")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE abelian_old AS SELECT {k + ', ' if k else ''}"
+                f"{_deltas(values, cols, types, summed=True)}, max({quote(layer_totals.T)}) AS {_T} "
+                f"FROM ({src}) GROUP BY {k or '()'} HAVING count(*) > 0")
     return con.sql(f"SELECT max({_T}) FROM abelian_old").fetchall()[0][0]
+
+
+def _deltas(values: list[str], cols: dict[str, str], types: dict[str, str], *, summed: bool) -> str:
+    """Per-key totals (``layer_totals.totals_sql``'s columns) as the changes the states add
+    up: the multiplicity, one value of each value column, per tracked column its count of
+    non-null rows and its sum; ``summed``: of several rows per key (one per source)."""
+    def agg(fn: str, col: str) -> str:
+        return f"{fn}({quote(col)})" if summed else quote(col)
+
+    parts = [f"{agg('SUM', layer_totals.N)}::BIGINT AS {_I}dn"]
+    parts += [f"{agg('any_value', layer_totals.one_of(c))} AS {_I}dr_{j}" for j, c in enumerate(values)]
+    for i, c in enumerate(cols):
+        parts.append(f"{agg('SUM', layer_totals.count_of(c))}::BIGINT AS {_I}dn_{i}")
+        if cols[c] == _SUMMED:
+            parts.append(f"{agg('SUM', layer_totals.sum_of(c))}::{layer_totals.wide_type(types[c])} AS {_I}ds_{i}")
+    return ", ".join(parts)
 
 
 def _states(con, key: list[str], values: list[str], cols: dict[str, str], types: dict[str, str],
@@ -169,9 +166,10 @@ def _states(con, key: list[str], values: list[str], cols: dict[str, str], types:
             deltas.append(f"{_I}ds_{i}")
             totals.append(f"SUM({_I}ds_{i}) OVER run AS {_I}s_{i}")
     d = ", ".join(deltas)
+    per_time = layer_totals.totals_sql("SELECT * FROM new_rows", key + [time_col], {c: types[c] for c in values},
+                                       time_col)  # the new updates' totals per key and time
     both = (f"SELECT {k}0 AS {_PHASE}, {int(first)}::BIGINT AS {_T}, {d} FROM abelian_old "
-            f"UNION ALL SELECT {k}1, {t}, {_deltas(key, values, cols, types, 'diff::BIGINT')} "
-            f"FROM new_rows GROUP BY {k}{t}")
+            f"UNION ALL SELECT {k}1, {t}, {_deltas(values, cols, types, summed=False)} FROM ({per_time})")
     order = f"PARTITION BY {k}NULL ORDER BY {_PHASE}, {_T}"
     con.execute(f"CREATE OR REPLACE TEMP TABLE abelian_states AS SELECT {k}{_PHASE}, {_T}, "
                 f"lead({_T}) OVER ({order}) AS {_NEXT}, {', '.join(totals)} "
