@@ -170,7 +170,8 @@ class Store:
         return self.committed
 
     def write_and_commit(self, name: str, write: Callable[[Written], W], change: Callable[[State, W], State], *,
-                         merge: Iterable[str] = (), guard: Callable[[], ContextManager] | None = None) -> W:
+                         merge: Iterable[str] = (), patient: bool = False,
+                         guard: Callable[[], ContextManager] | None = None) -> W:
         """The one way the store changes: write layers, commit one named change, discard on failure.
 
         ``write(written)`` writes the change's layer files and registers each with
@@ -180,7 +181,8 @@ class Store:
         the registered files are removed (unless the newest state names them: a commit that
         landed after all). ``name`` names the fault points ``NAME.before_commit`` and
         ``NAME.after_commit``; the traces in ``merge`` have their layers merged geometrically
-        after the commit; the commit and those merges run inside ``guard()`` when given.
+        after the commit (``patient``: small layers wait, see ``plan_merges``); the commit
+        and those merges run inside ``guard()`` when given.
         Then the Delta logs of the traces it changed follow (storage/lake/follow.py).
         Returns what ``write`` returned.
         """
@@ -199,7 +201,7 @@ class Store:
                 self.commit(lambda s: change(self._still_there(s, written), result))
                 faults.point(f"{name}.after_commit")
                 if merge:
-                    self.merge_after_commit(*merge)
+                    self.merge_after_commit(*merge, patient=patient)
         except BaseException:
             self._discard_unless_committed(written)
             raise
@@ -358,7 +360,7 @@ class Store:
         removed = self.collect_garbage(grace_seconds)
         return {"traces": len(names), "merges": merged, "removed_files": removed, "conflicts": conflicts}
 
-    def merge_layers(self, *names: str, full: bool = False) -> int:
+    def merge_layers(self, *names: str, full: bool = False, patient: bool = False) -> int:
         """One commit that replaces runs of adjacent layers of the traces ``names`` by their
         merges (:func:`storage.state.transitions.plan_merges` chooses them); returns the
         layers written. Raises :class:`Conflict` (having removed its new files) when
@@ -366,7 +368,7 @@ class Store:
         """
         state = self.state()
         traces = {n: self.trace(n, state) for n in names}
-        groups = {n: g for n, t in traces.items() if (g := plan_merges(t, full))}
+        groups = {n: g for n, t in traces.items() if (g := plan_merges(t, full, patient))}
         if not groups:
             return 0
 
@@ -420,7 +422,7 @@ class Store:
         return Layer(uuid.uuid4().hex[:16], files, span["lower"], span["upper"], since, span["seq_lo"],
                      span["seq_hi"], sum(f.rows for f in files), sum(f.bytes for f in files))
 
-    def merge_after_commit(self, *names: str) -> None:
+    def merge_after_commit(self, *names: str, patient: bool = False) -> None:
         """Geometric merging after a write that is already committed, of every trace
         ``names`` in one commit.
 
@@ -429,7 +431,7 @@ class Store:
         or ``ddcli compact`` merges again.
         """
         try:
-            self.merge_layers(*names)
+            self.merge_layers(*names, patient=patient)
         except Conflict:
             pass
         except CorruptionError as e:

@@ -381,7 +381,7 @@ def _execute(store: Store, plan: RunPlan, master: str | None, progress: RunProgr
             written = store.write_and_commit(
                 "run", lambda registry: write_targets(store, plan, ev, targets, registry, progress),
                 lambda s, w: _run_change(store, plan, targets, w, _figures(plan, started, progress, rows_in, w))(s),
-                merge=list(targets), guard=_committing)
+                merge=list(targets), patient=True, guard=_committing)
         save_plan(store, ev.plan_to_keep, ev.schemas)  # (a run that failed leaves the store as it was)
     except Exception as e:
         refused = failed_on_data(e, plan.p.nodes)

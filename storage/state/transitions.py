@@ -267,13 +267,21 @@ def _crosses_hold(group: list[Layer], barriers: set[int]) -> bool:
     return any(_held_apart(a, b, barriers) for a, b in zip(group, group[1:]))
 
 
-def plan_merges(t: Trace, full: bool) -> list[list[Layer]]:
+#: ``patient`` merging leaves layers of fewer rows than one row group (storage/layer.py)
+#: alone until a trace holds this many of them in a row
+SMALL_LAYER_ROWS, PATIENT_LAYERS = 32_768, 8
+
+
+def plan_merges(t: Trace, full: bool, patient: bool = False) -> list[list[Layer]]:
     """Groups of adjacent layers to merge (each group becomes one layer).
 
     Geometric rule: merge neighbours whose sizes are within a factor of two, so every
     update is rewritten O(log n) times and a trace keeps O(log n) layers; ``full`` merges
     every run of layers. Layers are never merged across a reader's hold, so readers can
-    still tell old from new.
+    still tell old from new. ``patient`` (after a pipeline's run, whose every refresh adds
+    a small layer to each trace it writes): a group of small layers only is merged once
+    :data:`PATIENT_LAYERS` of them lie side by side — a read of a few more small files
+    costs less than a merge, its write and its commit at every run.
     """
     barriers = _hold_seqs(t)
     segments: list[list[Layer]] = [[]]
@@ -296,8 +304,20 @@ def plan_merges(t: Trace, full: bool) -> list[list[Layer]]:
             while len(stack) >= 2 and _rows(stack[-2]) <= 2 * _rows(stack[-1]):
                 top = stack.pop()
                 stack[-1] = stack[-1] + top
-        groups.extend(g for g in stack if len(g) > 1)
+        groups.extend(g for g in stack if len(g) > 1 and not (patient and _waits(g, seg)))
     return groups
+
+
+def _waits(group: list[Layer], segment: list[Layer]) -> bool:
+    """Whether a patient merge leaves ``group`` alone: it holds small layers only, and
+    its segment fewer than :data:`PATIENT_LAYERS` small ones in a row."""
+    if any(l.rows >= SMALL_LAYER_ROWS for l in group):
+        return False
+    run = longest = 0
+    for l in segment:
+        run = run + 1 if l.rows < SMALL_LAYER_ROWS else 0
+        longest = max(longest, run)
+    return longest < PATIENT_LAYERS
 
 
 def _rows(group: list[Layer]) -> int:

@@ -296,7 +296,7 @@ def test_compaction_racing_an_ingest_both_land(tmp_path, monkeypatch):
     new = [((99, "n"), (4,), 5), ((0, "v"), (4,), -1)]
     f = write_updates(str(tmp_path / "n.csv"), new, 1)
     # the ingest commits while the full compaction is about to; its own merge is held off
-    monkeypatch.setattr(Store, "merge_after_commit", lambda self, *names: None)
+    monkeypatch.setattr(Store, "merge_after_commit", lambda self, *names, **how: None)
     hit = run_at(monkeypatch, "compact.before_commit", lambda: Store(store.path).ingest("t", [f]))
     assert store.merge_layers("t", full=True) == 1
     assert hit["done"]

@@ -130,6 +130,21 @@ def test_plan_merges_is_geometric_and_never_crosses_a_hold():
     assert [[l.id for l in g] for g in T.plan_merges(held, True)] == [["0", "1"], ["2", "3"]]
 
 
+def test_patient_merges_leave_small_layers_until_eight_lie_side_by_side():
+    """After a pipeline's run (``patient``) small layers wait for each other; a group with
+    a layer of a row group or more is merged as the geometric rule says."""
+    big, small = T.SMALL_LAYER_ROWS * 4, 100
+    ids = lambda groups: [[l.id for l in g] for g in groups]  # noqa: E731
+    seven = trace(layers=[layer("b", 0, 1, big)] + [layer(str(i), i + 1, i + 2, small) for i in range(7)])
+    assert ids(T.plan_merges(seven, False)), "the geometric rule merges small neighbours"
+    assert ids(T.plan_merges(seven, False, patient=True)) == []
+    eight = seven.with_(layers=seven.layers + [layer("7", 8, 9, small)])
+    assert ids(T.plan_merges(eight, False, patient=True)) == [[str(i) for i in range(8)]]
+    mixed = trace(layers=[layer("b", 0, 1, T.SMALL_LAYER_ROWS), layer("s", 1, 2, T.SMALL_LAYER_ROWS - 1)])
+    assert ids(T.plan_merges(mixed, False, patient=True)) == [["b", "s"]], "within 2x of a large layer"
+    assert ids(T.plan_merges(seven, True, patient=True)) == [["b"] + [str(i) for i in range(7)]], "full merges all"
+
+
 def test_merge_replaces_adjacent_layers_or_backs_off():
     t = trace(layers=[layer("a", 0, 1), layer("b", 1, 2), layer("c", 2, 3)])
     s = state(t)
