@@ -84,9 +84,10 @@ def mentioned_names(sel: exp.Select) -> set[str] | None:
     needed). A column of a FROM item whose name is not among them is read by nothing
     the query computes, so it is dropped where the item enters: the joins then hold and
     store only the columns the query uses (a star in an EXISTS subquery selects none)."""
+    exists = isinstance(sel.parent, exp.Exists)  # EXISTS (SELECT * ...) selects no column
     for star in sel.find_all(exp.Star):
         owner = star.find_ancestor(exp.Select)
-        if owner is sel and not isinstance(star.parent, exp.Count):
+        if owner is sel and not isinstance(star.parent, exp.Count) and not exists:
             return None
     return {i.name.lower() for i in sel.find_all(exp.Identifier)}
 
