@@ -13,6 +13,7 @@ it would not be exact, that the old updates are read whole and the answer is sti
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import random
 from decimal import Decimal
@@ -287,6 +288,29 @@ def test_a_large_layers_totals_are_kept_and_read_instead_of_its_rows(tmp_path, m
     got, received = refresh(second, [big, small, done], reducer)
     assert got == expected_changes(name, old + recent + first, second), "the kept totals are the layer's"
     assert taken[-1] is not None and received < 100, received  # a few rows per key and state, not 8,000
+
+
+def test_damaged_kept_totals_are_never_read(tmp_path, monkeypatch):
+    """Kept totals are named by their bytes' digest and checked once per process: a byte
+    flipped in them (a new process reads them) sends the refresh to the layer, whose
+    totals are summed and kept again, and the answer is the reference's."""
+    monkeypatch.setattr(layer_totals, "MIN_ROWS", 1_000)
+    monkeypatch.setattr(layer_totals, "_kept", {})
+    rng = random.Random("damaged")
+    reducer = REDUCERS["agg"]()
+    old = [{"k": k, **_value(rng), "time": 1, "diff": 1} for k in (0, 0, 1) for _ in range(1_000)]
+    big = write_layer(tmp_path / "big.parquet", old)
+    first = [{**old[0], "time": 5, "diff": -1}]
+    assert refresh(first, [big], reducer)[0] == expected_changes("agg", old, first)
+    kept, = glob.glob(big + ".totals-*")
+    data = bytearray(open(kept, "rb").read())
+    data[len(data) // 3] ^= 0xFF
+    open(kept, "wb").write(bytes(data))
+    monkeypatch.setattr(layer_totals, "_kept", {})  # as a new process would
+    second = [{**old[1], "time": 5, "diff": -1}, {"k": 1, **_value(rng), "time": 6, "diff": 1}]
+    assert refresh(second, [big], reducer)[0] == expected_changes("agg", old, second)
+    again, = glob.glob(big + ".totals-*")  # the damaged totals replaced by intact ones
+    assert hashlib.sha256(open(again, "rb").read()).hexdigest()[:16] == again[-16:]
 
 
 @pytest.mark.parametrize("name", sorted(REDUCERS))

@@ -6,9 +6,9 @@ non-null rows, its weighted sum (integers and decimals) and one of its values. S
 from the rows, a refresh costs the keys' history: a key of millions of rows (TPC-H's Q1
 groups its 6 million lineitems in four keys) is read whole at every refresh. A layer is
 immutable, so its per-key totals are too: they are computed once, the first time a
-refresh needs them, and kept beside the layer (``LAYER.parquet.totals-H``, ``H`` naming
-the key and value columns they were summed for), so a later refresh reads a row per key
-and layer. Layers below :data:`MIN_ROWS` are summed as they are read, as cheap as reading
+refresh needs them, and kept beside the layer (``LAYER.parquet.totals-H-D``, ``H`` naming
+the key and value columns they were summed for, ``D`` their bytes' digest), so a later
+refresh reads a row per key and layer. Layers below :data:`MIN_ROWS` are summed as they are read, as cheap as reading
 their totals. Garbage collection keeps a layer's totals exactly as long as the layer
 (``storage/writes/gc.py``).
 """
@@ -22,6 +22,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from storage.errors import CorruptionError
 from storage.layer import SUMMARY_SUFFIX
 from storage.sql.duck import quote
 
@@ -31,7 +32,7 @@ _I = "_ddcli_"
 N, T = _I + "n", _I + "t"  # the multiplicity and the latest time of a key's updates
 
 _rows: dict[str, int] = {}  # a layer's rows (layers are immutable: kept while the process lives)
-_kept: set[str] = set()  # totals known to exist
+_kept: dict[str, str] = {}  # totals checked in this process: their name without, and with, their digest
 
 
 def count_of(c: str) -> str:
@@ -100,18 +101,33 @@ def _layer_rows(path: str) -> int:
     return _rows[path]
 
 
-def _kept_totals(con, layer: str, path: str, key: list[str], types: dict[str, str], time_col: str) -> str:
-    """``path``: the layer's totals, summed and written now unless they already are."""
+def _kept_totals(con, layer: str, stem: str, key: list[str], types: dict[str, str], time_col: str) -> str:
+    """The layer's totals (``stem-H``, ``H`` the start of their SHA-256: checked once per
+    process, as a layer's bytes are, so damaged totals are never read), summed and written
+    now unless intact ones are there."""
     from storage.blobs.resolve import for_path
-    if path in _kept:
-        return path
-    blobs = for_path(path)
-    if not blobs.exists(path):
-        quoted = "'" + layer.replace("'", "''") + "'"
-        table = con.sql(totals_sql(f"SELECT * FROM read_parquet([{quoted}])", key, types, time_col)
-                        + (f" ORDER BY {', '.join(quote(c) for c in key)}" if key else "")).to_arrow_table()
-        sink = io.BytesIO()
-        pq.write_table(table, sink, row_group_size=32_768)
-        blobs.put_if_absent(path, sink.getvalue(), point="layer.totals")  # another process's are the same totals
-    _kept.add(path)
+    if stem in _kept:
+        return _kept[stem]
+    blobs = for_path(stem)
+    folder, name = stem.rsplit("/", 1)
+    for found in sorted(n for n in blobs.list(folder) if n.startswith(name + "-")):
+        path = f"{folder}/{found}"
+        if _digest(blobs.get(path)) == found[len(name) + 1:]:
+            _kept[stem] = path
+            return path
+        blobs.delete(path)  # damaged: summed again below (the same totals may take its name)
+    quoted = "'" + layer.replace("'", "''") + "'"
+    table = con.sql(totals_sql(f"SELECT * FROM read_parquet([{quoted}])", key, types, time_col)
+                    + (f" ORDER BY {', '.join(quote(c) for c in key)}" if key else "")).to_arrow_table()
+    sink = io.BytesIO()
+    pq.write_table(table, sink, row_group_size=32_768)
+    data = sink.getvalue()
+    path = f"{stem}-{_digest(data)}"
+    if not blobs.put_if_absent(path, data, point="layer.totals") and _digest(blobs.get(path)) != path[-16:]:
+        raise CorruptionError(f"the totals {path} kept beside a layer are damaged as soon as written")
+    _kept[stem] = path  # (another process may have written the same bytes first)
     return path
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
