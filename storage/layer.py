@@ -32,7 +32,7 @@ from storage.row_order import group_sum
 ROW_GROUP_ROWS = 32_768  # small enough that a key look-up skips most of a large layer
 META_KEY = b"ddcli.layer"
 
-#: a file beside a layer that holds a summary of it (``LAYER.parquet.totals-H``: its
+#: a file beside a layer that holds a summary of it (``LAYER.parquet.totals-H-D``: its
 #: per-key totals, ops/reduce/summaries/layer_totals.py); it lives exactly as long as its layer
 SUMMARY_SUFFIX = ".totals-"
 
