@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from storage.errors import Conflict, CorruptionError, StoreError
 from storage.lattice import Frontier, format_frontier
-from storage.layer import Layer
+from storage.layer import ROW_GROUP_ROWS, Layer
 from storage.state import history
 from storage.state import ingested as ingested_record
 from storage.state.trace import Hold, Trace
@@ -267,9 +267,9 @@ def _crosses_hold(group: list[Layer], barriers: set[int]) -> bool:
     return any(_held_apart(a, b, barriers) for a, b in zip(group, group[1:]))
 
 
-#: ``patient`` merging leaves layers of fewer rows than one row group (storage/layer.py)
-#: alone until a trace holds this many of them in a row
-SMALL_LAYER_ROWS, PATIENT_LAYERS = 32_768, 8
+#: ``patient`` merging leaves layers of fewer rows than one row group alone until a trace
+#: holds this many of them in a row
+SMALL_LAYER_ROWS, PATIENT_LAYERS = ROW_GROUP_ROWS, 8
 
 
 def plan_merges(t: Trace, full: bool, patient: bool = False) -> list[list[Layer]]:
