@@ -14,9 +14,12 @@ the log refers to.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import uuid
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -37,10 +40,47 @@ META_KEY = b"ddcli.layer"
 SUMMARY_SUFFIX = ".totals-"
 
 
+#: a layer of at least this many rows (four row groups) gets the summaries its readers ask for
+SUMMARISED_ROWS = 131_072
+
+_kept_summaries: dict[str, str] = {}  # summaries checked in this process: their name without, and with, their digest
+
+
 def summarised_layer(name: str) -> str | None:
     """The layer file (name or path) whose summary ``name`` is; None if it is none."""
     head, sep, tail = name.rpartition(SUMMARY_SUFFIX)
     return head if sep and tail and "/" not in tail else None
+
+
+def kept_summary(stem: str, make: Callable[[], pa.Table]) -> str:
+    """The path of the summary ``stem-D`` kept beside a layer (``stem``: the layer's path,
+    :data:`SUMMARY_SUFFIX` and what it summarises; ``D``: the start of its bytes' SHA-256,
+    checked once per process as a layer's bytes are, so a damaged summary is never read):
+    the one there if intact, else ``make()`` written now. A layer is immutable, so what is
+    summed from it once holds as long as it does; garbage collection keeps its summaries
+    exactly as long (storage/writes/gc.py)."""
+    if stem in _kept_summaries:
+        return _kept_summaries[stem]
+    blobs = for_path(stem)
+    folder, name = stem.rsplit("/", 1)
+    for found in sorted(n for n in blobs.list(folder) if n.startswith(name + "-")):
+        path = f"{folder}/{found}"
+        if _digest(blobs.get(path)) == found[len(name) + 1:]:
+            _kept_summaries[stem] = path
+            return path
+        blobs.delete(path)  # damaged: summed again below (the same summary may take its name)
+    sink = io.BytesIO()
+    pq.write_table(make(), sink, row_group_size=ROW_GROUP_ROWS)
+    data = sink.getvalue()
+    path = f"{stem}-{_digest(data)}"
+    if not blobs.put_if_absent(path, data, point="layer.totals") and _digest(blobs.get(path)) != path[-16:]:
+        raise CorruptionError(f"the summary {path} kept beside a layer is damaged as soon as written")
+    _kept_summaries[stem] = path  # (another process may have written the same bytes first)
+    return path
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 @dataclass

@@ -11,9 +11,12 @@ groups that can hold the retracted rows (layers are sorted by key).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 
+import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -68,6 +71,8 @@ def negative_rows(store, existing: Trace | None, updates: pa.Table, data_columns
     diff whose total count, over the trace's updates and ``updates``, is negative."""
     if isinstance(updates, pa.Table) and (not updates.num_rows or not pc.any(pc.less(updates.column("diff"), 0)).as_py()):
         return Negative()
+    if isinstance(updates, pa.Table) and _every_retraction_matches(store, existing, updates, data_columns):
+        return Negative()
     cols = ", ".join(quote(c) for c in data_columns)
     found = with_stored_updates(store, existing, updates, data_columns, "WHERE diff < 0",
                                 f"SELECT {cols}, CAST(SUM(diff) AS VARCHAR) AS __count FROM every GROUP BY ALL "
@@ -77,6 +82,60 @@ def negative_rows(store, existing: Trace | None, updates: pa.Table, data_columns
     first = found.slice(0, 1).to_pylist()[0]
     count = int(first.pop("__count"))  # exact: a sum may pass int64 (refused by the ingest after this)
     return Negative(found.num_rows, first, count)
+
+
+def _every_retraction_matches(store, existing: Trace | None, updates: pa.Table, data_columns: list[str]) -> bool:
+    """Whether, by the hashes of whole rows, no retracted row's count falls below zero.
+
+    Reading a large layer's stored rows of the touched keys decodes every column of most of
+    its row groups (a refresh's deleted orders lie all over the layer). A large layer keeps
+    instead, beside it, each row's first column, hash and count, sorted by the first column
+    (``LAYER.parquet.totals-rows…``, storage/layer.py): three small columns to read. True is
+    the answer (up to a collision of 64-bit hashes hiding a retraction that matches nothing);
+    False, a hash that does not add up, sends the check to the rows themselves, which name
+    the row and count exactly (a float's -0.0 and 0.0 hash apart but are one value)."""
+    from storage.blobs.resolve import is_object_store
+    from storage.layer import SUMMARISED_ROWS, SUMMARY_SUFFIX, kept_summary
+    from storage.sql.duck import connect
+    if existing is None or is_object_store(store.path):
+        return False
+    paths = store.read_paths(existing, local=True)
+    rows = [f.rows for l in existing.all_layers() for f in l.files]
+    if not paths:
+        return False
+    first = quote(data_columns[0])
+    row_hash = f"hash({', '.join(quote(c) for c in data_columns)})"
+    K, H, N = "_ddcli_k", "_ddcli_h", "_ddcli_n"
+    within = f"IN (SELECT {K} FROM touched) OR {{}} IS NULL"
+    with connect(store) as con:
+        con.register("__ddcli_new", updates)
+        try:
+            types = con.sql("SELECT column_name, column_type FROM (DESCRIBE __ddcli_new)").fetchall()
+            tag = hashlib.sha1(json.dumps([data_columns, types, duckdb.__version__]).encode()).hexdigest()[:12]
+            parts = [f"SELECT {first} AS {K}, {row_hash} AS {H}, diff AS {N} FROM __ddcli_new"]
+            small = [p for p, n in zip(paths, rows) if n < SUMMARISED_ROWS]
+            kept = [kept_summary(f"{p}{SUMMARY_SUFFIX}rows{tag}", lambda p=p: con.sql(
+                        f"SELECT {first} AS {K}, {row_hash} AS {H}, SUM(diff)::BIGINT AS {N} FROM read_parquet({_literal(p)}) "
+                        f"GROUP BY ALL ORDER BY {K}").to_arrow_table())
+                    for p, n in zip(paths, rows) if n >= SUMMARISED_ROWS]
+            if small:
+                parts.append(f"SELECT {first}, {row_hash}, diff FROM read_parquet([{', '.join(map(_literal, small))}]) "
+                             f"WHERE {first} {within.format(first)}")
+            if kept:
+                parts.append(f"SELECT {K}, {H}, {N} FROM read_parquet([{', '.join(map(_literal, kept))}]) "
+                             f"WHERE {K} {within.format(K)}")
+            below = con.sql(
+                f"WITH touched AS (SELECT DISTINCT {first} AS {K}, {row_hash} AS {H} FROM __ddcli_new WHERE diff < 0), "
+                f"every AS ({' UNION ALL '.join(parts)}) "
+                f"SELECT count(*) FROM (SELECT e.{K}, e.{H} FROM every e SEMI JOIN touched t "
+                f"ON e.{H} = t.{H} AND e.{K} IS NOT DISTINCT FROM t.{K} GROUP BY ALL HAVING SUM(e.{N}) < 0)").fetchall()
+            return below[0][0] == 0
+        finally:
+            con.unregister("__ddcli_new")
+
+
+def _literal(path: str) -> str:
+    return "'" + path.replace("'", "''") + "'"
 
 
 def checker(store, *, strict: bool, found: list[Negative]):

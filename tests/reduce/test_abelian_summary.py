@@ -295,7 +295,7 @@ def test_damaged_kept_totals_are_never_read(tmp_path, monkeypatch):
     flipped in them (a new process reads them) sends the refresh to the layer, whose
     totals are summed and kept again, and the answer is the reference's."""
     monkeypatch.setattr(layer_totals, "MIN_ROWS", 1_000)
-    monkeypatch.setattr(layer_totals, "_kept", {})
+    monkeypatch.setattr("storage.layer._kept_summaries", {})
     rng = random.Random("damaged")
     reducer = REDUCERS["agg"]()
     old = [{"k": k, **_value(rng), "time": 1, "diff": 1} for k in (0, 0, 1) for _ in range(1_000)]
@@ -306,7 +306,7 @@ def test_damaged_kept_totals_are_never_read(tmp_path, monkeypatch):
     data = bytearray(open(kept, "rb").read())
     data[len(data) // 3] ^= 0xFF
     open(kept, "wb").write(bytes(data))
-    monkeypatch.setattr(layer_totals, "_kept", {})  # as a new process would
+    monkeypatch.setattr("storage.layer._kept_summaries", {})  # as a new process would
     second = [{**old[1], "time": 5, "diff": -1}, {"k": 1, **_value(rng), "time": 6, "diff": 1}]
     assert refresh(second, [big], reducer)[0] == expected_changes("agg", old, second)
     again, = glob.glob(big + ".totals-*")  # the damaged totals replaced by intact ones

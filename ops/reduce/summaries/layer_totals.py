@@ -16,23 +16,17 @@ their totals. Garbage collection keeps a layer's totals exactly as long as the l
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from storage.errors import CorruptionError
-from storage.layer import SUMMARY_SUFFIX
+from storage.layer import SUMMARISED_ROWS as MIN_ROWS
+from storage.layer import SUMMARY_SUFFIX, kept_summary
 from storage.sql.duck import quote
-
-#: a layer of at least this many rows gets its totals kept (four row groups)
-MIN_ROWS = 131_072
 _I = "_ddcli_"
 N, T = _I + "n", _I + "t"  # the multiplicity and the latest time of a key's updates
 
 _rows: dict[str, int] = {}  # a layer's rows (layers are immutable: kept while the process lives)
-_kept: dict[str, str] = {}  # totals checked in this process: their name without, and with, their digest
 
 
 def count_of(c: str) -> str:
@@ -102,32 +96,8 @@ def _layer_rows(path: str) -> int:
 
 
 def _kept_totals(con, layer: str, stem: str, key: list[str], types: dict[str, str], time_col: str) -> str:
-    """The layer's totals (``stem-H``, ``H`` the start of their SHA-256: checked once per
-    process, as a layer's bytes are, so damaged totals are never read), summed and written
-    now unless intact ones are there."""
-    from storage.blobs.resolve import for_path
-    if stem in _kept:
-        return _kept[stem]
-    blobs = for_path(stem)
-    folder, name = stem.rsplit("/", 1)
-    for found in sorted(n for n in blobs.list(folder) if n.startswith(name + "-")):
-        path = f"{folder}/{found}"
-        if _digest(blobs.get(path)) == found[len(name) + 1:]:
-            _kept[stem] = path
-            return path
-        blobs.delete(path)  # damaged: summed again below (the same totals may take its name)
+    """The layer's totals kept beside it (storage/layer.py), summed now unless intact ones are there."""
     quoted = "'" + layer.replace("'", "''") + "'"
-    table = con.sql(totals_sql(f"SELECT * FROM read_parquet([{quoted}])", key, types, time_col)
-                    + (f" ORDER BY {', '.join(quote(c) for c in key)}" if key else "")).to_arrow_table()
-    sink = io.BytesIO()
-    pq.write_table(table, sink, row_group_size=32_768)
-    data = sink.getvalue()
-    path = f"{stem}-{_digest(data)}"
-    if not blobs.put_if_absent(path, data, point="layer.totals") and _digest(blobs.get(path)) != path[-16:]:
-        raise CorruptionError(f"the totals {path} kept beside a layer are damaged as soon as written")
-    _kept[stem] = path  # (another process may have written the same bytes first)
-    return path
-
-
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:16]
+    return kept_summary(stem, lambda: con.sql(
+        totals_sql(f"SELECT * FROM read_parquet([{quoted}])", key, types, time_col)
+        + (f" ORDER BY {', '.join(quote(c) for c in key)}" if key else "")).to_arrow_table())
