@@ -9,6 +9,8 @@ DuckDB and Spark SQL accept it); a parse error is one line with its line and col
 
 from __future__ import annotations
 
+import copy
+import os
 from typing import Callable
 
 import pyarrow as pa
@@ -23,9 +25,39 @@ from ops.sql.query import Planner
 from storage.state.trace import NAME_RE, RESERVED_COLUMNS
 
 
+#: models planned in this process (the warm engine plans the same models refresh after refresh)
+_planned: dict[tuple[str, str, str], tuple[dict[str, pa.Schema | None], Pipeline]] = {}
+_PLANNED_MODELS = 256
+
+
 def load_model(path: str, name: str, text: str, tables: Callable[[str], pa.Schema | None]) -> Pipeline:
     """The pipeline named ``name`` that the model ``text`` (read from ``path``) declares;
-    ``tables(name)`` gives an input trace's schema (None if there is no such trace)."""
+    ``tables(name)`` gives an input trace's schema (None if there is no such trace).
+
+    A model is planned again only when its text or a schema it read changed: planning
+    depends on nothing else, so a copy of the pipeline planned before is returned."""
+    key = (os.path.abspath(path), name, text)
+    kept = _planned.get(key)
+    if kept is not None and all(_same(tables(n), s) for n, s in kept[0].items()):
+        return copy.deepcopy(kept[1])
+    asked: dict[str, pa.Schema | None] = {}
+
+    def recorded(n: str) -> pa.Schema | None:
+        asked[n] = tables(n)
+        return asked[n]
+
+    p = _plan(path, name, text, recorded)
+    if len(_planned) >= _PLANNED_MODELS:
+        _planned.pop(next(iter(_planned)))
+    _planned[key] = (asked, copy.deepcopy(p))
+    return p
+
+
+def _same(a: pa.Schema | None, b: pa.Schema | None) -> bool:
+    return a is b or (a is not None and b is not None and a.equals(b, check_metadata=True))
+
+
+def _plan(path: str, name: str, text: str, tables: Callable[[str], pa.Schema | None]) -> Pipeline:
     where = Located(path, text)
     statements = _parse(text, where)
     views, outputs, notes = {}, [], []
