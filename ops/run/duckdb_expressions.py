@@ -17,6 +17,7 @@ takes Spark.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pyarrow as pa
@@ -36,8 +37,11 @@ _ISO_OR_NUMBER = re.compile(r"^(-?\d+(\.\d+)?|-?Infinity|NaN|\d{4}-\d{2}-\d{2}( 
 
 def duckdb_sql(e, schema: pa.Schema) -> str | None:
     """``e`` (a Spark SQL string over the columns of ``schema``) as DuckDB SQL, or None."""
-    if not isinstance(e, str):
-        return None
+    return _translated(e, schema) if isinstance(e, str) else None
+
+
+@functools.lru_cache(maxsize=4096)  # a run in the driver translates its pipeline's expressions every time
+def _translated(e: str, schema: pa.Schema) -> str | None:
     try:
         tree = sqlglot.parse_one(e, read="spark")
     except sqlglot.errors.SqlglotError:
