@@ -391,7 +391,7 @@ class Log:
         the folder, which also removes stray files below the floor). Deletes in ascending
         order (see the module docstring) and records the new floor in the hint.
         """
-        newest = self.latest()[0]
+        newest = self.latest(shared=True)[0]  # its number only: no copy of its state
         if newest == 0:
             return 0
         hint = self._read_hint()
