@@ -11,7 +11,7 @@ Points (in the order a writer reaches them):
 
 * ``lease.before_link`` — taking a run's lease (storage/writes/lease.py);
 * ``layer.before_fsync``, ``layer.before_rename``, ``layer.after_rename`` — writing a layer file;
-* ``layer.totals`` — keeping a large layer's per-key totals beside it (ops/reduce/summaries/layer_totals.py);
+* ``layer.totals`` — keeping a summary beside a large layer (storage/layer.py: its per-key totals, its rows' hashes);
 * ``log.before_link``, ``log.after_link`` — committing a metadata version;
 * ``log.before_hint`` — a checkpoint version is committed, the hint not yet updated;
 * ``log.before_prune``, ``log.mid_prune`` — pruning old versions after a checkpoint (or

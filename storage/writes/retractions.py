@@ -93,7 +93,8 @@ def _every_retraction_matches(store, existing: Trace | None, updates: pa.Table, 
     (``LAYER.parquet.totals-rows…``, storage/layer.py): three small columns to read. True is
     the answer (up to a collision of 64-bit hashes hiding a retraction that matches nothing);
     False, a hash that does not add up, sends the check to the rows themselves, which name
-    the row and count exactly (a float's -0.0 and 0.0 hash apart but are one value)."""
+    the row and count exactly (a float's -0.0 and 0.0 hash apart but are one value), as
+    does a summary that cannot be written (a full disk)."""
     from storage.blobs.resolve import is_object_store
     from storage.layer import SUMMARISED_ROWS, SUMMARY_SUFFIX, kept_summary
     from storage.sql.duck import connect
@@ -130,6 +131,8 @@ def _every_retraction_matches(store, existing: Trace | None, updates: pa.Table, 
                 f"SELECT count(*) FROM (SELECT e.{K}, e.{H} FROM every e SEMI JOIN touched t "
                 f"ON e.{H} = t.{H} AND e.{K} IS NOT DISTINCT FROM t.{K} GROUP BY ALL HAVING SUM(e.{N}) < 0)").fetchall()
             return below[0][0] == 0
+        except (OSError, duckdb.IOException):
+            return False
         finally:
             con.unregister("__ddcli_new")
 
