@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from typing import Callable, ContextManager, Iterable, TypeVar
+from typing import Callable, ContextManager, Iterable, Iterator, TypeVar
 
 import pyarrow as pa
 
@@ -210,6 +210,26 @@ class Store:
         if self._writing == 0:
             self.follow_delta()
         return result
+
+    @contextlib.contextmanager
+    def following_once(self) -> Iterator[None]:
+        """The Delta logs and current-state tables follow the commits made inside once,
+        after the last (the pipelines of one ``ddcli run``): the tables an output's several
+        commits moved get one version, and each table's log is read once. An error inside
+        still has them follow what was committed; an interrupt (Ctrl-C) does not wait for
+        them: the next command that changes the store catches up."""
+        self._writing += 1
+        interrupted = True
+        try:
+            yield
+            interrupted = False
+        except Exception:
+            interrupted = False
+            raise
+        finally:
+            self._writing -= 1
+            if self._writing == 0 and not interrupted:
+                self.follow_delta()
 
     def follow_delta(self, *, catch_up: bool = False) -> None:
         """Write the Delta versions of what this process committed: the traces' logs, then

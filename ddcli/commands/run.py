@@ -199,7 +199,7 @@ def run(
     records, messages, failures, committed = [], [], [], []
     from ops.spark.session import check_interrupt, interrupted
     try:
-        with stopping_spark_on_interrupt(committed), (live or contextlib.nullcontext()):
+        with stopping_spark_on_interrupt(committed), (live or contextlib.nullcontext()), st.following_once():
             for path in pipelines:
                 check_interrupt()  # Ctrl-C stops the whole command, not one pipeline of it
                 started = time.monotonic()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 from storage import faults
 from storage.lake.current import bring_up, is_output
@@ -36,6 +37,7 @@ from storage.lake.span import CommitSpan
 from storage.state.trace import Trace
 
 RECORD = "_tables_synced.json"
+TABLES_AT_ONCE = 4  # tables brought up at once (delta-rs works outside the GIL)
 
 
 def enabled() -> bool:
@@ -81,25 +83,46 @@ class Tables(CommitSpan):
             self._write_record(version)
 
     def _bring_up(self, names, version: int, state: dict) -> bool:
-        done = True
+        """Bring the tables of ``names`` up to ``version`` (``state``), a few at once: each
+        is a Delta log of its own, and most of a version's cost is delta-rs reading and
+        writing it outside Python. The Iceberg publications follow one by one (their
+        catalog may be one SQLite file). Whether every table was brought up."""
         traces = state.get("traces", {})
-        for name in sorted(names):
+
+        def one(name: str) -> tuple[str, Trace | None, bool]:
             faults.point("tables.before_commit")
             raw = traces.get(name)
             trace = Trace.from_json(name, raw) if is_output(name, raw) else None
             try:
                 bring_up(self.store, name, trace, version)
-                if trace is not None and name in iceberg_targets():
-                    from storage.lake.iceberg import publish
-                    publish(self.store, name, iceberg_targets()[name])
+                return name, trace, True
             except Exception as e:  # noqa: BLE001 - the ddcli commit stands whatever Delta does
-                done = False
-                self.store.warn(f"output {name!r}: writing its current-state (or Iceberg) table failed "
-                                f"({type(e).__name__}: {' '.join(str(e).split())[:200]}); ddcli's commit stands, "
-                                f"the next command "
-                                f"that changes the store brings the table up to date")
+                self._failed(name, e)
+                return name, trace, False
+
+        names = sorted(names)
+        if len(names) > 1:
+            with ThreadPoolExecutor(min(TABLES_AT_ONCE, len(names)), thread_name_prefix="ddcli-tables") as pool:
+                results = list(pool.map(one, names))
+        else:
+            results = [one(n) for n in names]
+        done = all(ok for _, _, ok in results)
+        targets = iceberg_targets()
+        for name, trace, ok in results:
+            if ok and trace is not None and name in targets:
+                from storage.lake.iceberg import publish
+                try:
+                    publish(self.store, name, targets[name])
+                except Exception as e:  # noqa: BLE001 - as above
+                    done = False
+                    self._failed(name, e)
         faults.point("tables.after_commit")
         return done
+
+    def _failed(self, name: str, e: Exception) -> None:
+        self.store.warn(f"output {name!r}: writing its current-state (or Iceberg) table failed "
+                        f"({type(e).__name__}: {' '.join(str(e).split())[:200]}); ddcli's commit stands, "
+                        f"the next command that changes the store brings the table up to date")
 
     def _all_tables(self, state: dict) -> set[str]:
         """Every output of ``state`` and every table folder (whose trace may be gone)."""

@@ -264,3 +264,66 @@ def test_duckdbs_delta_extension_reads_every_version(tmp_path, duckdb_delta):
     assert [v["time"] for v in shown] == [[0], [1], [2]]
     for version, rows in zip(shown, read):
         assert {(k, v): n for k, v, n in rows} == fold(A + B + C, tuple(version["time"])), version
+
+
+def test_commits_of_one_command_give_each_table_one_version(tmp_path):
+    """Inside ``following_once`` (the pipelines of one ``ddcli run``) several outputs
+    change, one of them twice: each table gets one version, at the end, showing the
+    output's latest time; the tables are brought up a few at once."""
+    store = Store(str(tmp_path / "store"))
+    names = [f"o{i}" for i in range(6)]
+    raws = {}
+    for n in names:
+        make_output(store, n, write_updates(str(tmp_path / f"{n}.parquet"), A, 1))
+        raws[n] = list(A)
+    before = {n: len(versions(table_of(store, n))) for n in names}
+    with store.following_once():
+        for i, n in enumerate(names):
+            for j, rows in enumerate([B, C] if i == 0 else [B]):
+                seal(store, n, write_updates(str(tmp_path / f"{n}_{j}.parquet"), rows, 1), j + 2)
+                raws[n] += rows
+            assert len(versions(table_of(store, n))) == before[n], "nothing follows before the end"
+    for n in names:
+        t = store.trace(n).upper.elements[0][0] - 1
+        assert current(table_of(store, n)) == current(table_of(store, n), "polars") == fold(raws[n], (t,))
+        assert len(versions(table_of(store, n))) == before[n] + 1
+    assert not store.warnings
+
+
+def test_a_table_that_fails_leaves_the_others_brought_up_and_is_caught_up_next(tmp_path, monkeypatch):
+    import storage.lake.outputs as outputs
+    store = Store(str(tmp_path / "store"))
+    for n in ("a", "b", "c"):
+        make_output(store, n, write_updates(str(tmp_path / f"{n}.parquet"), A, 1))
+    real = outputs.bring_up
+
+    def failing(store_, name, trace, version):
+        if name == "b":
+            raise OSError("disk gone")
+        return real(store_, name, trace, version)
+
+    monkeypatch.setattr(outputs, "bring_up", failing)
+    with store.following_once():
+        for n in ("a", "b", "c"):
+            seal(store, n, write_updates(str(tmp_path / f"{n}1.parquet"), B, 1), 2)
+    assert [w for w in store.warnings if "'b'" in w and "disk gone" in w] and len(store.warnings) == 1
+    for n in ("a", "c"):
+        assert current(table_of(store, n)) == fold(A + B, (1,))
+    assert current(table_of(store, "b")) == fold(A, (0,)), "behind, never wrong"
+    monkeypatch.setattr(outputs, "bring_up", real)
+    store.ingest("other", [write_updates(str(tmp_path / "o.parquet"), A, 1)])  # the next change catches up
+    assert current(table_of(store, "b")) == fold(A + B, (1,))
+
+
+@pytest.mark.parametrize("stop", [ValueError, KeyboardInterrupt])
+def test_an_error_inside_one_command_still_follows_an_interrupt_does_not(tmp_path, stop):
+    store = Store(str(tmp_path / "store"))
+    make_output(store, "out", write_updates(str(tmp_path / "a.parquet"), A, 1))
+    with pytest.raises(stop):
+        with store.following_once():
+            seal(store, "out", write_updates(str(tmp_path / "b.parquet"), B, 1), 2)
+            raise stop()
+    want = fold(A + B, (1,)) if stop is ValueError else fold(A, (0,))
+    assert current(table_of(store)) == want
+    store.compact()
+    assert current(table_of(store)) == fold(A + B, (1,))
