@@ -24,6 +24,7 @@ import os
 import site
 import sys
 import sysconfig
+import weakref
 
 OWN_PACKAGES = frozenset({"ddcli", "ops", "storage"})
 
@@ -90,11 +91,24 @@ def user_code_status() -> tuple:
     module a function uses by its name only). Some 1-2 ms after a run."""
     libraries = library_folders()
     out = []
-    for name, module in sorted(sys.modules.copy().items()):
-        if not is_kept(name, module, set(), libraries):
+    for name, module in sys.modules.copy().items():
+        known = _KEPT_BY_NAME.get(name)
+        if known is not None and known[0]() is module:
+            kept = known[1]
+        else:
+            kept = is_kept(name, module, set(), libraries)
+            with contextlib.suppress(TypeError):  # an object that takes no weak reference
+                _KEPT_BY_NAME[name] = (weakref.ref(module), kept)
+        if not kept:
             path = _file_of(module)
-            out.append((path, _status(path) if path else None))
-    return tuple(out)
+            out.append((name, path, _status(path) if path else None))
+    return tuple((path, status) for _, path, status in sorted(out, key=lambda x: x[0]))
+
+
+#: Per module name, the module last seen under it (weakly: a forgotten user module is
+#: not kept alive) and whether it is kept. A module's answer never changes while it is
+#: the one imported, and each run asks about the thousand modules of the process.
+_KEPT_BY_NAME: dict[str, tuple[weakref.ref, bool]] = {}
 
 
 def _status(path: str):

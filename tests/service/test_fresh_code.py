@@ -228,3 +228,30 @@ def test_kept_files_notice_every_change_of_a_kept_modules_file(tmp_path, monkeyp
     assert kept.first_changed() == str(tmp_path / "kept_fc_3.py")
     for name in names:
         monkeypatch.delitem(sys.modules, name)
+
+
+def test_the_user_code_status_follows_the_module_imported_under_each_name(tmp_path, monkeypatch):
+    """The status names the file each user's module loaded now was loaded from: a name
+    whose module was replaced gives the new one's answer (it is remembered per module,
+    never per name alone) — a module made by code is kept, one of a user's file is not."""
+    import types
+
+    from ops.spark.user_code import user_code_status
+
+    def user_files():
+        return [path for path, _ in user_code_status()]
+
+    first, second = tmp_path / "one", tmp_path / "two"
+    for folder in (first, second):
+        folder.mkdir()
+        _write(folder / "status_fc.py", "A = 1\n")
+    monkeypatch.setitem(sys.modules, "status_fc", types.ModuleType("status_fc"))  # no file: kept
+    assert not [p for p in user_files() if "status_fc" in (p or "")]
+    sys.modules.pop("status_fc")
+    monkeypatch.syspath_prepend(str(first))
+    importlib.import_module("status_fc")
+    assert str(first / "status_fc.py") in user_files()
+    sys.modules.pop("status_fc")
+    monkeypatch.syspath_prepend(str(second))
+    importlib.import_module("status_fc")
+    assert str(second / "status_fc.py") in user_files() and str(first / "status_fc.py") not in user_files()
