@@ -24,6 +24,7 @@ Two ways to write a version:
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -63,7 +64,10 @@ def storage_options(blobs) -> dict[str, str] | None:
     return opts
 
 
+@functools.lru_cache(maxsize=1)
 def ddcli_version() -> str:
+    """The installed ddcli's version (read once per process: the metadata lookup walks
+    every installed distribution, some 2 ms, and each table version names it)."""
     try:
         from importlib.metadata import version
         return version("ddcli")

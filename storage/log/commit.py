@@ -407,12 +407,10 @@ class Log:
                 break
             first_live += 1
         floor = first_live
-        while floor > lo:
-            doc, _ = self._load(floor)
-            if isinstance(doc, dict) and "delta" not in doc:
-                break
-            floor -= 1
         doc, _ = self._load(floor)
+        while floor > lo and not (isinstance(doc, dict) and "delta" not in doc):
+            floor -= 1
+            doc, _ = self._load(floor)
         if not (isinstance(doc, dict) and "delta" not in doc):
             return 0  # no checkpoint at or below the first kept version: keep everything
         doomed = [v for v in names if v < floor] if names is not None else range(lo, floor)
