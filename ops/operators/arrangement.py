@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 from ops.io.read import read_layers
 from ops.operators.context import EvalContext
 from ops.operators.linear import advance_and_sum, union_all, union_coalesced
+from storage.sql.duck import file_list, quote
 
 KEY_LOOKUP_LIMIT = 50_000  # touched keys up to which a keyed DuckDB read pays
 CACHE_ROWS = 2_000_000  # stored arrangements read in loops up to this size are read once per run, in memory
@@ -82,18 +83,18 @@ class Arrangement:
 def keyed_read_sql(files: list[str], keys: pa.Table, key: list[str]) -> str:
     """DuckDB SQL for the updates of ``files`` whose key is in the registered table
     ``touched_keys`` (``keys``)."""
-    quoted = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+    files_sql = file_list(files)
     if not key:  # a reduce over all rows (no key): every update is of the one key touched
-        return f"SELECT u.* FROM read_parquet([{quoted}]) u"
-    cond = " AND ".join(f'u."{k}" IS NOT DISTINCT FROM t."{k}"' for k in key)
+        return f"SELECT u.* FROM read_parquet({files_sql}) u"
+    cond = " AND ".join(f"u.{quote(k)} IS NOT DISTINCT FROM t.{quote(k)}" for k in key)
     # an IN-list on a single key lets DuckDB prune row groups by min/max statistics
     if len(key) == 1:
-        q = (f'SELECT u.* FROM read_parquet([{quoted}]) u WHERE u."{key[0]}" IN '
-             f'(SELECT "{key[0]}" FROM touched_keys)')
+        k = quote(key[0])
+        q = f"SELECT u.* FROM read_parquet({files_sql}) u WHERE u.{k} IN (SELECT {k} FROM touched_keys)"
         if keys.column(key[0]).null_count:
-            q += f' OR u."{key[0]}" IS NULL'
+            q += f" OR u.{k} IS NULL"
         return q
-    return f"SELECT u.* FROM read_parquet([{quoted}]) u SEMI JOIN touched_keys t ON {cond}"
+    return f"SELECT u.* FROM read_parquet({files_sql}) u SEMI JOIN touched_keys t ON {cond}"
 
 
 def duckdb_keyed_read(files: list[str], keys: pa.Table, key: list[str]) -> pa.Table:

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 
 import pyarrow as pa
 
+from storage.sql.duck import string_literal
+
 #: the multiplicity column of the accumulated old rows (``old_rows``): prefixed, so that no
 #: key or value column of the user's (one may be named ``m``) is taken for it
 M = "_ddcli_m"
@@ -27,8 +29,7 @@ MEMORY_LIMIT = "512MB"
 def spill_directory() -> str:
     """A folder of this worker's own for DuckDB's spilled rows (its default, ``.tmp``, would
     land in the worker's working directory)."""
-    path = os.path.join(tempfile.gettempdir(), f"ddcli-duckdb-{os.getpid()}")
-    return path.replace("'", "''")
+    return os.path.join(tempfile.gettempdir(), f"ddcli-duckdb-{os.getpid()}")
 
 
 def limit_memory(con):
@@ -38,8 +39,8 @@ def limit_memory(con):
     is set only where it differs."""
     con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
     folder = spill_directory()
-    if con.sql("SELECT current_setting('temp_directory')").fetchall()[0][0] != folder.replace("''", "'"):
-        con.execute(f"SET temp_directory = '{folder}'")
+    if con.sql("SELECT current_setting('temp_directory')").fetchall()[0][0] != folder:
+        con.execute(f"SET temp_directory = {string_literal(folder)}")
     return con
 
 

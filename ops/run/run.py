@@ -62,6 +62,7 @@ from storage.blobs import durability
 from storage.errors import Conflict
 from storage.lattice import Frontier, format_frontier, minimum, time_columns
 from storage.layer import Layer, update_schema
+from storage.sql.duck import file_list, quote
 from storage.state.history import history_limit, run_entry
 from storage.state.readers import describe_holder
 from storage.state.trace import Trace, check_new_name
@@ -227,8 +228,8 @@ def time_batches(store: Store, files: dict[str, list[str]], d: int,
     try:
         for n, paths in files.items():
             if paths:
-                quoted = ", ".join("'" + f.replace("'", "''") + "'" for f in paths)
-                t = con.sql(f'SELECT DISTINCT "{col}" AS t FROM read_parquet([{quoted}]) ORDER BY t').to_arrow_table()
+                t = con.sql(f"SELECT DISTINCT {quote(col)} AS t FROM read_parquet({file_list(paths)}) ORDER BY t"
+                            ).to_arrow_table()
                 firsts[n] = np.asarray(t.column("t").to_numpy(), dtype=np.int64)
     finally:
         con.close()

@@ -32,6 +32,7 @@ import pyarrow as pa
 from storage.lake.table import APP_ID, ATTEMPTS, ddcli_version, shown, storage_options
 from storage.lake.types import delta_arrow_schema, delta_problem
 from storage.lattice import format_frontier, time_columns
+from storage.sql.duck import file_list, string_literal
 from storage.state.trace import Trace, count_column
 
 CHANGE = "__ddcli_change"  # the change of multiplicity of a row, in the merge's source
@@ -172,8 +173,7 @@ def _updates_sql(store, trace: Trace, layers) -> str | None:
     paths = store.read_paths(trace, layers, local=True)
     if not paths:
         return None
-    files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
-    return f"read_parquet([{files}], union_by_name = true)"
+    return f"read_parquet({file_list(paths)}, union_by_name = true)"
 
 
 def _time_condition(trace: Trace, t: tuple | None, after: tuple | None = None) -> str:
@@ -262,7 +262,7 @@ def _literal(v, t: pa.DataType) -> str | None:
     if pa.types.is_date(t):
         return f"CAST('{v.isoformat()}' AS DATE)"
     if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "'" + v.replace("'", "''") + "'"
+        return string_literal(v)
     return None  # doubles (NaN), timestamps, binaries: no bound
 
 

@@ -19,6 +19,16 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def string_literal(text: str) -> str:
+    """A DuckDB string literal (a file's path may hold a quote)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def file_list(paths) -> str:
+    """A DuckDB list of file paths, as ``read_parquet`` takes it."""
+    return "[" + ", ".join(string_literal(p) for p in paths) + "]"
+
+
 _BASES: dict = {}
 _BASES_LOCK = threading.Lock()
 _MAX_BASES = 8

@@ -38,7 +38,7 @@ import pyarrow as pa
 from storage.errors import Conflict, LayerVanished, StoreError
 from storage.lattice import Frontier, Time, format_frontier, format_time, join, leq_sql, parse_time, time_columns
 from storage.sql import sandbox
-from storage.sql.duck import connect, quote
+from storage.sql.duck import connect, file_list, quote
 from storage.sql.trace_at import register_trace_at
 from storage.state.trace import Trace, count_column
 from storage.store import Store
@@ -66,8 +66,7 @@ def _read_parquet(paths: list[str]) -> str | None:
     """``read_parquet`` of ``paths`` (files this process reads: local copies of objects)."""
     if not paths:
         return None
-    files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
-    return f"read_parquet([{files}], union_by_name = true)"
+    return f"read_parquet({file_list(paths)}, union_by_name = true)"
 
 
 def _empty_updates(trace: Trace) -> pa.Table:

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage.errors import StoreError
-from storage.sql.duck import quote
+from storage.sql.duck import file_list, quote, string_literal
 from storage.state.trace import Trace
 
 _NOT_DATA = re.compile(r"(time|time_\d+|diff)\Z")
@@ -52,10 +52,9 @@ def with_stored_updates(store, existing: Trace | None, updates: pa.Table, data_c
     paths = store.read_paths(existing, local=True) if existing is not None else []
     old = ""
     if paths:
-        files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
         match = " AND ".join(f"o.{quote(c)} IS NOT DISTINCT FROM t.{quote(c)}" for c in data_columns)
         old = (f" UNION ALL SELECT {', '.join('o.' + quote(c) for c in data_columns)}, o.diff "
-               f"FROM read_parquet([{files}]) o SEMI JOIN touched t ON {match}")
+               f"FROM read_parquet({file_list(paths)}) o SEMI JOIN touched t ON {match}")
     query = (f"WITH touched AS (SELECT DISTINCT {cols} FROM __ddcli_new {touched_where}), "
              f"every AS (SELECT {cols}, diff FROM __ddcli_new{old}) {select}")
     with connect(store) as con:
@@ -116,14 +115,14 @@ def _every_retraction_matches(store, existing: Trace | None, updates: pa.Table, 
             parts = [f"SELECT {first} AS {K}, {row_hash} AS {H}, diff AS {N} FROM __ddcli_new"]
             small = [p for p, n in zip(paths, rows) if n < SUMMARISED_ROWS]
             kept = [kept_summary(f"{p}{SUMMARY_SUFFIX}rows{tag}", lambda p=p: con.sql(
-                        f"SELECT {first} AS {K}, {row_hash} AS {H}, SUM(diff)::BIGINT AS {N} FROM read_parquet({_literal(p)}) "
+                        f"SELECT {first} AS {K}, {row_hash} AS {H}, SUM(diff)::BIGINT AS {N} FROM read_parquet({string_literal(p)}) "
                         f"GROUP BY ALL ORDER BY {K}").to_arrow_table())
                     for p, n in zip(paths, rows) if n >= SUMMARISED_ROWS]
             if small:
-                parts.append(f"SELECT {first}, {row_hash}, diff FROM read_parquet([{', '.join(map(_literal, small))}]) "
+                parts.append(f"SELECT {first}, {row_hash}, diff FROM read_parquet({file_list(small)}) "
                              f"WHERE {first} {within.format(first)}")
             if kept:
-                parts.append(f"SELECT {K}, {H}, {N} FROM read_parquet([{', '.join(map(_literal, kept))}]) "
+                parts.append(f"SELECT {K}, {H}, {N} FROM read_parquet({file_list(kept)}) "
                              f"WHERE {K} {within.format(K)}")
             below = con.sql(
                 f"WITH touched AS (SELECT DISTINCT {first} AS {K}, {row_hash} AS {H} FROM __ddcli_new WHERE diff < 0), "
@@ -137,8 +136,6 @@ def _every_retraction_matches(store, existing: Trace | None, updates: pa.Table, 
             con.unregister("__ddcli_new")
 
 
-def _literal(path: str) -> str:
-    return "'" + path.replace("'", "''") + "'"
 
 
 def checker(store, *, strict: bool, found: list[Negative]):

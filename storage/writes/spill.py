@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from storage.lattice import Frontier, time_columns
 from storage.layer import ROW_GROUP_ROWS, Layer, key_value, sort_columns, update_schema, updates_table, write_layer_parts
+from storage.sql.duck import file_list
 
 _SORTED_GROUP = 8 * ROW_GROUP_ROWS  # row groups of the sorted intermediate file
 
@@ -117,7 +118,7 @@ def _consolidate(trace, spill: Spill, target: pa.Schema, out: str) -> tuple[int,
     order = ", ".join(f"{q(c)} ASC NULLS LAST" for c in sort_columns(trace.data_columns, trace.key, trace.d))
     files = [p for parts in spill.parts.values() for p in parts]
     sql = (f"SELECT {', '.join(q(c) for c in group)}, CAST(SUM(diff) AS BIGINT) AS diff "
-           f"FROM read_parquet([{', '.join(_literal(p) for p in files)}]) GROUP BY ALL HAVING SUM(diff) <> 0 ORDER BY {order}")
+           f"FROM read_parquet({file_list(files)}) GROUP BY ALL HAVING SUM(diff) <> 0 ORDER BY {order}")
     duck = os.path.join(spill.folder, "duckdb")
     con = duckdb.connect(config={"memory_limit": f"{max(spill.memory // 4, 64 << 20) >> 20}MB",
                                  "temp_directory": duck, "preserve_insertion_order": False, "threads": 2})
@@ -142,8 +143,6 @@ def _consolidate(trace, spill: Spill, target: pa.Schema, out: str) -> tuple[int,
     return rows, dmax, (first, last)
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def _in_row_groups(batches):

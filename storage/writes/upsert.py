@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from storage.errors import StoreError
 from storage.lattice import time_columns
-from storage.sql.duck import quote
+from storage.sql.duck import file_list, quote
 from storage.state.trace import Trace
 
 _TIME = re.compile(r"time(_\d+)?\Z")
@@ -49,10 +49,9 @@ def _live_sql(store, trace: Trace | None, key: list[str], data: list[str]) -> st
     paths = store.read_paths(trace, local=True) if trace is not None else []
     if not paths:
         return f"SELECT {cols}, CAST(0 AS BIGINT) AS __count FROM __ddcli_new WHERE false"
-    files = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
     match = " AND ".join(f"o.{quote(k)} IS NOT DISTINCT FROM k.{quote(k)}" for k in key)
     return (f"SELECT {', '.join('o.' + quote(c) for c in data)}, CAST(SUM(o.diff) AS BIGINT) AS __count "
-            f"FROM read_parquet([{files}]) o SEMI JOIN __keys k ON {match} "
+            f"FROM read_parquet({file_list(paths)}) o SEMI JOIN __keys k ON {match} "
             f"GROUP BY ALL HAVING SUM(o.diff) <> 0")
 
 

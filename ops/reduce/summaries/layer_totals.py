@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from storage.layer import SUMMARISED_ROWS as MIN_ROWS
 from storage.layer import SUMMARY_SUFFIX, kept_summary
-from storage.sql.duck import quote
+from storage.sql.duck import file_list, quote
 _I = "_ddcli_"
 N, T = _I + "n", _I + "t"  # the multiplicity and the latest time of a key's updates
 
@@ -97,7 +97,6 @@ def _layer_rows(path: str) -> int:
 
 def _kept_totals(con, layer: str, stem: str, key: list[str], types: dict[str, str], time_col: str) -> str:
     """The layer's totals kept beside it (storage/layer.py), summed now unless intact ones are there."""
-    quoted = "'" + layer.replace("'", "''") + "'"
     return kept_summary(stem, lambda: con.sql(
-        totals_sql(f"SELECT * FROM read_parquet([{quoted}])", key, types, time_col)
+        totals_sql(f"SELECT * FROM read_parquet({file_list([layer])})", key, types, time_col)
         + (f" ORDER BY {', '.join(quote(c) for c in key)}" if key else "")).to_arrow_table())
