@@ -24,6 +24,7 @@ the run to Spark before anything is written, which then computes (or refuses) it
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -175,9 +176,26 @@ def _tail(run: DriverRun) -> list[str]:
 def _select(n: Node, ins: list, run: DriverRun, plan: DriverPlan, con) -> pa.Table | None:
     if ins[0] is None:
         return None
+    t, exprs = ins[0], plan.sql[n.id]
+    refs = {name: _column_reference(e) for name, e in exprs.items()}
+    kept = list(n.args["columns"]) + time_columns(run.d) + ["diff"]
+    distinct = len(set(kept) | set(refs)) == len(kept) + len(refs)
+    if distinct and set(kept) | set(refs.values()) <= set(t.column_names):  # columns kept or renamed: no query
+        return pa.table({c: t.column(c) for c in n.args["columns"]}
+                        | {name: t.column(ref) for name, ref in refs.items()}
+                        | {c: t.column(c) for c in kept[len(n.args["columns"]):]})
     items = [quote(c) for c in n.args["columns"]]
     items += [f"({e}) AS {quote(name)}" for name, e in plan.sql[n.id].items()]
     return table_sql(con, f"SELECT {', '.join(items + _tail(run))} FROM t", ins[0])
+
+
+def _column_reference(sql: str) -> str | None:
+    """The column a DuckDB expression only names (``"c"``), else None."""
+    m = _QUOTED.match(sql)
+    return m.group(1).replace('""', '"') if m else None
+
+
+_QUOTED = re.compile(r'^"((?:[^"]|"")+)"$')
 
 
 def _filter(n: Node, ins: list, run: DriverRun, plan: DriverPlan, con) -> pa.Table | None:
