@@ -32,7 +32,7 @@ import pyarrow as pa
 from storage.lake.table import APP_ID, ATTEMPTS, ddcli_version, shown, storage_options
 from storage.lake.types import delta_arrow_schema, delta_problem
 from storage.lattice import format_frontier, time_columns
-from storage.sql.duck import file_list, string_literal
+from storage.sql.duck import connect, file_list, string_literal
 from storage.state.trace import Trace, count_column
 
 CHANGE = "__ddcli_change"  # the change of multiplicity of a row, in the merge's source
@@ -186,8 +186,7 @@ def _time_condition(trace: Trace, t: tuple | None, after: tuple | None = None) -
 
 
 def query(store, sql: str, schema: pa.Schema, tables: dict | None = None) -> pa.Table:
-    from storage.sql.duck import connect
-    with connect(store) as con:
+    with connect(store, upkeep=True) as con:
         for n, t in (tables or {}).items():
             con.register(n, t)
         return con.sql(sql).to_arrow_table().rename_columns(schema.names).cast(schema)

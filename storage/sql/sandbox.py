@@ -36,13 +36,14 @@ def _sql_list(items) -> str:
     return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in items) + "]"
 
 
-def sandbox(*, paths=(), directories=(), prepare=None):
+def sandbox(*, paths=(), directories=(), prepare=None, config: dict | None = None):
     """A new in-memory DuckDB that may read only ``paths`` (files) and ``directories``
     (each given with a trailing separator, so ``traces/`` does not admit ``traces_x/``).
-    ``prepare(con)`` runs first (the store's storage registers how to read its paths)."""
+    ``prepare(con)`` runs first (the store's storage registers how to read its paths);
+    ``config``: more of DuckDB's settings, fixed with the rest."""
     import duckdb
     con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
-                                             "autoload_known_extensions": False})
+                                             "autoload_known_extensions": False, **(config or {})})
     try:
         if prepare is not None:
             prepare(con)

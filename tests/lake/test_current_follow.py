@@ -327,3 +327,34 @@ def test_an_error_inside_one_command_still_follows_an_interrupt_does_not(tmp_pat
     assert current(table_of(store)) == want
     store.compact()
     assert current(table_of(store)) == fold(A + B, (1,))
+
+
+def test_an_outputs_table_is_computed_within_upkeeps_memory_spilling_the_rest(tmp_path, monkeypatch):
+    """The collection behind a new table is grouped over every update of the output; with
+    upkeep's DuckDB held to 64 MB, 1.5 million distinct rows spill and the table still
+    shows the fold. Queries of the user's keep DuckDB's default."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import storage.sql.duck as duck
+    monkeypatch.setattr(duck, "UPKEEP_MEMORY", "64MB")
+    monkeypatch.setattr(duck, "_BASES", {})
+    n = 1_500_000
+    k = pa.array(range(n), pa.int64())
+    table = pa.table({"k": k, "v": pa.compute.cast(k, pa.string()), "time": pa.array([0] * n, pa.int64()),
+                      "diff": pa.array([1] * n, pa.int64())})
+    path = str(tmp_path / "wide.parquet")
+    pq.write_table(table, path)
+    store = Store(str(tmp_path / "store"))
+    tail = write_updates(str(tmp_path / "tail.parquet"), [((k_, "x"), (1,), 2) for k_ in range(3)], 1)
+    store.ingest("out", [path])
+    make_output(store, "out", tail)
+    assert os.path.isdir(duck.upkeep_folder()), "the table was computed by upkeep's database"
+    with duck.connect(store, upkeep=True) as con:
+        limit = con.sql("SELECT current_setting('memory_limit')").fetchall()[0][0]
+    with duck.connect(store) as con:
+        default = con.sql("SELECT current_setting('memory_limit')").fetchall()[0][0]
+    assert limit != default and limit.startswith("61"), (limit, default)  # 64 MB as DuckDB prints it: 61.0 MiB
+    want = {(i, str(i)): 1 for i in range(n)} | {(i, "x"): 2 for i in range(3)}
+    assert current(table_of(store)) == want
+    assert not store.warnings
