@@ -32,7 +32,7 @@ import pyarrow as pa
 from storage.lake.table import APP_ID, ATTEMPTS, ddcli_version, shown, storage_options
 from storage.lake.types import delta_arrow_schema, delta_problem
 from storage.lattice import format_frontier, time_columns
-from storage.sql.duck import connect, file_list, string_literal
+from storage.sql.duck import connect, parquet_source, string_literal
 from storage.state.trace import Trace, count_column
 
 CHANGE = "__ddcli_change"  # the change of multiplicity of a row, in the merge's source
@@ -170,10 +170,7 @@ def sql_name(c: str) -> str:
 
 
 def _updates_sql(store, trace: Trace, layers) -> str | None:
-    paths = store.read_paths(trace, layers, local=True)
-    if not paths:
-        return None
-    return f"read_parquet({file_list(paths)}, union_by_name = true)"
+    return parquet_source(store.read_paths(trace, layers, local=True))
 
 
 def _time_condition(trace: Trace, t: tuple | None, after: tuple | None = None) -> str:

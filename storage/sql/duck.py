@@ -29,6 +29,14 @@ def file_list(paths) -> str:
     return "[" + ", ".join(string_literal(p) for p in paths) + "]"
 
 
+def parquet_source(paths) -> str | None:
+    """The SQL table expression reading ``paths`` (a trace's layer files, whose later
+    layers may carry columns the earlier lack), or None when there are none."""
+    if not paths:
+        return None
+    return f"read_parquet({file_list(paths)}, union_by_name = true)"
+
+
 _BASES: dict = {}
 _BASES_LOCK = threading.Lock()
 _MAX_BASES = 8

@@ -38,7 +38,7 @@ import pyarrow as pa
 from storage.errors import Conflict, LayerVanished, StoreError
 from storage.lattice import Frontier, Time, format_frontier, format_time, join, leq_sql, parse_time, time_columns
 from storage.sql import sandbox
-from storage.sql.duck import connect, file_list, quote
+from storage.sql.duck import connect, parquet_source, quote
 from storage.sql.trace_at import register_trace_at
 from storage.state.trace import Trace, count_column
 from storage.store import Store
@@ -59,14 +59,7 @@ def _one_line(e: Exception) -> str:
 def _source(store: Store, trace: Trace, layers=None) -> str | None:
     """The SQL table expression of a trace's updates (default: every layer, pending ones
     included), or None when there are none."""
-    return _read_parquet(store.read_paths(trace, layers, local=True))  # checked: size, footer, hash
-
-
-def _read_parquet(paths: list[str]) -> str | None:
-    """``read_parquet`` of ``paths`` (files this process reads: local copies of objects)."""
-    if not paths:
-        return None
-    return f"read_parquet({file_list(paths)}, union_by_name = true)"
+    return parquet_source(store.read_paths(trace, layers, local=True))  # checked: size, footer, hash
 
 
 def _empty_updates(trace: Trace) -> pa.Table:
@@ -296,7 +289,7 @@ def register_traces(con, state, sources: dict[str, list[str]]) -> None:
     ``sources`` gives for it (the checked local paths of its layers)."""
     names = []
     for name, tr in sorted(state.traces.items()):
-        src = _read_parquet(sources[name])
+        src = parquet_source(sources[name])
         if src is None:
             con.register(f"__ddcli_empty_{len(names)}", _empty_updates(tr))
             src = quote(f"__ddcli_empty_{len(names)}")

@@ -136,8 +136,6 @@ def _every_retraction_matches(store, existing: Trace | None, updates: pa.Table, 
             con.unregister("__ddcli_new")
 
 
-
-
 def checker(store, *, strict: bool, found: list[Negative]):
     """A ``prepare`` step for :meth:`Store.ingest`: finds negative rows; with ``strict``
     refuses the ingest (nothing written), otherwise appends what it found to ``found``."""
