@@ -59,6 +59,11 @@ def _size(raw: str) -> str:
     return str(n)
 
 
+def _size_or_off(raw: str) -> str:
+    """A size (:func:`_size`), or 0 for none."""
+    return "0" if raw.strip() == "0" else _size(raw)
+
+
 def _jvm_size(raw: str) -> str:
     """A JVM heap size: a whole number and a unit, k, m, g or t (``3g``, ``512m``)."""
     v = raw.strip().lower()
@@ -198,6 +203,8 @@ SETTINGS: list[Setting] = [
             "memory a reduce task may use for one key's grid of times", executors=True),
     Setting("reduce_task_rows", "DDCLI_REDUCE_TASK_ROWS", _POSITIVE, str(1 << 20),
             "rows a reduce or join task brings into Arrow at once"),
+    Setting("held_memory", "DDCLI_HELD_MEMORY", _size_or_off, "2g",
+            "decoded layers the warm engine keeps to read by key without DuckDB (0: none)"),
     Setting("driver_rows", "DDCLI_DRIVER_ROWS", _NON_NEGATIVE, "100000",
             "new updates up to which a run is evaluated in the driver, without Spark jobs (0: never)"),
     Setting("reduce_split_rows", "DDCLI_REDUCE_SPLIT_ROWS", _NON_NEGATIVE, str(1 << 20),
@@ -224,7 +231,7 @@ def checked(s: Setting, raw: str) -> str:
 # variable's text would be): a boolean is a flag only, not the number 1; an integer is not
 # a flag; a float is a number of seconds, never a whole number.
 _TOML_TYPES: dict[Callable[[str], str], tuple[type, ...]] = {
-    _flag: (bool,), _size: (int,), _seconds: (int, float), _POSITIVE: (int,), _NON_NEGATIVE: (int,)}
+    _flag: (bool,), _size: (int,), _size_or_off: (int,), _seconds: (int, float), _POSITIVE: (int,), _NON_NEGATIVE: (int,)}
 _TOML_NAMES = {bool: "boolean", int: "integer", float: "float", list: "array", dict: "table"}
 
 
@@ -245,7 +252,7 @@ def from_toml(s: Setting, value: object, folder: str) -> str:
 
 def _example(s: Setting) -> str:
     return {_flag: "true or false", _size: "a size such as \"2g\"", _seconds: "a number of seconds",
-            _jvm_size: "a JVM memory size such as \"3g\"", _POSITIVE: "a whole number",
+            _size_or_off: "a size such as \"2g\", or 0", _jvm_size: "a JVM memory size such as \"3g\"", _POSITIVE: "a whole number",
             _NON_NEGATIVE: "a whole number"}.get(s.check, "a string")
 
 

@@ -201,6 +201,8 @@ class Service:
             self.decline(channel, f"{changed} changed since the service imported it")
             return
         started, started_ns = time.monotonic(), time.time_ns()
+        from ops.operators import keyed_reads
+        keyed_reads.command_started()
         self.idle = float(request.get("idle") or self.idle)
         argv = [str(a) for a in request.get("argv", [])]
         code = 1
@@ -405,8 +407,10 @@ def main(argv: list[str] | None = None) -> None:
         log("another service of this key is running: not starting")
         return
     listener = _listen(folder, key)
+    from ops.operators import keyed_reads
     from ops.spark import session
     session.keep_warm()
+    keyed_reads.enable()  # commands after commands read the same layers by key
     service = Service(folder, key, master, listener)
     log(f"started: python {sys.version.split()[0]}, code in {os.path.dirname(os.path.dirname(__file__))}")
     try:

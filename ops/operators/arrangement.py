@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from ops.io.read import read_layers
 from ops.operators.context import EvalContext
 from ops.operators.linear import advance_and_sum, union_all, union_coalesced
-from storage.sql.duck import file_list, quote
+from ops.operators.keyed_reads import duckdb_keyed_read
 
 KEY_LOOKUP_LIMIT = 50_000  # touched keys up to which a keyed DuckDB read pays
 CACHE_ROWS = 2_000_000  # stored arrangements read in loops up to this size are read once per run, in memory
@@ -78,35 +78,6 @@ class Arrangement:
         for c in cond[1:]:
             on = on & c
         return self.read_all(ctx).join(renamed, on, "left_semi")
-
-
-def keyed_read_sql(files: list[str], keys: pa.Table, key: list[str]) -> str:
-    """DuckDB SQL for the updates of ``files`` whose key is in the registered table
-    ``touched_keys`` (``keys``)."""
-    files_sql = file_list(files)
-    if not key:  # a reduce over all rows (no key): every update is of the one key touched
-        return f"SELECT u.* FROM read_parquet({files_sql}) u"
-    cond = " AND ".join(f"u.{quote(k)} IS NOT DISTINCT FROM t.{quote(k)}" for k in key)
-    # an IN-list on a single key lets DuckDB prune row groups by min/max statistics
-    if len(key) == 1:
-        k = quote(key[0])
-        q = f"SELECT u.* FROM read_parquet({files_sql}) u WHERE u.{k} IN (SELECT {k} FROM touched_keys)"
-        if keys.column(key[0]).null_count:
-            q += f" OR u.{k} IS NULL"
-        return q
-    return f"SELECT u.* FROM read_parquet({files_sql}) u SEMI JOIN touched_keys t ON {cond}"
-
-
-def duckdb_keyed_read(files: list[str], keys: pa.Table, key: list[str]) -> pa.Table:
-    from storage.blobs.resolve import duckdb_connect
-
-    con = duckdb_connect(files)  # the files may be on an object store
-    try:
-        if key:  # (DuckDB registers no table without columns; no key needs none)
-            con.register("touched_keys", keys)
-        return con.sql(keyed_read_sql(files, keys, key)).to_arrow_table()
-    finally:
-        con.close()
 
 
 def _spark_schema(schema: pa.Schema):

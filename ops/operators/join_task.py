@@ -67,7 +67,7 @@ def join_task(batches: Iterable[pa.RecordBatch], spec: JoinSpec, budget: int,
 
 def _with_stored(batches: list[pa.RecordBatch], spec: JoinSpec, lookup) -> Iterator[pa.RecordBatch]:
     """The task's new updates, then the stored old updates each side pairs with them."""
-    from ops.operators.arrangement import keyed_read_sql
+    from ops.operators.keyed_reads import keyed_source
     from ops.reduce.old_updates import lookup_connection
 
     new = pa.Table.from_batches(batches) if batches else None
@@ -88,7 +88,7 @@ def _with_stored(batches: list[pa.RecordBatch], spec: JoinSpec, lookup) -> Itera
         try:
             con.register("touched_keys", keys)
             sql = (f"SELECT {group}, greatest({quote(tcols[0])}, {int(at)})::BIGINT AS {quote(tcols[0])}, "
-                   f"SUM(diff)::BIGINT AS diff FROM ({keyed_read_sql(files, keys, key)}) "
+                   f"SUM(diff)::BIGINT AS diff FROM ({keyed_source(con, files, keys, key)}) "
                    f"GROUP BY ALL HAVING SUM(diff) <> 0")
             for b in con.sql(sql).to_arrow_reader(1 << 16):
                 yield from as_side(pa.Table.from_batches([b]), new.schema, s, new=False).to_batches()

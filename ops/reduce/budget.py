@@ -129,9 +129,12 @@ def _old_before(look: OldLookup, sql: str, key: list[str], values: list[str], fi
 
 def _lookup(new: pa.Table, files: list[str], key: list[str], values: list[str]) -> tuple[OldLookup, str]:
     """The task's lookup (kept for the reduces of one task) and the SQL of its keys' old updates."""
-    from ops.operators.arrangement import keyed_read_sql
+    from ops.operators.keyed_reads import keyed_source
     keys = new.select(key).group_by(key, use_threads=False).aggregate([])  # in a stable order: see OldLookup
-    return OldLookup.of(files, keys, key, values), keyed_read_sql(files, keys, key)
+    look = OldLookup.of(files, keys, key, values)
+    if look.sql is None:  # once for the reduces of a task that share the lookup
+        look.sql = keyed_source(look.con, files, keys, key)
+    return look, look.sql
 
 
 def _with_old(new: pa.Table, old: pa.Table | None) -> pa.Table:
@@ -184,7 +187,7 @@ def _by_key_groups(new: pa.Table, files: list[str], look: OldLookup, sql: str, k
                    d: int, reducer: rk.Reducer, out_arrow: pa.Schema, budget: int) -> pa.Table:
     """The touched keys in groups of at most ``budget`` old updates (a key with more is a
     group of its own), each group's old updates read and reduced in turn."""
-    from ops.operators.arrangement import duckdb_keyed_read
+    from ops.operators.keyed_reads import duckdb_keyed_read
     k = ", ".join(quote(c) for c in key)
     counts = look.con.sql(f"SELECT {k}, count(*) AS _n FROM ({sql}) GROUP BY ALL").to_arrow_table()
     n = counts.column("_n").to_numpy()

@@ -77,6 +77,7 @@ class OldLookup:
         if key:  # (DuckDB registers no table without columns; a reduce without key needs none)
             self.con.register("touched_keys", keys)
         self._count: int | None = None
+        self.sql: str | None = None  # the SQL of the touched keys' old updates
         self.latest_old: int | None = None  # the latest time of the accumulated old rows
 
     def old_count(self, sql: str) -> int:

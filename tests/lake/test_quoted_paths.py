@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from ops.operators.arrangement import duckdb_keyed_read
+from ops.operators.keyed_reads import duckdb_keyed_read
 from storage.sql import query as Q
 from storage.store import Store
 from tests.helpers.delta_reader import storage_options

@@ -100,10 +100,10 @@ def test_keys_that_cannot_be_split_are_looked_up_in_groups_exactly(tmp_path, mon
     """User logic keeps a key whole: over the budget the task reads and reduces its keys a
     group at a time (here one key per group); at d = 1 a group's stored updates come back
     accumulated at the first new time, a row per live value row."""
-    from ops.operators.arrangement import duckdb_keyed_read
+    from ops.operators.keyed_reads import duckdb_keyed_read
     make, plain = REDUCERS[name]
     reads = []
-    monkeypatch.setattr("ops.operators.arrangement.duckdb_keyed_read",
+    monkeypatch.setattr("ops.operators.keyed_reads.duckdb_keyed_read",
                         lambda files, keys, key: reads.append(keys.num_rows) or duckdb_keyed_read(files, keys, key))
     accumulated = []  # d = 1: (keys, rows) of each group's old updates, accumulated at the first new time
     real = rl._accumulated_old

@@ -72,7 +72,7 @@ def sources(con, files: list[str], keys: pa.Table, key: list[str], types: dict[s
     """SQL of the per-key totals of ``files``' updates of the touched keys (``touched_keys``
     of ``con``), one row per key and source: large layers' kept totals (made here when
     missing), the small layers summed as they are read."""
-    from ops.operators.arrangement import keyed_read_sql
+    from ops.operators.keyed_reads import keyed_source
     tag = hashlib.sha1(json.dumps([key, sorted(types.items()), time_col]).encode()).hexdigest()[:12]
     small, kept = [], []
     for f in files:
@@ -82,9 +82,9 @@ def sources(con, files: list[str], keys: pa.Table, key: list[str], types: dict[s
             kept.append(_kept_totals(con, f, f"{f}{SUMMARY_SUFFIX}{tag}", key, types, time_col))
     parts = []
     if small:
-        parts.append(totals_sql(keyed_read_sql(small, keys, key), key, types, time_col))
+        parts.append(totals_sql(keyed_source(con, small, keys, key), key, types, time_col))
     if kept:
-        parts.append(keyed_read_sql(kept, keys, key))
+        parts.append(keyed_source(con, kept, keys, key))
     return " UNION ALL BY NAME ".join(f"({p})" for p in parts)
 
 
