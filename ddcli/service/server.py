@@ -243,7 +243,8 @@ class Service:
             channel.close()
             self.commands += 1
             log(f"ran {identity.root_options(argv)[1] or ' '.join(argv[:1])} for pid {request.get('pid')} in "
-                f"{request.get('cwd')}: exit {code} in {time.monotonic() - started:.2f} s")
+                f"{request.get('cwd')}: exit {code} in {time.monotonic() - started:.2f} s; "
+                f"{keyed_reads.held_summary()}")
             _tidy()
             release()
             self.kept.remember(since_ns=started_ns)

@@ -50,6 +50,7 @@ _names = itertools.count()
 class HeldLayer:
     table: pa.Table  # the layer's rows, sorted by ``first``
     first: np.ndarray  # the first key column, as int64
+    first_type: pa.DataType  # its type in the layer (touched keys are cast to it first)
     nbytes: int
     used: int  # the last command that read it
 
@@ -74,6 +75,11 @@ def forget() -> None:
 
 def held_bytes() -> int:
     return sum(h.nbytes for h in _held.values())
+
+
+def held_summary() -> str:
+    """What is held, for the service's log."""
+    return f"{len(_held)} layers held decoded, {held_bytes() / 2**20:.0f} MiB"
 
 
 def memory() -> int:
@@ -178,7 +184,7 @@ def _hold(path: str, key: tuple) -> HeldLayer | None:
     if len(first) > 1 and bool(np.any(first[1:] < first[:-1])):
         order = np.argsort(first, kind="stable")
         table, first = table.take(order), first[order]
-    h = _held[ident] = HeldLayer(table, first, table.nbytes + first.nbytes, _command)
+    h = _held[ident] = HeldLayer(table, first, table.schema.field(key[0]).type, table.nbytes + first.nbytes, _command)
     return h
 
 
@@ -211,14 +217,21 @@ def _searchable(col: pa.ChunkedArray) -> np.ndarray | None:
 
 
 def _candidate_rows(held: list[HeldLayer], keys: pa.Table, key: list[str]) -> pa.Table | None:
-    """The held layers' rows whose first key column is one of ``keys``' (None when the
-    layers' schemas do not concatenate: DuckDB then reads them all)."""
-    probe = _searchable(keys.column(key[0]).drop_null())
-    if probe is None:
-        return None
-    probe = np.unique(probe)
+    """The held layers' rows whose first key column is one of ``keys``' (None when a touched
+    key does not cast to a layer's type exactly, or the layers' schemas do not concatenate:
+    DuckDB then reads them all)."""
+    touched, probes = keys.column(key[0]).drop_null(), {}
     parts = []
     for h in held:
+        if h.first_type not in probes:  # in the layer's type: a date or a unit compares alike
+            try:
+                probe = _searchable(touched.cast(h.first_type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                probe = None
+            probes[h.first_type] = None if probe is None else np.unique(probe)
+        probe = probes[h.first_type]
+        if probe is None:
+            return None
         lo = np.searchsorted(h.first, probe, "left")
         hi = np.searchsorted(h.first, probe, "right")
         counts = hi - lo

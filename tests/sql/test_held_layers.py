@@ -16,6 +16,7 @@ import decimal
 import random
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -91,6 +92,19 @@ def test_a_keyed_read_of_held_layers_finds_the_touched_keys_rows(tmp_path, holdi
         assert keyed_reads.held_bytes() == 0
     else:  # every layer without nulls in the key is held
         assert len(keyed_reads._held) == len(files) - 1, len(keyed_reads._held)
+
+
+@pytest.mark.parametrize("kind,other", [("int64", pa.int32()), ("timestamp", pa.timestamp("ms")),
+                                        ("timestamp", pa.timestamp("s")), ("date", pa.date64())])
+def test_touched_keys_of_another_type_find_the_same_rows(tmp_path, holding, kind, other):
+    """A join's two sides may key by different widths or units: a key is searched in the
+    layer's own type, and one that does not cast exactly leaves the read to DuckDB."""
+    rng = random.Random(f"{kind}{other}")
+    files = [_layer(tmp_path / f"l{i}.parquet", rng, kind, n, nulls=False, ordered=True)
+             for i, n in enumerate([300, 40])]
+    keys = _keys(rng, kind, ["k"], 25)
+    keys = pa.table({"k": pc.cast(keys.column("k"), other, safe=False)})
+    assert _read(files, keys, ["k"]) == _expected(files, keys, ["k"])
 
 
 def test_a_budget_holds_some_layers_and_duckdb_reads_the_rest(tmp_path, holding, monkeypatch):
