@@ -176,7 +176,7 @@ def _hold(path: str, key: tuple) -> HeldLayer | None:
     estimate = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
     if not _room_for(estimate):
         return None
-    table = pq.read_table(path)
+    table = pq.read_table(path).combine_chunks()  # a take from one chunk per column is cheaper
     first = _searchable(table.column(key[0]))
     if first is None:
         _refused.add(ident)
@@ -232,6 +232,10 @@ def _candidate_rows(held: list[HeldLayer], keys: pa.Table, key: list[str]) -> pa
         probe = probes[h.first_type]
         if probe is None:
             return None
+        if not len(probe):
+            continue
+        if not len(h.first) or probe[-1] < h.first[0] or probe[0] > h.first[-1]:
+            continue  # no touched key in the layer's range
         lo = np.searchsorted(h.first, probe, "left")
         hi = np.searchsorted(h.first, probe, "right")
         counts = hi - lo
@@ -241,6 +245,8 @@ def _candidate_rows(held: list[HeldLayer], keys: pa.Table, key: list[str]) -> pa
             continue
         starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
         parts.append(h.table.take(pa.array(np.arange(total) + starts)))
+    if not parts:
+        return held[0].table.slice(0, 0)
     try:
         return pa.concat_tables(parts, promote_options="default")
     except (pa.ArrowInvalid, pa.ArrowTypeError):
