@@ -203,7 +203,7 @@ SETTINGS: list[Setting] = [
             "memory a reduce task may use for one key's grid of times", executors=True),
     Setting("reduce_task_rows", "DDCLI_REDUCE_TASK_ROWS", _POSITIVE, str(1 << 20),
             "rows a reduce or join task brings into Arrow at once"),
-    Setting("held_memory", "DDCLI_HELD_MEMORY", _size_or_off, "2g",
+    Setting("held_memory", "DDCLI_HELD_MEMORY", _size_or_off, "0",
             "decoded layers the warm engine keeps to read by key without DuckDB (0: none)"),
     Setting("driver_rows", "DDCLI_DRIVER_ROWS", _NON_NEGATIVE, "100000",
             "new updates up to which a run is evaluated in the driver, without Spark jobs (0: never)"),

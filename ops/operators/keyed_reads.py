@@ -13,7 +13,10 @@ by binary search: a millisecond or two where DuckDB took tens (docs/architecture
   key whose first column is an integer, date or timestamp without nulls in the layer (the
   others are read by DuckDB, as everywhere else). A layer is known by its device, inode,
   size and modification time, so a file replaced under the same name is read again.
-* **How much.** At most ``DDCLI_HELD_MEMORY`` decoded bytes in all (0: none). A layer that
+* **How much.** At most ``DDCLI_HELD_MEMORY`` decoded bytes in all; none unless it is set:
+  the engine's first refresh pays for decoding every layer it reads (some 12 s for 2 GB at
+  TPC-H's scale factor 1) and a refresh after it saves about a sixth, so it pays only where
+  refreshes follow each other within the engine's idle time. A layer that
   does not fit after the layers no command used lately are dropped is read by DuckDB: the
   layers held stay held rather than take turns, which would decode each layer once per
   command and gain nothing.
@@ -35,13 +38,12 @@ import pyarrow.parquet as pq
 
 from storage.sql.duck import file_list, quote
 
-#: decoded bytes the warm engine may hold (``DDCLI_HELD_MEMORY``), unless set
-DEFAULT_MEMORY = 2 << 30
 
 _lock = threading.Lock()
 _enabled = False
 _held: dict[tuple, "HeldLayer"] = {}
 _refused: set[tuple] = set()  # layers whose key cannot be searched: never decoded again
+_sizes: dict[tuple, int] = {}  # layers' decoded sizes as their footers say (read once)
 _command = 0  # counts the commands of the process: which layers were used lately
 _names = itertools.count()
 
@@ -71,6 +73,7 @@ def forget() -> None:
     with _lock:
         _held.clear()
         _refused.clear()
+        _sizes.clear()
 
 
 def held_bytes() -> int:
@@ -85,7 +88,7 @@ def held_summary() -> str:
 def memory() -> int:
     from storage.files.limits import size_setting
     raw = os.environ.get("DDCLI_HELD_MEMORY", "").strip()
-    return 0 if raw == "0" else size_setting("DDCLI_HELD_MEMORY", DEFAULT_MEMORY)
+    return 0 if raw in ("", "0") else size_setting("DDCLI_HELD_MEMORY", 0)
 
 
 def keyed_source(con, files: list[str], keys: pa.Table, key: list[str]) -> str:
@@ -169,12 +172,13 @@ def _hold(path: str, key: tuple) -> HeldLayer | None:
     h = _held.get(ident)
     if h is not None:
         return h
-    meta = pq.read_metadata(path)
-    if key[0] not in meta.schema.names:
-        _refused.add(ident)
-        return None
-    estimate = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-    if not _room_for(estimate):
+    if ident not in _sizes:
+        meta = pq.read_metadata(path)
+        if key[0] not in meta.schema.names:
+            _refused.add(ident)
+            return None
+        _sizes[ident] = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    if not _room_for(_sizes[ident]):
         return None
     table = pq.read_table(path).combine_chunks()  # a take from one chunk per column is cheaper
     first = _searchable(table.column(key[0]))

@@ -37,6 +37,7 @@ KINDS = {
 @pytest.fixture
 def holding(monkeypatch):
     monkeypatch.setattr(keyed_reads, "_enabled", True)
+    monkeypatch.setenv("DDCLI_HELD_MEMORY", "1g")
     keyed_reads.forget()
     yield
     keyed_reads.forget()
