@@ -3,11 +3,11 @@
 A refresh reads the old updates of the keys its change touches from each arrangement's
 key-sorted layers (``ops/operators/arrangement.py``). DuckDB does that by scanning the key
 column of each layer (:func:`keyed_read_sql`): 15-100 ms per read of a trace of millions of
-rows, however few the keys, since a refresh's keys fall in nearly every row group. The warm engine runs the same
-pipelines over the same traces command after command, and a layer file never changes once
-written; so it keeps the layers it reads decoded, sorted by the key, and finds a key's rows
-by binary search: a millisecond or two where DuckDB took tens (docs/architecture.md,
-"The warm engine").
+rows, however few the keys, since a refresh's keys fall in nearly every row group. The
+warm engine runs the same pipelines over the same traces command after command, and a
+layer file never changes once written; so it can keep the layers it reads decoded, sorted
+by the key, and find a key's rows by binary search: a few milliseconds a read where DuckDB
+took tens (docs/architecture.md, "The warm engine").
 
 * **Which layers.** Only in the warm engine (:func:`enable`), only local files, only by a
   key whose first column is an integer, date or timestamp without nulls in the layer (the
@@ -37,7 +37,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.sql.duck import file_list, quote
-
 
 _lock = threading.Lock()
 _enabled = False
