@@ -43,6 +43,7 @@ _enabled = False
 _held: dict[tuple, "HeldLayer"] = {}
 _refused: set[tuple] = set()  # layers whose key cannot be searched: never decoded again
 _sizes: dict[tuple, int] = {}  # layers' decoded sizes as their footers say (read once)
+_unfit: set[tuple] = set()  # layers found not to fit in this command: room only shrinks until the next
 _command = 0  # counts the commands of the process: which layers were used lately
 _names = itertools.count()
 
@@ -66,6 +67,7 @@ def command_started() -> None:
     """A new command: layers read before it are candidates for dropping."""
     global _command
     _command += 1
+    _unfit.clear()
 
 
 def forget() -> None:
@@ -73,6 +75,7 @@ def forget() -> None:
         _held.clear()
         _refused.clear()
         _sizes.clear()
+        _unfit.clear()
 
 
 def held_bytes() -> int:
@@ -166,7 +169,7 @@ def _identity(path: str, key: tuple) -> tuple | None:
 
 def _hold(path: str, key: tuple) -> HeldLayer | None:
     ident = _identity(path, key)
-    if ident is None or ident in _refused:
+    if ident is None or ident in _refused or ident in _unfit:
         return None
     h = _held.get(ident)
     if h is not None:
@@ -178,6 +181,7 @@ def _hold(path: str, key: tuple) -> HeldLayer | None:
             return None
         _sizes[ident] = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
     if not _room_for(_sizes[ident]):
+        _unfit.add(ident)
         return None
     table = pq.read_table(path).combine_chunks()  # a take from one chunk per column is cheaper
     first = _searchable(table.column(key[0]))
@@ -193,14 +197,15 @@ def _hold(path: str, key: tuple) -> HeldLayer | None:
 
 def _room_for(nbytes: int) -> bool:
     """Whether ``nbytes`` more fit, after dropping what the last two commands did not read."""
-    limit = memory()
-    if held_bytes() + nbytes <= limit:
+    limit, total = memory(), held_bytes()
+    if total + nbytes <= limit:
         return True
     for ident, h in sorted(_held.items(), key=lambda kv: kv[1].used):
         if h.used >= _command - 1:
             break
         del _held[ident]
-        if held_bytes() + nbytes <= limit:
+        total -= h.nbytes
+        if total + nbytes <= limit:
             return True
     return False
 
